@@ -1,0 +1,82 @@
+# gotree — make verbs a newcomer guesses. `make demo` and `make test` are the
+# two commands of the README's Quick start; both set up what they need.
+SHELL := /bin/bash
+.ONESHELL:
+.SHELLFLAGS := -eu -o pipefail -c
+
+GO      ?= go
+PYTHON  ?= python3
+VENV    ?= .venv
+VPY     := $(VENV)/bin/python
+TORCH   ?= torch==2.11.0
+NPROC   ?= 4
+BUILD   := build
+LIB     := $(BUILD)/libgotree.so
+CLI     := $(BUILD)/gotree
+GOFILES := $(shell find . -name '*.go' -not -path './$(VENV)/*' -not -path './build/*' 2>/dev/null) $(wildcard capi/*.c capi/*.h backend/reduce/*.c backend/reduce/*.h)
+
+export CGO_ENABLED := 1
+
+.PHONY: all build lib cli venv wheel install demo test test-go test-abi test-python lint bench clean
+
+all: build
+
+build: lib cli
+
+lib: $(LIB)
+$(LIB): $(GOFILES) go.mod
+	mkdir -p $(BUILD)
+	$(GO) build -buildmode=c-shared -o $(LIB) ./capi
+
+cli: $(CLI)
+$(CLI): $(GOFILES) go.mod
+	mkdir -p $(BUILD)
+	$(GO) build -o $(CLI) ./cmd/gotree
+
+# A virtual environment with torch (CPU side; from PyPI) and the test tools.
+venv: $(VENV)/.ready
+$(VENV)/.ready:
+	$(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -c 'import torch' 2>/dev/null || $(VPY) -m pip install -q $(TORCH)
+	$(VPY) -m pip install -q numpy pytest wheel setuptools
+	touch $@
+
+wheel: venv
+	rm -rf dist
+	$(VPY) -m pip wheel . -w dist --no-build-isolation --no-deps -q
+	ls dist/gotree-*.whl
+
+install: wheel
+	$(VPY) -m pip install -q --force-reinstall --no-deps dist/gotree-*.whl
+
+# Quick start (a): set everything up and run the main job on this machine.
+demo: install
+	cd /tmp && OMP_NUM_THREADS=1 $(abspath $(VENV))/bin/torchrun --standalone --nproc-per-node $(NPROC) -m gotree.demo
+
+# Quick start (b): every test.
+test: lint test-go test-abi test-python
+
+test-go:
+	$(GO) test -race -count=1 ./...
+
+$(BUILD)/abi_test: tests/c/abi_test.c capi/gotree.h $(LIB)
+	cc -std=c99 -Wall -Wextra -Werror -O1 -g -Icapi -o $@ tests/c/abi_test.c -L$(BUILD) -lgotree -Wl,-rpath,'$$ORIGIN' -Wl,-z,lazy -lm
+
+test-abi: $(BUILD)/abi_test
+	$(BUILD)/abi_test --nranks 1
+	$(BUILD)/abi_test --nranks 3
+	$(BUILD)/abi_test --nranks 4
+
+test-python: install
+	$(VPY) -m pytest -q tests/python
+
+lint:
+	test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo 'gofmt needed'; exit 1; }
+	$(GO) vet ./...
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 200ms ./backend/reduce/
+
+clean:
+	rm -rf $(BUILD) dist *.egg-info

@@ -1,0 +1,135 @@
+package algorithms
+
+// Prim is one of NCCL's primitive operations. A step receives from zero or
+// more peers, combines what it received with a local operand, writes the
+// result locally and/or sends it on.
+type Prim uint8
+
+const (
+	// Send sends Src to every peer in SendTo.
+	Send Prim = iota
+	// Recv receives from RecvFrom[0] into Dst.
+	Recv
+	// RecvReduceSend reduces Src with the data received from every peer in
+	// RecvFrom and sends the result to SendTo without writing it locally.
+	RecvReduceSend
+	// RecvReduceCopySend reduces Src with the received data, writes the
+	// result to Dst and sends it to SendTo (which may be empty).
+	RecvReduceCopySend
+	// RecvCopySend receives from RecvFrom[0], writes Dst and forwards the
+	// same bytes to SendTo.
+	RecvCopySend
+	// Copy copies Src to Dst locally.
+	Copy
+)
+
+var primNames = [...]string{"Send", "Recv", "RecvReduceSend", "RecvReduceCopySend", "RecvCopySend", "Copy"}
+
+func (p Prim) String() string {
+	if int(p) < len(primNames) {
+		return primNames[p]
+	}
+	return "Prim?"
+}
+
+// Buf names a rank's buffer.
+type Buf uint8
+
+const (
+	NoBuf  Buf = iota
+	Input      // the send buffer
+	Output     // the receive buffer (may alias Input for in-place calls)
+)
+
+func (b Buf) String() string {
+	switch b {
+	case Input:
+		return "in"
+	case Output:
+		return "out"
+	}
+	return "-"
+}
+
+// Ref is an element offset into one of a rank's buffers.
+type Ref struct {
+	Buf Buf
+	Off int64 // in elements
+}
+
+// Step is one primitive operation on Count elements. Peers are ranks of
+// the communicator. Every message between two ranks on one channel is
+// matched in order: the n-th send from a to b on channel c is the n-th
+// receive of b from a on channel c.
+type Step struct {
+	Prim     Prim
+	RecvFrom []int
+	SendTo   []int
+	Src      Ref // local operand (Send, reduce steps, Copy)
+	Dst      Ref // where the result is written (Recv, *Copy*)
+	Count    int64
+}
+
+// Stream is an ordered list of steps run one after another. A channel may
+// have several independent streams (tree-split: reduce-up and
+// broadcast-down); no two streams of a channel use the same directed
+// connection.
+type Stream []Step
+
+// ChannelPlan is one rank's work on one channel.
+type ChannelPlan struct {
+	Channel int
+	Streams []Stream
+}
+
+// RankPlan is one rank's whole schedule.
+type RankPlan struct {
+	Rank     int
+	Channels []ChannelPlan
+}
+
+// Plan is the complete schedule of one collective call for every rank.
+type Plan struct {
+	Coll     Collective
+	Algo     Algorithm
+	Proto    Protocol
+	NRanks   int
+	Count    int64 // elements per rank's input (allgather: per rank contribution)
+	DType    DType
+	Op       Op
+	Root     int
+	Channels int
+	Ranks    []RankPlan
+}
+
+// TreeLinks are one rank's links in one channel's tree. -1 means none.
+// Down has NCCL's three slots: up to two inter-node children and one
+// intra-node child.
+type TreeLinks struct {
+	Up    int
+	Down  [3]int
+	Depth int
+}
+
+// RingLinks are one rank's neighbours in one channel's ring.
+type RingLinks struct {
+	Prev, Next int
+}
+
+// Graph is the connection graph of a communicator: for each channel, every
+// rank's ring neighbours and tree links, plus each channel's ring order
+// (starting at rank 0's position as NCCL prints it).
+type Graph struct {
+	NRanks    int
+	NNodes    int
+	Channels  int           // channels for rings; trees use the same count
+	RingOrder [][]int       // [channel] ranks in ring order
+	Rings     [][]RingLinks // [channel][rank]
+	Trees     [][]TreeLinks // [channel][rank]
+
+	// Added after the first version (zero when a Graph is parsed from a
+	// log): the node index of every rank (nodes numbered by first
+	// appearance) and the tree pattern BuildGraph used.
+	NodeOf  []int
+	Pattern Pattern
+}

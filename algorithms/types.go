@@ -1,0 +1,208 @@
+package algorithms
+
+import "fmt"
+
+// DType is an element type. The numeric values are part of the C ABI
+// (capi/gotree.h, gotree_dtype_t) and must not change.
+type DType int
+
+const (
+	Float32 DType = iota
+	Float64
+	Float16
+	BFloat16
+	Int8
+	Uint8
+	Int16
+	Int32
+	Int64
+	Bool
+	Complex64
+	Complex128
+	numDTypes
+)
+
+var dtypeNames = [...]string{"float32", "float64", "float16", "bfloat16", "int8", "uint8", "int16", "int32", "int64", "bool", "complex64", "complex128"}
+var dtypeSizes = [...]int{4, 8, 2, 2, 1, 1, 2, 4, 8, 1, 8, 16}
+
+// Valid reports whether d is a known element type.
+func (d DType) Valid() bool { return d >= 0 && d < numDTypes }
+
+// Size is the element size in bytes.
+func (d DType) Size() int {
+	if !d.Valid() {
+		return 0
+	}
+	return dtypeSizes[d]
+}
+
+func (d DType) String() string {
+	if !d.Valid() {
+		return fmt.Sprintf("dtype(%d)", int(d))
+	}
+	return dtypeNames[d]
+}
+
+// IsFloat reports whether d is a real floating-point type.
+func (d DType) IsFloat() bool { return d == Float32 || d == Float64 || d == Float16 || d == BFloat16 }
+
+// IsComplex reports whether d is a complex type.
+func (d DType) IsComplex() bool { return d == Complex64 || d == Complex128 }
+
+// IsInteger reports whether d is an integer type (bool counts as one).
+func (d DType) IsInteger() bool { return d.Valid() && !d.IsFloat() && !d.IsComplex() }
+
+// ParseDType maps a name such as "float32" (or nccl-tests' "float") to a DType.
+func ParseDType(s string) (DType, error) {
+	switch s {
+	case "float", "fp32":
+		return Float32, nil
+	case "double", "fp64":
+		return Float64, nil
+	case "half", "fp16":
+		return Float16, nil
+	case "bf16":
+		return BFloat16, nil
+	case "int":
+		return Int32, nil
+	case "char":
+		return Int8, nil
+	}
+	for i, n := range dtypeNames {
+		if n == s {
+			return DType(i), nil
+		}
+	}
+	return 0, fmt.Errorf("gotree/algorithms: unknown dtype %q", s)
+}
+
+// Op is a reduction operator. The numeric values are part of the C ABI
+// (gotree_op_t).
+type Op int
+
+const (
+	Sum Op = iota
+	Avg
+	Prod
+	Min
+	Max
+	BAnd
+	BOr
+	BXor
+	PremulSum
+	numOps
+)
+
+var opNames = [...]string{"sum", "avg", "prod", "min", "max", "band", "bor", "bxor", "premul_sum"}
+
+// Valid reports whether o is a known operator.
+func (o Op) Valid() bool { return o >= 0 && o < numOps }
+
+func (o Op) String() string {
+	if !o.Valid() {
+		return fmt.Sprintf("op(%d)", int(o))
+	}
+	return opNames[o]
+}
+
+// ParseOp maps a name such as "sum" to an Op.
+func ParseOp(s string) (Op, error) {
+	for i, n := range opNames {
+		if n == s {
+			return Op(i), nil
+		}
+	}
+	return 0, fmt.Errorf("gotree/algorithms: unknown reduction op %q", s)
+}
+
+// Supports reports whether op is defined on dtype, and why not.
+func Supports(op Op, d DType) error {
+	if !d.Valid() {
+		return fmt.Errorf("unsupported dtype %v", d)
+	}
+	if !op.Valid() {
+		return fmt.Errorf("unsupported reduction op %v", op)
+	}
+	switch op {
+	case BAnd, BOr, BXor:
+		if !d.IsInteger() {
+			return fmt.Errorf("op %v needs an integer or bool dtype, got %v", op, d)
+		}
+	case Min, Max:
+		if d.IsComplex() {
+			return fmt.Errorf("op %v is not defined for complex dtype %v", op, d)
+		}
+	case Prod:
+		if d.IsComplex() {
+			return fmt.Errorf("op %v is not supported for complex dtype %v", op, d)
+		}
+	case Avg:
+		if d == Bool {
+			return fmt.Errorf("op %v is not defined for dtype %v", op, d)
+		}
+	case PremulSum:
+		if !d.IsFloat() && !d.IsComplex() {
+			return fmt.Errorf("op %v needs a floating-point or complex dtype, got %v", op, d)
+		}
+	}
+	return nil
+}
+
+// Collective names a collective operation.
+type Collective int
+
+const (
+	AllReduce Collective = iota
+	Broadcast
+	Reduce
+	AllGather
+	ReduceScatter
+)
+
+var collNames = [...]string{"allreduce", "broadcast", "reduce", "allgather", "reducescatter"}
+
+func (c Collective) String() string {
+	if c < 0 || int(c) >= len(collNames) {
+		return fmt.Sprintf("collective(%d)", int(c))
+	}
+	return collNames[c]
+}
+
+// Algorithm names a schedule family.
+type Algorithm int
+
+const (
+	Ring Algorithm = iota
+	Tree
+)
+
+func (a Algorithm) String() string {
+	switch a {
+	case Ring:
+		return "ring"
+	case Tree:
+		return "tree"
+	}
+	return fmt.Sprintf("algorithm(%d)", int(a))
+}
+
+// Protocol names NCCL's wire protocols; CPU executors only use Simple.
+type Protocol int
+
+const (
+	LL Protocol = iota
+	LL128
+	Simple
+)
+
+func (p Protocol) String() string {
+	switch p {
+	case LL:
+		return "LL"
+	case LL128:
+		return "LL128"
+	case Simple:
+		return "Simple"
+	}
+	return fmt.Sprintf("protocol(%d)", int(p))
+}

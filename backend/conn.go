@@ -1,0 +1,140 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Errors returned by Conns wrap one of these where it
+// applies, and carry the peer and channel in their text.
+var (
+	ErrClosed  = errors.New("connection closed")
+	ErrTimeout = errors.New("timed out")
+	ErrAborted = errors.New("aborted")
+	ErrProto   = errors.New("protocol violation")
+)
+
+// Conn is a message link with one peer on one channel. Send and Recv may be
+// called concurrently with each other, but each by one goroutine at a time.
+type Conn interface {
+	// Send transmits p as one message of len(p) bytes. p may be reused
+	// when Send returns. Messages longer than MaxMessage() are an error.
+	Send(ctx context.Context, p []byte) error
+	// Recv returns the next message. The slice is borrowed: it stays valid
+	// until Release is called, which must happen before the next Recv.
+	Recv(ctx context.Context) ([]byte, error)
+	Release()
+	// MaxMessage is the largest message Send accepts.
+	MaxMessage() int
+	// Close releases the link; blocked calls return ErrClosed.
+	Close() error
+}
+
+// PeerError is an error on the link with a peer.
+type PeerError struct {
+	Peer    int
+	Channel int
+	Op      string // "send", "recv", "connect"
+	Err     error
+}
+
+func (e *PeerError) Error() string {
+	return fmt.Sprintf("gotree/backend: %s with rank %d on channel %d: %v", e.Op, e.Peer, e.Channel, e.Err)
+}
+
+func (e *PeerError) Unwrap() error { return e.Err }
+
+// fifo is a bounded queue of preallocated slots: the receive side of a
+// Conn. A producer goroutine takes a free slot, fills it and publishes it;
+// the consumer borrows published slots in order and releases them.
+type fifo struct {
+	free   chan []byte
+	ready  chan []byte
+	done   chan struct{} // closed when the link fails or closes
+	err    error         // set before done is closed
+	cur    []byte        // slot borrowed by the consumer
+	curCap []byte
+}
+
+func newFIFO(slots, slotBytes int) *fifo {
+	f := &fifo{
+		free:  make(chan []byte, slots),
+		ready: make(chan []byte, slots),
+		done:  make(chan struct{}),
+	}
+	for i := 0; i < slots; i++ {
+		f.free <- make([]byte, slotBytes)
+	}
+	return f
+}
+
+// fail records err (the first one wins) and wakes everyone.
+func (f *fifo) fail(err error) {
+	select {
+	case <-f.done:
+	default:
+		f.err = err
+		close(f.done)
+	}
+}
+
+// getFree blocks for a free slot (producer side).
+func (f *fifo) getFree() ([]byte, error) {
+	select {
+	case s := <-f.free:
+		return s, nil
+	case <-f.done:
+		return nil, f.err
+	}
+}
+
+func (f *fifo) publish(s []byte) { f.ready <- s }
+
+// recv borrows the next published slot (consumer side).
+func (f *fifo) recv(ctx context.Context) ([]byte, error) {
+	if f.cur != nil {
+		return nil, fmt.Errorf("%w: Recv called before Release", ErrProto)
+	}
+	select {
+	case s := <-f.ready:
+		f.cur = s
+		return s, nil
+	default:
+	}
+	select {
+	case s := <-f.ready:
+		f.cur = s
+		return s, nil
+	case <-f.done:
+		// Deliver what arrived before the failure first.
+		select {
+		case s := <-f.ready:
+			f.cur = s
+			return s, nil
+		default:
+		}
+		return nil, f.err
+	case <-ctx.Done():
+		return nil, ctxErr(ctx)
+	}
+}
+
+func (f *fifo) release() {
+	if f.cur == nil {
+		return
+	}
+	s := f.cur[:cap(f.cur)]
+	f.cur = nil
+	f.free <- s
+}
+
+func ctxErr(ctx context.Context) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return ErrTimeout
+	}
+	if c := context.Cause(ctx); c != nil && !errors.Is(c, context.Canceled) {
+		return fmt.Errorf("%w: %v", ErrAborted, c)
+	}
+	return ErrAborted
+}

@@ -1,0 +1,113 @@
+package backend
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func tcpPair(t *testing.T, slots, slotBytes int) (Conn, Conn) {
+	t.Helper()
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	require.NoError(t, err)
+	defer ln.Close()
+	acc := make(chan *net.TCPConn, 1)
+	go func() {
+		c, err := ln.AcceptTCP()
+		if err == nil {
+			acc <- c
+		}
+		close(acc)
+	}()
+	d, err := net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
+	require.NoError(t, err)
+	s := <-acc
+	require.NotNil(t, s)
+	a, b := NewTCPConn(d, 1, 0, slots, slotBytes), NewTCPConn(s, 0, 0, slots, slotBytes)
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
+}
+
+func memPair(t *testing.T, slots, slotBytes int) (Conn, Conn) {
+	a, b := NewMemPair(0, 1, 0, slots, slotBytes)
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
+}
+
+var pairs = map[string]func(*testing.T, int, int) (Conn, Conn){"tcp": tcpPair, "mem": memPair}
+
+func pattern(n, seed int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*31 + seed*7)
+	}
+	return b
+}
+
+// Messages of awkward sizes arrive intact and in order, through many FIFO
+// wrap-arounds, in both directions at once.
+func TestConnOrderAndWrap(t *testing.T) {
+	for name, mk := range pairs {
+		t.Run(name, func(t *testing.T) {
+			a, b := mk(t, 3, 1000)
+			sizes := []int{0, 1, 2, 999, 1000, 7, 13, 0, 512}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			const rounds = 50
+			errc := make(chan error, 2)
+			for dir, pr := range [][2]Conn{{a, b}, {b, a}} {
+				go func(dir int, tx Conn) {
+					for r := 0; r < rounds; r++ {
+						for i, n := range sizes {
+							if err := tx.Send(ctx, pattern(n, r*100+i+dir)); err != nil {
+								errc <- err
+								return
+							}
+						}
+					}
+					errc <- nil
+				}(dir, pr[0])
+			}
+			for dir, pr := range [][2]Conn{{a, b}, {b, a}} {
+				rx := pr[1]
+				for r := 0; r < rounds; r++ {
+					for i, n := range sizes {
+						m, err := rx.Recv(ctx)
+						require.NoError(t, err)
+						require.True(t, bytes.Equal(m, pattern(n, r*100+i+dir)), "dir %d round %d msg %d", dir, r, i)
+						rx.Release()
+					}
+				}
+			}
+			require.NoError(t, <-errc)
+			require.NoError(t, <-errc)
+		})
+	}
+}
+
+func TestConnErrors(t *testing.T) {
+	for name, mk := range pairs {
+		t.Run(name, func(t *testing.T) {
+			a, b := mk(t, 2, 64)
+			ctx := context.Background()
+			err := a.Send(ctx, make([]byte, 65))
+			require.Error(t, err)
+			require.Contains(t, err.Error(), "exceeds")
+
+			short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			defer cancel()
+			_, err = b.Recv(short)
+			require.ErrorIs(t, err, ErrTimeout)
+			var pe *PeerError
+			require.ErrorAs(t, err, &pe)
+
+			require.NoError(t, a.Close())
+			_, err = b.Recv(ctx)
+			require.ErrorIs(t, err, ErrClosed)
+		})
+	}
+}

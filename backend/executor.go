@@ -1,0 +1,207 @@
+package backend
+
+import (
+	"context"
+	"fmt"
+	"unsafe"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/gotree/gotree/algorithms"
+	"github.com/gotree/gotree/backend/reduce"
+)
+
+// Conns finds the link with a peer on a channel.
+type Conns interface {
+	Conn(channel, peer int) (Conn, error)
+}
+
+// Exec runs one rank's part of a plan. in and out are the rank's input and
+// output buffers (they may be the same memory for in-place calls). Each
+// stream of each channel runs in its own goroutine; the first error cancels
+// the others and is returned. Messages are cut into fragments of at most
+// fragBytes (a multiple of the element size is used), identically on both
+// ends, so fragBytes must be the same on every rank and no larger than
+// any Conn's MaxMessage.
+//
+// Exec does not apply Finalize (AVG); the caller does, once.
+func Exec(ctx context.Context, p *algorithms.Plan, rank int, conns Conns, in, out []byte, fragBytes int) error {
+	if rank < 0 || rank >= len(p.Ranks) {
+		return fmt.Errorf("gotree/backend: rank %d outside plan of %d ranks", rank, len(p.Ranks))
+	}
+	esize := p.DType.Size()
+	if esize == 0 {
+		return fmt.Errorf("gotree/backend: plan has unsupported dtype %v", p.DType)
+	}
+	fragElems := int64(fragBytes / esize)
+	if fragElems <= 0 {
+		return fmt.Errorf("gotree/backend: fragment of %d bytes is smaller than one %v element", fragBytes, p.DType)
+	}
+	rp := &p.Ranks[rank]
+	nstreams := 0
+	for _, ch := range rp.Channels {
+		for _, s := range ch.Streams {
+			if len(s) > 0 {
+				nstreams++
+			}
+		}
+	}
+	x := executor{p: p, conns: conns, in: in, out: out, esize: int64(esize), frag: fragElems}
+	if nstreams == 1 {
+		// Common small case: no goroutine.
+		for _, ch := range rp.Channels {
+			for _, s := range ch.Streams {
+				if len(s) > 0 {
+					return x.runStream(ctx, ch.Channel, s, make([]byte, 0))
+				}
+			}
+		}
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	for _, ch := range rp.Channels {
+		for _, s := range ch.Streams {
+			if len(s) == 0 {
+				continue
+			}
+			ch, s := ch.Channel, s
+			g.Go(func() error { return x.runStream(gctx, ch, s, make([]byte, 0)) })
+		}
+	}
+	return g.Wait()
+}
+
+type executor struct {
+	p       *algorithms.Plan
+	conns   Conns
+	in, out []byte
+	esize   int64
+	frag    int64
+}
+
+func (x *executor) buf(r algorithms.Ref, count int64) ([]byte, error) {
+	var b []byte
+	switch r.Buf {
+	case algorithms.Input:
+		b = x.in
+	case algorithms.Output:
+		b = x.out
+	default:
+		return nil, fmt.Errorf("gotree/backend: step needs a buffer but names none")
+	}
+	lo, hi := r.Off*x.esize, (r.Off+count)*x.esize
+	if lo < 0 || hi > int64(len(b)) {
+		return nil, fmt.Errorf("gotree/backend: step range [%d,%d) bytes outside %v buffer of %d bytes", lo, hi, r.Buf, len(b))
+	}
+	return b[lo:hi:hi], nil
+}
+
+func (x *executor) conn(ch, peer int) (Conn, error) { return x.conns.Conn(ch, peer) }
+
+func (x *executor) runStream(ctx context.Context, ch int, steps algorithms.Stream, scratch []byte) error {
+	dt, op := x.p.DType, x.p.Op
+	for i := range steps {
+		st := &steps[i]
+		if st.Count == 0 {
+			continue
+		}
+		var src, dst []byte
+		var err error
+		if st.Src.Buf != algorithms.NoBuf {
+			if src, err = x.buf(st.Src, st.Count); err != nil {
+				return err
+			}
+		}
+		if st.Dst.Buf != algorithms.NoBuf {
+			if dst, err = x.buf(st.Dst, st.Count); err != nil {
+				return err
+			}
+		}
+		if st.Prim == algorithms.Copy {
+			if !sameMemory(src, dst) {
+				copy(dst, src)
+			}
+			continue
+		}
+		recvs := make([]Conn, len(st.RecvFrom))
+		for j, peer := range st.RecvFrom {
+			if recvs[j], err = x.conn(ch, peer); err != nil {
+				return err
+			}
+		}
+		sends := make([]Conn, len(st.SendTo))
+		for j, peer := range st.SendTo {
+			if sends[j], err = x.conn(ch, peer); err != nil {
+				return err
+			}
+		}
+		total := st.Count * x.esize
+		fb := x.frag * x.esize
+		if st.Prim == algorithms.RecvReduceSend && int64(cap(scratch)) < fb {
+			scratch = make([]byte, min(fb, total))
+		}
+		for off := int64(0); off < total; off += fb {
+			end := min(off+fb, total)
+			var payload []byte
+			switch st.Prim {
+			case algorithms.Send:
+				payload = src[off:end]
+			case algorithms.Recv, algorithms.RecvCopySend:
+				b, err := recvExact(ctx, recvs[0], end-off)
+				if err != nil {
+					return err
+				}
+				copy(dst[off:end], b)
+				recvs[0].Release()
+				payload = dst[off:end]
+			case algorithms.RecvReduceSend, algorithms.RecvReduceCopySend:
+				acc := dst
+				if st.Prim == algorithms.RecvReduceSend {
+					acc = scratch[:end-off]
+				} else {
+					acc = dst[off:end]
+				}
+				for j, c := range recvs {
+					b, err := recvExact(ctx, c, end-off)
+					if err != nil {
+						return err
+					}
+					if j == 0 {
+						reduce.Into3(acc, src[off:end], b, dt, op)
+					} else {
+						reduce.Into(acc, b, dt, op)
+					}
+					c.Release()
+				}
+				if len(recvs) == 0 {
+					copy(acc, src[off:end])
+				}
+				payload = acc
+			default:
+				return fmt.Errorf("gotree/backend: unknown primitive %v", st.Prim)
+			}
+			for _, c := range sends {
+				if err := c.Send(ctx, payload); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func recvExact(ctx context.Context, c Conn, n int64) ([]byte, error) {
+	b, err := c.Recv(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) != n {
+		c.Release()
+		return nil, fmt.Errorf("gotree/backend: %w: expected a %d-byte message, got %d bytes (peers disagree on the collective)", ErrProto, n, len(b))
+	}
+	return b, nil
+}
+
+// sameMemory reports whether a and b are the same bytes.
+func sameMemory(a, b []byte) bool {
+	return len(a) == len(b) && (len(a) == 0 || unsafe.SliceData(a) == unsafe.SliceData(b))
+}

@@ -1,0 +1,154 @@
+package backend
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+)
+
+// Default FIFO geometry for TCP links: 8 slots of 128 KiB, so a plan step of
+// up to 512 KiB (half the FIFO, as NCCL's chunkSteps 4 of 8) never blocks
+// its sender on the receiver's progress.
+const (
+	DefaultSlots     = 8
+	DefaultSlotBytes = 128 << 10
+)
+
+// tcpConn is a Conn over one TCP socket. A reader goroutine moves incoming
+// messages into the FIFO; Send writes header and payload with one writev.
+type tcpConn struct {
+	c       *net.TCPConn
+	peer    int
+	channel int
+	rx      *fifo
+	maxMsg  int
+
+	sendMu sync.Mutex // Send is single-goroutine by contract; this guards Close racing it
+	hdr    [4]byte
+	bufs   net.Buffers
+	closed chan struct{}
+	once   sync.Once
+}
+
+// NewTCPConn wraps an established (and authenticated) socket as a Conn with
+// the given FIFO geometry; slots <= 0 or slotBytes <= 0 pick the defaults.
+func NewTCPConn(c *net.TCPConn, peer, channel, slots, slotBytes int) Conn {
+	if slots <= 0 {
+		slots = DefaultSlots
+	}
+	if slotBytes <= 0 {
+		slotBytes = DefaultSlotBytes
+	}
+	_ = c.SetNoDelay(true)
+	t := &tcpConn{c: c, peer: peer, channel: channel, rx: newFIFO(slots, slotBytes), maxMsg: slotBytes, closed: make(chan struct{})}
+	t.bufs = make(net.Buffers, 0, 2)
+	go t.readLoop()
+	return t
+}
+
+func (t *tcpConn) MaxMessage() int { return t.maxMsg }
+
+func (t *tcpConn) peerErr(op string, err error) error {
+	return &PeerError{Peer: t.peer, Channel: t.channel, Op: op, Err: err}
+}
+
+func (t *tcpConn) readLoop() {
+	var hdr [4]byte
+	for {
+		if _, err := io.ReadFull(t.c, hdr[:]); err != nil {
+			t.rx.fail(t.peerErr("recv", t.readErr(err)))
+			return
+		}
+		n := int(binary.LittleEndian.Uint32(hdr[:]))
+		if n > t.maxMsg {
+			t.rx.fail(t.peerErr("recv", fmt.Errorf("%w: message of %d bytes exceeds the %d-byte slot", ErrProto, n, t.maxMsg)))
+			t.c.Close()
+			return
+		}
+		slot, err := t.rx.getFree()
+		if err != nil {
+			return
+		}
+		if _, err := io.ReadFull(t.c, slot[:n]); err != nil {
+			t.rx.fail(t.peerErr("recv", t.readErr(err)))
+			return
+		}
+		t.rx.publish(slot[:n])
+	}
+}
+
+func (t *tcpConn) readErr(err error) error {
+	select {
+	case <-t.closed:
+		return ErrClosed
+	default:
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("%w: peer closed the connection", ErrClosed)
+	}
+	return err
+}
+
+func (t *tcpConn) Send(ctx context.Context, p []byte) error {
+	if len(p) > t.maxMsg {
+		return t.peerErr("send", fmt.Errorf("message of %d bytes exceeds the %d-byte slot", len(p), t.maxMsg))
+	}
+	t.sendMu.Lock()
+	defer t.sendMu.Unlock()
+	select {
+	case <-t.closed:
+		return t.peerErr("send", ErrClosed)
+	default:
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		_ = t.c.SetWriteDeadline(dl)
+	} else {
+		_ = t.c.SetWriteDeadline(time.Time{})
+	}
+	// Abort (context cancellation) interrupts a blocked write.
+	stop := context.AfterFunc(ctx, func() { _ = t.c.SetWriteDeadline(time.Unix(1, 0)) })
+	defer stop()
+	binary.LittleEndian.PutUint32(t.hdr[:], uint32(len(p)))
+	t.bufs = append(t.bufs[:0], t.hdr[:], p)
+	bufs := t.bufs
+	_, err := bufs.WriteTo(t.c)
+	if err != nil {
+		if ctx.Err() != nil {
+			return t.peerErr("send", ctxErr(ctx))
+		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return t.peerErr("send", ErrTimeout)
+		}
+		return t.peerErr("send", t.readErr(err))
+	}
+	return nil
+}
+
+func (t *tcpConn) Recv(ctx context.Context) ([]byte, error) {
+	b, err := t.rx.recv(ctx)
+	if err != nil {
+		var pe *PeerError
+		if errors.As(err, &pe) {
+			return nil, err
+		}
+		return nil, t.peerErr("recv", err)
+	}
+	return b, nil
+}
+
+func (t *tcpConn) Release() { t.rx.release() }
+
+func (t *tcpConn) Close() error {
+	t.once.Do(func() {
+		close(t.closed)
+		t.rx.fail(t.peerErr("recv", ErrClosed))
+		t.c.Close()
+	})
+	return nil
+}

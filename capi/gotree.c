@@ -1,0 +1,140 @@
+// The public C entry points of libgotree.so. Each checks that the process
+// was not forked since the library loaded (the Go runtime does not survive
+// fork, and entering it in a child hangs) and then calls the Go
+// implementation (gotreego_*, exported from main.go).
+#include <string.h>
+#include <unistd.h>
+
+#include "gotree.h"
+#include "_cgo_export.h"
+
+static pid_t gotree_load_pid;
+
+__attribute__((constructor)) static void gotree_record_pid(void) { gotree_load_pid = getpid(); }
+
+static const char fork_msg[] =
+    "gotree: this process is a fork() child of the process that loaded gotree; "
+    "the Go runtime inside gotree does not survive fork, so no gotree call works here "
+    "(use the spawn or forkserver start method for worker processes that need gotree)";
+
+static int forked(void) { return getpid() != gotree_load_pid; }
+
+#define GUARD() \
+  do {                                 \
+    if (forked()) return GOTREE_ERR_INVALID_ARGUMENT; \
+  } while (0)
+
+int gotree_abi_version(void) { return GOTREE_ABI_VERSION; }
+
+static size_t copy_text(const char *s, size_t n, char *buf, size_t buflen) {
+  if (buf != NULL && buflen > 0) {
+    size_t k = n < buflen - 1 ? n : buflen - 1;
+    memcpy(buf, s, k);
+    buf[k] = '\0';
+  }
+  return n;
+}
+
+size_t gotree_version(char *buf, size_t buflen) {
+  if (forked()) return copy_text("gotree (forked child)", 21, buf, buflen);
+  return (size_t)gotreego_version(buf, (int64_t)buflen);
+}
+
+const char *gotree_status_string(gotree_status_t s) {
+  switch (s) {
+    case GOTREE_SUCCESS: return "success";
+    case GOTREE_ERR_INVALID_ARGUMENT: return "invalid argument";
+    case GOTREE_ERR_INVALID_HANDLE: return "invalid handle";
+    case GOTREE_ERR_TIMEOUT: return "timed out";
+    case GOTREE_ERR_ABORTED: return "communicator aborted";
+    case GOTREE_ERR_REMOTE: return "peer failure";
+    case GOTREE_ERR_NOT_SUPPORTED: return "not supported";
+    case GOTREE_ERR_SYSTEM: return "system error";
+    case GOTREE_ERR_INTERNAL: return "internal error";
+    case GOTREE_IN_PROGRESS: return "in progress";
+  }
+  return "unknown status";
+}
+
+size_t gotree_error_text(int64_t handle, char *buf, size_t buflen) {
+  if (forked()) return copy_text(fork_msg, sizeof(fork_msg) - 1, buf, buflen);
+  return (size_t)gotreego_error_text(handle, buf, (int64_t)buflen);
+}
+
+gotree_status_t gotree_get_unique_id(gotree_unique_id_t *id) {
+  GUARD();
+  return (gotree_status_t)gotreego_get_unique_id((void *)id);
+}
+
+gotree_status_t gotree_comm_init_rank(gotree_comm_t *comm, const gotree_unique_id_t *id, int rank,
+                                      int nranks, const gotree_options_t *opts) {
+  GUARD();
+  int64_t timeout_ms = 0;
+  const char *host_id = NULL;
+  if (opts != NULL) {
+    if (opts->struct_size >= offsetof(gotree_options_t, timeout_ms) + sizeof(opts->timeout_ms))
+      timeout_ms = opts->timeout_ms;
+    if (opts->struct_size >= offsetof(gotree_options_t, host_id) + sizeof(opts->host_id))
+      host_id = opts->host_id;
+  }
+  return (gotree_status_t)gotreego_comm_init_rank((int64_t *)comm, (void *)id, rank, nranks,
+                                                  opts == NULL ? -1 : (int)opts->struct_size,
+                                                  timeout_ms, (char *)host_id);
+}
+
+gotree_status_t gotree_comm_rank(gotree_comm_t comm, int *rank) {
+  GUARD();
+  return (gotree_status_t)gotreego_comm_info(comm, rank, NULL);
+}
+
+gotree_status_t gotree_comm_size(gotree_comm_t comm, int *nranks) {
+  GUARD();
+  return (gotree_status_t)gotreego_comm_info(comm, NULL, nranks);
+}
+
+gotree_status_t gotree_comm_destroy(gotree_comm_t comm) {
+  GUARD();
+  return (gotree_status_t)gotreego_comm_destroy(comm, 0);
+}
+
+gotree_status_t gotree_comm_abort(gotree_comm_t comm) {
+  GUARD();
+  return (gotree_status_t)gotreego_comm_destroy(comm, 1);
+}
+
+enum { COLL_ALLREDUCE = 0, COLL_BROADCAST = 1, COLL_ALLGATHER = 2, COLL_BARRIER = 3 };
+
+#define COLLECTIVE(name, kind)                                                                  \
+  gotree_status_t name(gotree_comm_t comm, const void *sendbuf, void *recvbuf, uint64_t count,  \
+                       gotree_dtype_t dtype, gotree_op_t op, int root, int device, void *stream, \
+                       gotree_request_t *request) {                                             \
+    GUARD();                                                                                    \
+    return (gotree_status_t)gotreego_collective(kind, comm, (void *)sendbuf, recvbuf, count,     \
+                                                (int)dtype, (int)op, root, device, stream,      \
+                                                (int64_t *)request);                            \
+  }
+
+COLLECTIVE(gotree_allreduce, COLL_ALLREDUCE)
+COLLECTIVE(gotree_broadcast, COLL_BROADCAST)
+COLLECTIVE(gotree_allgather, COLL_ALLGATHER)
+
+gotree_status_t gotree_barrier(gotree_comm_t comm, gotree_request_t *request) {
+  GUARD();
+  return (gotree_status_t)gotreego_collective(COLL_BARRIER, comm, NULL, NULL, 0, 0, 0, 0,
+                                              GOTREE_DEVICE_CPU, NULL, (int64_t *)request);
+}
+
+gotree_status_t gotree_request_test(gotree_request_t request, int *done) {
+  GUARD();
+  return (gotree_status_t)gotreego_request_test(request, done);
+}
+
+gotree_status_t gotree_request_wait(gotree_request_t request, int64_t timeout_ms) {
+  GUARD();
+  return (gotree_status_t)gotreego_request_wait(request, timeout_ms);
+}
+
+gotree_status_t gotree_request_free(gotree_request_t request) {
+  GUARD();
+  return (gotree_status_t)gotreego_request_free(request);
+}

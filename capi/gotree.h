@@ -1,0 +1,209 @@
+/*
+ * gotree.h - the C ABI of libgotree.so, gotree's collective communication
+ * library. Hand-written C99; stable within one GOTREE_ABI_VERSION.
+ *
+ * Model (the same as NCCL's):
+ *   1. One process (rank 0) calls gotree_get_unique_id() and hands the
+ *      resulting bytes to every other rank out of band (torch's c10d
+ *      Store, a file, MPI, ...).
+ *   2. Every rank calls gotree_comm_init_rank(&comm, &id, rank, nranks, &opts).
+ *      The call blocks until all nranks ranks have joined or the timeout
+ *      passes.
+ *   3. Collectives are asynchronous: each returns a request handle at
+ *      once. gotree_request_test() polls it, gotree_request_wait() blocks
+ *      with a deadline, gotree_request_free() releases it. Collectives on
+ *      one communicator run in the order they were issued; every rank must
+ *      issue the same sequence.
+ *   4. gotree_comm_destroy() releases everything; gotree_comm_abort()
+ *      fails every pending and future call at once, then releases.
+ *
+ * Handles are opaque 64-bit integers; 0 is never a valid handle. No Go
+ * pointer crosses this boundary. Buffers passed to a collective belong to
+ * the caller and must stay valid and untouched until the request is
+ * complete.
+ *
+ * Errors: every function returns a gotree_status_t. When it is not
+ * GOTREE_SUCCESS, gotree_error_text(handle, ...) returns a sentence naming
+ * what was wrong (which rank, which argument, expected vs got). The text of
+ * a failure that has no handle yet (a bad argument to gotree_get_unique_id
+ * or gotree_comm_init_rank, an invalid handle) is kept under handle 0,
+ * process-wide, overwritten by the next such failure.
+ *
+ * Thread safety: all functions may be called from any thread. Collectives
+ * on one communicator must be issued in the same order on every rank; the
+ * library does not reorder them.
+ *
+ * fork(): the Go runtime inside this library does not survive fork(). A
+ * forked child must not call any function of this library.
+ */
+#ifndef GOTREE_H
+#define GOTREE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bumped on any incompatible change. Compare with gotree_abi_version(). */
+#define GOTREE_ABI_VERSION 1
+
+/* Status codes. */
+typedef enum gotree_status {
+  GOTREE_SUCCESS = 0,
+  GOTREE_ERR_INVALID_ARGUMENT = 1, /* a null pointer, bad dtype/op/rank/count... */
+  GOTREE_ERR_INVALID_HANDLE = 2,   /* unknown, freed or wrong-kind handle */
+  GOTREE_ERR_TIMEOUT = 3,          /* a deadline passed (wait or the communicator's timeout) */
+  GOTREE_ERR_ABORTED = 4,          /* the communicator was aborted earlier */
+  GOTREE_ERR_REMOTE = 5,           /* a peer failed, disconnected or disagreed */
+  GOTREE_ERR_NOT_SUPPORTED = 6,    /* valid but not implemented (e.g. CUDA without a driver) */
+  GOTREE_ERR_SYSTEM = 7,           /* the operating system refused (sockets, memory) */
+  GOTREE_ERR_INTERNAL = 8,         /* a bug in gotree: please report the error text */
+  GOTREE_IN_PROGRESS = 9           /* gotree_request_test: not finished yet */
+} gotree_status_t;
+
+/* Element types. */
+typedef enum gotree_dtype {
+  GOTREE_FLOAT32 = 0,
+  GOTREE_FLOAT64 = 1,
+  GOTREE_FLOAT16 = 2,
+  GOTREE_BFLOAT16 = 3,
+  GOTREE_INT8 = 4,
+  GOTREE_UINT8 = 5,
+  GOTREE_INT16 = 6,
+  GOTREE_INT32 = 7,
+  GOTREE_INT64 = 8,
+  GOTREE_BOOL = 9,
+  GOTREE_COMPLEX64 = 10,
+  GOTREE_COMPLEX128 = 11
+} gotree_dtype_t;
+
+/* Reduction operators. AVG is a true average (sum / nranks, rounded as the
+ * dtype rounds; integer AVG truncates toward zero). */
+typedef enum gotree_op {
+  GOTREE_SUM = 0,
+  GOTREE_AVG = 1,
+  GOTREE_PROD = 2,
+  GOTREE_MIN = 3,
+  GOTREE_MAX = 4,
+  GOTREE_BAND = 5,
+  GOTREE_BOR = 6,
+  GOTREE_BXOR = 7,
+  GOTREE_PREMUL_SUM = 8 /* not accepted by ABI version 1 */
+} gotree_op_t;
+
+/* The CPU pseudo-device for the `device` argument of collectives. */
+#define GOTREE_DEVICE_CPU (-1)
+
+/* Opaque handles; 0 is never valid. */
+typedef int64_t gotree_comm_t;
+typedef int64_t gotree_request_t;
+
+/* The bytes every rank needs to join one communicator: the bootstrap
+ * address and a random secret. Treat as opaque; copy it whole. */
+#define GOTREE_UNIQUE_ID_BYTES 128
+typedef struct gotree_unique_id {
+  char internal[GOTREE_UNIQUE_ID_BYTES];
+} gotree_unique_id_t;
+
+/* Options for gotree_comm_init_rank. Zero-initialise, then set
+ * struct_size = sizeof(gotree_options_t); a NULL pointer means defaults. */
+typedef struct gotree_options {
+  uint32_t struct_size;
+  /* Deadline in milliseconds for init and for every blocking step of a
+   * collective; <= 0 means the default (GOTREE_TIMEOUT_MS, else 30 min). */
+  int64_t timeout_ms;
+  /* Identifies the machine for locality decisions; ranks with equal host
+   * ids share memory. NULL: GOTREE_HOST_ID, else hostname + boot id. */
+  const char *host_id;
+} gotree_options_t;
+
+/* Library identity. */
+int gotree_abi_version(void);
+/* Writes a NUL-terminated version string ("gotree 0.1.0 (go1.x)") into buf
+ * (truncated to buflen) and returns the full length. */
+size_t gotree_version(char *buf, size_t buflen);
+
+/* Short English name of a status ("invalid argument"); never NULL, static. */
+const char *gotree_status_string(gotree_status_t status);
+
+/* Copies the last error text of a handle (or of handle 0, see above) into
+ * buf, NUL-terminated and truncated to buflen, and returns the full length
+ * (0 when there is no error). buf may be NULL when buflen is 0. */
+size_t gotree_error_text(int64_t handle, char *buf, size_t buflen);
+
+/* Creates a unique id whose bootstrap listener lives in this process until
+ * the communicator made from it on this process (normally rank 0) is
+ * destroyed, or the process exits. */
+gotree_status_t gotree_get_unique_id(gotree_unique_id_t *id);
+
+/* Joins communicator `id` as `rank` of `nranks`. Blocks until all ranks
+ * joined (or the timeout). On success *comm is a new handle. */
+gotree_status_t gotree_comm_init_rank(gotree_comm_t *comm, const gotree_unique_id_t *id,
+                                      int rank, int nranks, const gotree_options_t *opts);
+
+/* Rank and size of a communicator. */
+gotree_status_t gotree_comm_rank(gotree_comm_t comm, int *rank);
+gotree_status_t gotree_comm_size(gotree_comm_t comm, int *nranks);
+
+/* Waits for issued collectives to finish (within the timeout), then releases
+ * the communicator. Requests issued on it stay valid until freed. */
+gotree_status_t gotree_comm_destroy(gotree_comm_t comm);
+/* Fails every pending and future operation at once and releases the
+ * communicator's sockets and threads. Peers see GOTREE_ERR_REMOTE. */
+gotree_status_t gotree_comm_abort(gotree_comm_t comm);
+
+/*
+ * Collectives. All take the same arguments; each documents which it uses.
+ *   sendbuf, recvbuf: may be equal (in place). NULL is allowed only when the
+ *                     byte count involved is 0.
+ *   count:   elements (see each function for whose).
+ *   dtype, op: element type and reduction.
+ *   root:    a rank in [0, nranks) where the collective has one.
+ *   device:  GOTREE_DEVICE_CPU for host memory; a CUDA ordinal otherwise.
+ *   stream:  a CUDA stream for device buffers; ignored for the CPU.
+ *   request: receives a new request handle.
+ */
+
+/* recvbuf[i] = op over ranks of sendbuf[i], for i < count. */
+gotree_status_t gotree_allreduce(gotree_comm_t comm, const void *sendbuf, void *recvbuf,
+                                 uint64_t count, gotree_dtype_t dtype, gotree_op_t op,
+                                 int root, int device, void *stream,
+                                 gotree_request_t *request);
+
+/* recvbuf = root's sendbuf, count elements. sendbuf is read on root only;
+ * op is ignored. */
+gotree_status_t gotree_broadcast(gotree_comm_t comm, const void *sendbuf, void *recvbuf,
+                                 uint64_t count, gotree_dtype_t dtype, gotree_op_t op,
+                                 int root, int device, void *stream,
+                                 gotree_request_t *request);
+
+/* recvbuf[r*count .. (r+1)*count) = rank r's sendbuf (count elements per
+ * rank; recvbuf holds nranks*count). op and root are ignored. */
+gotree_status_t gotree_allgather(gotree_comm_t comm, const void *sendbuf, void *recvbuf,
+                                 uint64_t count, gotree_dtype_t dtype, gotree_op_t op,
+                                 int root, int device, void *stream,
+                                 gotree_request_t *request);
+
+/* Completes on a rank once every rank has entered the barrier. */
+gotree_status_t gotree_barrier(gotree_comm_t comm, gotree_request_t *request);
+
+/* *done = 1 when the request finished (successfully or not), else 0.
+ * Returns the request's error status once finished, else GOTREE_SUCCESS. */
+gotree_status_t gotree_request_test(gotree_request_t request, int *done);
+
+/* Blocks until the request finishes or timeout_ms passes (< 0: wait up to
+ * the communicator's timeout). Returns the request's status, or
+ * GOTREE_ERR_TIMEOUT when the wait ran out (the request stays valid). */
+gotree_status_t gotree_request_wait(gotree_request_t request, int64_t timeout_ms);
+
+/* Releases a request handle. Freeing an unfinished request waits for it
+ * (within the communicator's timeout) first. */
+gotree_status_t gotree_request_free(gotree_request_t request);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GOTREE_H */

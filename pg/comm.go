@@ -1,0 +1,401 @@
+package pg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/gotree/gotree/algorithms"
+	"github.com/gotree/gotree/backend"
+)
+
+// NewUniqueID makes a communicator id and starts its bootstrap root in
+// this process; the root lives until the communicator is formed or no
+// rank joins within cfg.Timeout.
+func NewUniqueID(cfg Config) (UniqueID, error) {
+	cfg = cfg.withDefaults()
+	ifc, err := chooseIface(cfg.SocketIfname, nil)
+	if err != nil {
+		return UniqueID{}, err
+	}
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: ifc.IP})
+	if err != nil {
+		return UniqueID{}, fmt.Errorf("%w: bootstrap listener on %s (%v): %v", ErrSystem, ifc.Name, ifc.IP, err)
+	}
+	secret, err := newSecret()
+	if err != nil {
+		ln.Close()
+		return UniqueID{}, fmt.Errorf("%w: %v", ErrSystem, err)
+	}
+	log := NewLogger(cfg, 0)
+	log.Infof("INIT", "bootstrap root listening on %s %v", ifc.Name, ln.Addr())
+	go runRoot(ln, secret, cfg.Timeout, log)
+	return encodeUID(uidFields{Addr: ln.Addr().(*net.TCPAddr), Secret: secret}), nil
+}
+
+// Comm is one rank's communicator.
+type Comm struct {
+	rank, nranks int
+	cfg          Config
+	log          *Logger
+	peers        []rankInfo
+	graph        *algorithms.Graph
+	nodeOf       []int
+
+	links map[linkKey]backend.Conn
+	ln    net.Listener
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	queue chan *Request
+	wg    sync.WaitGroup // the worker
+
+	mu      sync.Mutex
+	closed  bool
+	failure error // first fatal error; later calls fail with it
+	seq     uint64
+
+	plans planCache
+}
+
+type linkKey struct{ channel, peer int }
+
+// Conn implements backend.Conns.
+func (c *Comm) Conn(channel, peer int) (backend.Conn, error) {
+	l, ok := c.links[linkKey{channel, peer}]
+	if !ok {
+		return nil, fmt.Errorf("gotree: rank %d has no link to rank %d on channel %d (plan and graph disagree)", c.rank, peer, channel)
+	}
+	return l, nil
+}
+
+// Rank is this communicator's rank.
+func (c *Comm) Rank() int { return c.rank }
+
+// Size is the number of ranks.
+func (c *Comm) Size() int { return c.nranks }
+
+// Graph is the connection graph (rings and trees per channel).
+func (c *Comm) Graph() *algorithms.Graph { return c.graph }
+
+// Init joins the communicator named by id as rank of nranks.
+func Init(id UniqueID, rank, nranks int, cfg Config) (*Comm, error) {
+	cfg = cfg.withDefaults()
+	if nranks <= 0 {
+		return nil, fmt.Errorf("%w: nranks %d must be positive", ErrInvalidArgument, nranks)
+	}
+	if rank < 0 || rank >= nranks {
+		return nil, fmt.Errorf("%w: rank %d is outside [0, %d)", ErrInvalidArgument, rank, nranks)
+	}
+	uid, err := decodeUID(id)
+	if err != nil {
+		return nil, err
+	}
+	log := NewLogger(cfg, rank)
+	start := time.Now()
+	ifc, err := chooseIface(cfg.SocketIfname, uid.Addr)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: ifc.IP})
+	if err != nil {
+		return nil, fmt.Errorf("%w: rank %d: data listener on %s (%v): %v", ErrSystem, rank, ifc.Name, ifc.IP, err)
+	}
+	host := cfg.HostID
+	if host == "" {
+		host = defaultHostID()
+	}
+	log.Infof("INIT", "rank %d/%d host %q using interface %s %v", rank, nranks, host, ifc.Name, ln.Addr())
+	table, err := joinRoot(uid, rankInfo{Rank: rank, NRanks: nranks, HostID: host, DataAddr: ln.Addr().String(), Pid: os.Getpid(), TimeoutMS: cfg.Timeout.Milliseconds()}, cfg.Timeout)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	c := &Comm{rank: rank, nranks: nranks, cfg: cfg, log: log, peers: table, ln: ln, links: map[linkKey]backend.Conn{}, queue: make(chan *Request, 1024)}
+	c.ctx, c.cancel = context.WithCancelCause(context.Background())
+	c.nodeOf = nodesOf(table)
+	setGOMAXPROCS(table, rank, log)
+	if err := c.buildGraph(); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	if err := c.connect(uid.Secret, time.Now().Add(cfg.Timeout)); err != nil {
+		c.closeLinks()
+		return nil, err
+	}
+	ln.Close() // every expected link is up; refuse later strangers at the kernel
+	c.wg.Add(1)
+	go c.worker()
+	log.Infof("INIT", "comm rank %d nranks %d nnodes %d channels %d init done in %.1f ms", rank, nranks, c.graph.NNodes, c.graph.Channels, float64(time.Since(start).Microseconds())/1000)
+	return c, nil
+}
+
+func defaultHostID() string {
+	h, _ := os.Hostname()
+	if b, err := os.ReadFile("/proc/sys/kernel/random/boot_id"); err == nil {
+		return h + "/" + string(trimNL(b))
+	}
+	return h
+}
+
+func trimNL(b []byte) []byte {
+	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == ' ') {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+// nodesOf numbers hosts by first appearance in rank order.
+func nodesOf(table []rankInfo) []int {
+	ids := map[string]int{}
+	out := make([]int, len(table))
+	for i, r := range table {
+		n, ok := ids[r.HostID]
+		if !ok {
+			n = len(ids)
+			ids[r.HostID] = n
+		}
+		out[i] = n
+	}
+	return out
+}
+
+// setGOMAXPROCS shares the CPUs among the ranks of this host: every rank's
+// Go runtime would otherwise claim all of them.
+func setGOMAXPROCS(table []rankInfo, rank int, log *Logger) {
+	local := 0
+	for _, r := range table {
+		if r.HostID == table[rank].HostID {
+			local++
+		}
+	}
+	ncpu := runtime.NumCPU()
+	n := max(2, ncpu/max(local, 1))
+	n = min(n, ncpu)
+	if n < runtime.GOMAXPROCS(0) {
+		runtime.GOMAXPROCS(n)
+		log.Infof("INIT", "GOMAXPROCS %d (%d CPUs, %d local ranks)", n, ncpu, local)
+	}
+}
+
+func (c *Comm) buildGraph() error {
+	chans := c.cfg.MaxChannels
+	g, err := algorithms.BuildGraph(algorithms.Layout{NodeOf: c.nodeOf, Channels: max(1, chans/2), Pattern: algorithms.BalancedTree})
+	if err != nil {
+		return fmt.Errorf("%w: rank %d: building the graph: %v", ErrInvalidArgument, c.rank, err)
+	}
+	c.graph = g
+	if c.log.Enabled(LevelInfo, "GRAPH") {
+		for _, line := range algorithms.FormatGraphLog(g, c.rank) {
+			c.log.Infof("GRAPH", "%s", line)
+		}
+	}
+	return nil
+}
+
+// neighbours lists the (channel, peer) links this rank needs: ring and tree
+// neighbours of every channel.
+func (c *Comm) neighbours() []linkKey {
+	seen := map[linkKey]bool{}
+	var out []linkKey
+	add := func(ch, p int) {
+		k := linkKey{ch, p}
+		if p < 0 || p == c.rank || seen[k] {
+			return
+		}
+		seen[k] = true
+		out = append(out, k)
+	}
+	for ch := 0; ch < c.graph.Channels; ch++ {
+		r := c.graph.Rings[ch][c.rank]
+		add(ch, r.Prev)
+		add(ch, r.Next)
+		t := c.graph.Trees[ch][c.rank]
+		add(ch, t.Up)
+		for _, d := range t.Down {
+			add(ch, d)
+		}
+	}
+	return out
+}
+
+// connect establishes every link: the lower rank dials, the higher
+// accepts; both sides prove the secret.
+func (c *Comm) connect(secret [32]byte, deadline time.Time) error {
+	need := c.neighbours()
+	var dial, accept []linkKey
+	for _, k := range need {
+		if c.rank < k.peer {
+			dial = append(dial, k)
+		} else {
+			accept = append(accept, k)
+		}
+	}
+	type result struct {
+		k   linkKey
+		c   *net.TCPConn
+		err error
+	}
+	results := make(chan result, len(need))
+	expect := map[linkKey]bool{}
+	for _, k := range accept {
+		expect[k] = true
+	}
+	acceptDone := make(chan struct{})
+	go func() {
+		defer close(acceptDone)
+		remaining := len(accept)
+		for remaining > 0 {
+			_ = c.ln.(*net.TCPListener).SetDeadline(deadline)
+			conn, err := c.ln.Accept()
+			if err != nil {
+				return
+			}
+			h, err := serverHandshake(conn, secret, deadline)
+			k := linkKey{int(h.Channel), int(h.Rank)}
+			if err != nil || h.Kind != kindData || !expect[k] {
+				c.log.Warnf("refused a data connection from %v: %v", conn.RemoteAddr(), orKind(err, h))
+				conn.Close()
+				continue
+			}
+			expect[k] = false
+			remaining--
+			results <- result{k: k, c: conn.(*net.TCPConn)}
+		}
+	}()
+	for _, k := range dial {
+		go func(k linkKey) {
+			addr := c.peers[k.peer].DataAddr
+			for backoff := 5 * time.Millisecond; ; backoff = min(2*backoff, 500*time.Millisecond) {
+				d := net.Dialer{Deadline: deadline}
+				conn, err := d.Dial("tcp", addr)
+				if err == nil {
+					if err = clientHandshake(conn, secret, hello{Kind: kindData, Rank: int32(c.rank), Channel: int32(k.channel)}, deadline); err == nil {
+						results <- result{k: k, c: conn.(*net.TCPConn)}
+						return
+					}
+					conn.Close()
+				}
+				if time.Now().Add(backoff).After(deadline) {
+					results <- result{k: k, err: err}
+					return
+				}
+				time.Sleep(backoff)
+			}
+		}(k)
+	}
+	var firstErr error
+	timer := time.NewTimer(time.Until(deadline) + time.Second)
+	defer timer.Stop()
+	for got := 0; got < len(need); got++ {
+		select {
+		case r := <-results:
+			if r.err != nil {
+				if firstErr == nil {
+					firstErr = fmt.Errorf("%w: rank %d could not connect to rank %d (channel %d) at %s: %v", ErrRemote, c.rank, r.k.peer, r.k.channel, c.peers[r.k.peer].DataAddr, r.err)
+				}
+				continue
+			}
+			c.links[r.k] = backend.NewTCPConn(r.c, r.k.peer, r.k.channel, backend.DefaultSlots, c.cfg.SlotBytes)
+		case <-timer.C:
+			var missing []string
+			for _, k := range accept {
+				if expect[k] {
+					missing = append(missing, fmt.Sprintf("rank %d (channel %d)", k.peer, k.channel))
+				}
+			}
+			return fmt.Errorf("%w: rank %d: connections from %v did not arrive within %v", ErrTimeout, c.rank, missing, c.cfg.Timeout)
+		}
+	}
+	if firstErr != nil {
+		return firstErr
+	}
+	return nil
+}
+
+func (c *Comm) closeLinks() {
+	for _, l := range c.links {
+		l.Close()
+	}
+	if c.ln != nil {
+		c.ln.Close()
+	}
+}
+
+// fail records the first fatal error and tears the links down so that
+// every blocked step on every rank wakes up.
+func (c *Comm) fail(err error) {
+	c.mu.Lock()
+	first := c.failure == nil
+	if first {
+		c.failure = err
+	}
+	c.mu.Unlock()
+	if first {
+		c.log.Warnf("%v; aborting the communicator", err)
+		c.cancel(err)
+		c.closeLinks()
+	}
+}
+
+// Abort fails every pending and future operation at once.
+func (c *Comm) Abort() {
+	c.fail(fmt.Errorf("%w: rank %d: aborted by the caller", ErrAborted, c.rank))
+	c.mu.Lock()
+	if !c.closed {
+		c.closed = true
+		close(c.queue)
+	}
+	c.mu.Unlock()
+	c.wg.Wait()
+}
+
+// Destroy waits (within the timeout) for issued operations, then releases
+// everything.
+func (c *Comm) Destroy() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	close(c.queue)
+	c.mu.Unlock()
+	done := make(chan struct{})
+	go func() { c.wg.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-time.After(c.cfg.Timeout):
+		err = fmt.Errorf("%w: rank %d: operations still running at destroy after %v", ErrTimeout, c.rank, c.cfg.Timeout)
+		c.fail(err)
+		<-done
+	}
+	c.cancel(errors.New("destroyed"))
+	c.closeLinks()
+	return err
+}
+
+func (c *Comm) worker() {
+	defer c.wg.Done()
+	for r := range c.queue {
+		c.mu.Lock()
+		failure := c.failure
+		c.mu.Unlock()
+		if failure != nil {
+			r.finish(fmt.Errorf("%w (%v)", ErrAborted, failure))
+			continue
+		}
+		err := r.run(c)
+		if err != nil && !errors.Is(err, ErrInvalidArgument) {
+			c.fail(err)
+		}
+		r.finish(err)
+	}
+}

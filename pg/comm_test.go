@@ -1,0 +1,287 @@
+package pg
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gotree/gotree/algorithms"
+)
+
+func testConfig() Config {
+	c := Config{Timeout: 20 * time.Second, SocketIfname: "lo"}
+	return c.withDefaults()
+}
+
+// startComms forms one communicator of n ranks inside this process; hosts
+// gives each rank's host id (nil: all on one host).
+func startComms(t *testing.T, n int, hosts []string, cfg Config) []*Comm {
+	t.Helper()
+	uid, err := NewUniqueID(cfg)
+	require.NoError(t, err)
+	comms := make([]*Comm, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := 0; r < n; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			c := cfg
+			if hosts != nil {
+				c.HostID = hosts[r]
+			}
+			comms[r], errs[r] = Init(uid, r, n, c)
+		}(r)
+	}
+	wg.Wait()
+	for r, err := range errs {
+		require.NoError(t, err, "rank %d", r)
+	}
+	t.Cleanup(func() {
+		for _, c := range comms {
+			c.Destroy()
+		}
+	})
+	return comms
+}
+
+func i64s(v []int64) []byte {
+	b := make([]byte, 8*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint64(b[8*i:], uint64(x))
+	}
+	return b
+}
+
+func val(r int, i int64) int64 { return (i*7+int64(r)*13)%97 - 40 }
+
+// runAll issues one collective on every rank concurrently and waits.
+func runAll(t *testing.T, comms []*Comm, issue func(r int, c *Comm) (*Request, error)) {
+	t.Helper()
+	reqs := make([]*Request, len(comms))
+	for r, c := range comms {
+		var err error
+		reqs[r], err = issue(r, c)
+		require.NoError(t, err, "rank %d issue", r)
+	}
+	for r, q := range reqs {
+		require.NoError(t, q.Wait(-1), "rank %d", r)
+	}
+}
+
+func TestCollectivesAcrossWorldSizes(t *testing.T) {
+	for _, tc := range []struct {
+		n     int
+		hosts []string
+		algo  string
+	}{
+		{1, nil, ""},
+		{2, nil, ""},
+		{3, nil, "tree"},
+		{3, []string{"a", "b", "a"}, "ring"},
+		{5, []string{"a", "a", "b", "c", "c"}, "tree"},
+		{4, []string{"a", "b", "c", "d"}, ""},
+	} {
+		t.Run(fmt.Sprintf("n%d_%v_%s", tc.n, tc.hosts, tc.algo), func(t *testing.T) {
+			cfg := testConfig()
+			cfg.Algo = tc.algo
+			cfg.SlotBytes = 4096 // many fragments and FIFO wrap-arounds at small sizes
+			comms := startComms(t, tc.n, tc.hosts, cfg)
+			for _, count := range []int64{0, 1, 7, 1031, 100003} {
+				for _, inplace := range []bool{false, true} {
+					ins := make([][]byte, tc.n)
+					outs := make([][]byte, tc.n)
+					for r := range comms {
+						v := make([]int64, count)
+						for i := range v {
+							v[i] = val(r, int64(i))
+						}
+						ins[r] = i64s(v)
+						outs[r] = ins[r]
+						if !inplace {
+							outs[r] = make([]byte, len(ins[r]))
+						}
+					}
+					runAll(t, comms, func(r int, c *Comm) (*Request, error) {
+						return c.AllReduce(ins[r], outs[r], count, algorithms.Int64, algorithms.Sum)
+					})
+					for r := range comms {
+						for i := int64(0); i < count; i++ {
+							var want int64
+							for q := 0; q < tc.n; q++ {
+								want += val(q, i)
+							}
+							got := int64(binary.LittleEndian.Uint64(outs[r][8*i:]))
+							if got != want {
+								t.Fatalf("count %d inplace %v rank %d elem %d: got %d want %d", count, inplace, r, i, got, want)
+							}
+						}
+					}
+				}
+				// Broadcast from the last rank and all-gather.
+				root := tc.n - 1
+				bufs := make([][]byte, tc.n)
+				gath := make([][]byte, tc.n)
+				mine := make([][]byte, tc.n)
+				for r := range comms {
+					v := make([]int64, count)
+					w := make([]int64, count)
+					for i := range v {
+						v[i] = -1
+						if r == root {
+							v[i] = val(root, int64(i))
+						}
+						w[i] = val(r, int64(i))
+					}
+					bufs[r], mine[r] = i64s(v), i64s(w)
+					gath[r] = make([]byte, 8*count*int64(tc.n))
+				}
+				runAll(t, comms, func(r int, c *Comm) (*Request, error) {
+					return c.Broadcast(bufs[r], bufs[r], count, algorithms.Int64, root)
+				})
+				runAll(t, comms, func(r int, c *Comm) (*Request, error) {
+					return c.AllGather(mine[r], gath[r], count, algorithms.Int64)
+				})
+				for r := range comms {
+					for i := int64(0); i < count; i++ {
+						require.Equal(t, val(root, i), int64(binary.LittleEndian.Uint64(bufs[r][8*i:])), "bcast rank %d elem %d", r, i)
+						for q := 0; q < tc.n; q++ {
+							require.Equal(t, val(q, i), int64(binary.LittleEndian.Uint64(gath[r][8*(int64(q)*count+i):])), "allgather rank %d block %d elem %d", r, q, i)
+						}
+					}
+				}
+			}
+			runAll(t, comms, func(r int, c *Comm) (*Request, error) { return c.Barrier() })
+		})
+	}
+}
+
+func TestAvgIsAnAverage(t *testing.T) {
+	comms := startComms(t, 3, nil, testConfig())
+	ins := make([][]byte, 3)
+	for r := range ins {
+		ins[r] = make([]byte, 8*5)
+		for i := 0; i < 5; i++ {
+			binary.LittleEndian.PutUint64(ins[r][8*i:], math.Float64bits(float64(r*10+i)))
+		}
+	}
+	runAll(t, comms, func(r int, c *Comm) (*Request, error) {
+		return c.AllReduce(ins[r], ins[r], 5, algorithms.Float64, algorithms.Avg)
+	})
+	for r := range ins {
+		for i := 0; i < 5; i++ {
+			got := math.Float64frombits(binary.LittleEndian.Uint64(ins[r][8*i:]))
+			require.InDelta(t, float64(10+i), got, 1e-12, "rank %d elem %d", r, i)
+		}
+	}
+}
+
+func TestBadArguments(t *testing.T) {
+	comms := startComms(t, 2, nil, testConfig())
+	c := comms[0]
+	_, err := c.AllReduce(make([]byte, 8), make([]byte, 4), 2, algorithms.Float32, algorithms.Sum)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	require.Contains(t, err.Error(), "recvbuf holds 4 bytes, want 8")
+	_, err = c.AllReduce(make([]byte, 8), make([]byte, 8), 2, algorithms.Float32, algorithms.BXor)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	require.Contains(t, err.Error(), "bxor")
+	_, err = c.Broadcast(nil, make([]byte, 8), 2, algorithms.Float32, 2)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	require.Contains(t, err.Error(), "root 2")
+	_, err = c.AllGather(make([]byte, 8), make([]byte, 8), 2, algorithms.Float32)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	require.Contains(t, err.Error(), "want 16")
+}
+
+func TestInitErrors(t *testing.T) {
+	cfg := testConfig()
+	uid, err := NewUniqueID(cfg)
+	require.NoError(t, err)
+	_, err = Init(uid, 3, 3, cfg)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	var bad UniqueID
+	_, err = Init(bad, 0, 1, cfg)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+	require.Contains(t, err.Error(), "GTID")
+}
+
+// A rank that never joins: the others fail within the timeout and the
+// error names the missing rank.
+func TestMissingRankTimesOut(t *testing.T) {
+	cfg := testConfig()
+	cfg.Timeout = 1500 * time.Millisecond
+	uid, err := NewUniqueID(cfg)
+	require.NoError(t, err)
+	start := time.Now()
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := 0; r < 2; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			_, errs[r] = Init(uid, r, 3, cfg)
+		}(r)
+	}
+	wg.Wait()
+	require.Less(t, time.Since(start), cfg.Timeout+5*time.Second)
+	for r, err := range errs {
+		require.ErrorIs(t, err, ErrTimeout, "rank %d", r)
+		require.Contains(t, err.Error(), "rank(s) 2 of 3 never joined")
+	}
+}
+
+// A dead peer: after one rank aborts, the other's collective fails with an
+// error instead of hanging, and later calls fail at once.
+func TestPeerAbortFailsCollective(t *testing.T) {
+	cfg := testConfig()
+	cfg.Timeout = 5 * time.Second
+	comms := startComms(t, 2, nil, cfg)
+	comms[1].Abort()
+	buf := make([]byte, 8*1000)
+	r, err := comms[0].AllReduce(buf, buf, 1000, algorithms.Int64, algorithms.Sum)
+	require.NoError(t, err)
+	err = r.Wait(-1)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "allreduce #1")
+	_, err = comms[0].AllReduce(buf, buf, 1000, algorithms.Int64, algorithms.Sum)
+	require.ErrorIs(t, err, ErrAborted)
+}
+
+func TestConfigParsing(t *testing.T) {
+	env := map[string]string{"GOTREE_ALGO": "allreduce:tree;allgather:ring", "GOTREE_DEBUG": "info", "GOTREE_MAX_NCHANNELS": "4"}
+	c, err := LoadConfig(func(k string) string { return env[k] })
+	require.NoError(t, err)
+	a, err := c.algoFor(algorithms.AllReduce)
+	require.NoError(t, err)
+	require.Equal(t, algorithms.Tree, *a)
+	require.Equal(t, LevelInfo, c.Debug)
+	require.Equal(t, 4, c.MaxChannels)
+	require.Equal(t, DefaultTimeout, c.Timeout)
+	env["GOTREE_ALGO"] = "bogus"
+	_, err = LoadConfig(func(k string) string { return env[k] })
+	require.ErrorContains(t, err, "bogus")
+	env["GOTREE_ALGO"] = ""
+	env["GOTREE_MAX_NCHANNELS"] = "x"
+	_, err = LoadConfig(func(k string) string { return env[k] })
+	require.ErrorContains(t, err, "GOTREE_MAX_NCHANNELS")
+}
+
+func TestIfaceFilter(t *testing.T) {
+	f := parseIfaceFilter("^docker,lo")
+	require.False(t, f.matches("docker0"))
+	require.False(t, f.matches("lo"))
+	require.True(t, f.matches("eth0"))
+	f = parseIfaceFilter("=eth0")
+	require.True(t, f.matches("eth0"))
+	require.False(t, f.matches("eth01"))
+	f = parseIfaceFilter("eth")
+	require.True(t, f.matches("eth01"))
+	f = parseIfaceFilter("^=eth0")
+	require.False(t, f.matches("eth0"))
+	require.True(t, f.matches("eth01"))
+}

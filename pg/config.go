@@ -1,0 +1,139 @@
+package pg
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gotree/gotree/algorithms"
+)
+
+// DefaultTimeout is torch's default for non-NCCL process groups.
+const DefaultTimeout = 30 * time.Minute
+
+// Config is everything a communicator takes from its environment. Build it
+// with LoadConfig; the zero value plus defaults() is valid.
+type Config struct {
+	Timeout      time.Duration // deadline for init and each blocking step
+	HostID       string        // "" = hostname + boot id
+	SocketIfname string        // NCCL syntax: "eth0,ib", "^docker,lo", "=eth0"
+	Debug        Level         // GOTREE_DEBUG
+	DebugSubsys  string        // GOTREE_DEBUG_SUBSYS, e.g. "INIT,GRAPH"
+	DebugFile    string        // GOTREE_DEBUG_FILE, "" = stderr
+	Algo         string        // GOTREE_ALGO: "", "ring", "tree", or per-collective "allreduce:tree;allgather:ring"
+	MinChannels  int           // GOTREE_MIN_NCHANNELS
+	MaxChannels  int           // GOTREE_MAX_NCHANNELS
+	SlotBytes    int           // GOTREE_BUFFSIZE / 8: bytes per FIFO slot
+	TopoFile     string        // GOTREE_TOPO_FILE
+	TopoDumpFile string        // GOTREE_TOPO_DUMP_FILE
+}
+
+// Getenv looks a variable up; os.Getenv fits.
+type Getenv func(string) string
+
+// LoadConfig reads every GOTREE_* variable gotree understands. It is the
+// only place in the library that reads the environment.
+func LoadConfig(getenv Getenv) (Config, error) {
+	c := Config{
+		HostID:       getenv("GOTREE_HOST_ID"),
+		SocketIfname: getenv("GOTREE_SOCKET_IFNAME"),
+		DebugSubsys:  getenv("GOTREE_DEBUG_SUBSYS"),
+		DebugFile:    getenv("GOTREE_DEBUG_FILE"),
+		Algo:         strings.ToLower(strings.TrimSpace(getenv("GOTREE_ALGO"))),
+		TopoFile:     getenv("GOTREE_TOPO_FILE"),
+		TopoDumpFile: getenv("GOTREE_TOPO_DUMP_FILE"),
+	}
+	var err error
+	if c.Debug, err = ParseLevel(getenv("GOTREE_DEBUG")); err != nil {
+		return c, err
+	}
+	intVar := func(name string, dst *int, lo, hi int) {
+		s := strings.TrimSpace(getenv(name))
+		if s == "" || err != nil {
+			return
+		}
+		v, e := strconv.Atoi(s)
+		if e != nil || v < lo || v > hi {
+			err = fmt.Errorf("gotree: %s=%q: want an integer in [%d, %d]", name, s, lo, hi)
+			return
+		}
+		*dst = v
+	}
+	var timeoutMS, buff int
+	intVar("GOTREE_TIMEOUT_MS", &timeoutMS, 1, 1<<31-1)
+	intVar("GOTREE_MIN_NCHANNELS", &c.MinChannels, 1, 32)
+	intVar("GOTREE_MAX_NCHANNELS", &c.MaxChannels, 1, 32)
+	intVar("GOTREE_BUFFSIZE", &buff, 64<<10, 1<<30)
+	if err != nil {
+		return c, err
+	}
+	c.Timeout = time.Duration(timeoutMS) * time.Millisecond
+	c.SlotBytes = buff / 8
+	if _, e := c.algoFor(algorithms.AllReduce); e != nil {
+		return c, e
+	}
+	return c.withDefaults(), nil
+}
+
+func (c Config) withDefaults() Config {
+	if c.Timeout <= 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.SlotBytes <= 0 {
+		c.SlotBytes = 128 << 10
+	}
+	c.SlotBytes &^= 15
+	if c.MaxChannels <= 0 {
+		c.MaxChannels = 2
+	}
+	if c.MinChannels <= 0 {
+		c.MinChannels = 1
+	}
+	if c.MinChannels > c.MaxChannels {
+		c.MinChannels = c.MaxChannels
+	}
+	return c
+}
+
+// algoFor returns the algorithm forced for a collective by GOTREE_ALGO, or
+// ok=false for automatic choice. Syntax as NCCL_ALGO: "tree", "ring", or
+// "allreduce:tree;allgather:ring".
+func (c Config) algoFor(coll algorithms.Collective) (forced *algorithms.Algorithm, err error) {
+	if c.Algo == "" {
+		return nil, nil
+	}
+	parse := func(s string) (*algorithms.Algorithm, error) {
+		switch strings.TrimSpace(s) {
+		case "ring":
+			a := algorithms.Ring
+			return &a, nil
+		case "tree":
+			a := algorithms.Tree
+			return &a, nil
+		case "", "auto":
+			return nil, nil
+		}
+		return nil, fmt.Errorf("gotree: GOTREE_ALGO=%q: unknown algorithm %q (want ring, tree or auto)", c.Algo, s)
+	}
+	if !strings.Contains(c.Algo, ":") {
+		return parse(c.Algo)
+	}
+	for _, part := range strings.Split(c.Algo, ";") {
+		if strings.TrimSpace(part) == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(part, ":")
+		if !ok {
+			return nil, fmt.Errorf("gotree: GOTREE_ALGO=%q: %q is not collective:algorithm", c.Algo, part)
+		}
+		a, err := parse(v)
+		if err != nil {
+			return nil, err
+		}
+		if strings.TrimSpace(k) == coll.String() {
+			return a, nil
+		}
+	}
+	return nil, nil
+}

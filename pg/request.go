@@ -1,0 +1,94 @@
+package pg
+
+import (
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Request is an issued operation. It completes exactly once.
+type Request struct {
+	desc    string
+	op      func(c *Comm) error
+	timeout time.Duration
+
+	done chan struct{}
+	err  error
+}
+
+func newRequest(desc string, timeout time.Duration, op func(*Comm) error) *Request {
+	return &Request{desc: desc, op: op, timeout: timeout, done: make(chan struct{})}
+}
+
+func (r *Request) run(c *Comm) error { return r.op(c) }
+
+func (r *Request) finish(err error) {
+	r.err = err
+	close(r.done)
+}
+
+// String describes the operation ("allreduce #3 (1000 x float32, sum)").
+func (r *Request) String() string { return r.desc }
+
+// Test reports whether the request finished, and its error once it has.
+func (r *Request) Test() (bool, error) {
+	select {
+	case <-r.done:
+		return true, r.err
+	default:
+		return false, nil
+	}
+}
+
+// Wait blocks until the request finishes or timeout passes; timeout < 0
+// means the communicator's timeout. A wait that runs out returns an error
+// wrapping ErrTimeout and leaves the request running.
+func (r *Request) Wait(timeout time.Duration) error {
+	select {
+	case <-r.done:
+		return r.err
+	default:
+	}
+	if timeout < 0 {
+		timeout = r.timeout
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-r.done:
+		return r.err
+	case <-t.C:
+		return fmt.Errorf("%w: %s did not finish within %v", ErrTimeout, r.desc, timeout)
+	}
+}
+
+// Done is closed when the request finishes.
+func (r *Request) Done() <-chan struct{} { return r.done }
+
+// planCache keeps built plans per request shape.
+type planCache struct {
+	mu sync.Mutex
+	m  map[any]any
+}
+
+const planCacheMax = 256
+
+func (p *planCache) get(k any, build func() (any, error)) (any, error) {
+	p.mu.Lock()
+	if v, ok := p.m[k]; ok {
+		p.mu.Unlock()
+		return v, nil
+	}
+	p.mu.Unlock()
+	v, err := build()
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	if p.m == nil || len(p.m) >= planCacheMax {
+		p.m = map[any]any{}
+	}
+	p.m[k] = v
+	p.mu.Unlock()
+	return v, nil
+}

@@ -1,0 +1,235 @@
+/* abi_test: drives libgotree.so through capi/gotree.h with several processes
+ * and no torch. Rank 0 makes the unique id and spawns ranks 1..n-1 as new
+ * processes (exec, never a bare fork: the Go runtime does not survive
+ * fork). Every rank checks every result against values computed here.
+ *
+ *   abi_test --nranks N
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <math.h>
+#include <spawn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "gotree.h"
+
+extern char **environ;
+
+static int rank = 0, nranks = 1, failures = 0, checks = 0;
+
+#define CHECK(cond, ...)                                               \
+  do {                                                                 \
+    checks++;                                                          \
+    if (!(cond)) {                                                     \
+      failures++;                                                      \
+      fprintf(stderr, "abi_test rank %d: FAIL %s:%d: ", rank, __FILE__, __LINE__); \
+      fprintf(stderr, __VA_ARGS__);                                    \
+      fprintf(stderr, "\n");                                           \
+    }                                                                  \
+  } while (0)
+
+static const char *errtext(int64_t h) {
+  static char buf[4096];
+  gotree_error_text(h, buf, sizeof buf);
+  return buf;
+}
+
+#define OK(call, h)                                                                  \
+  do {                                                                               \
+    gotree_status_t st_ = (call);                                                    \
+    CHECK(st_ == GOTREE_SUCCESS, "%s -> %s: %s", #call, gotree_status_string(st_), errtext(h)); \
+  } while (0)
+
+static gotree_status_t run(gotree_request_t req) {
+  gotree_status_t st = gotree_request_wait(req, 60000);
+  gotree_request_free(req);
+  return st;
+}
+
+/* Value rank r contributes at element i: small, exact in every dtype. */
+static int64_t val(int r, uint64_t i) { return (int64_t)((i * 7 + (uint64_t)r * 13) % 97) - 40; }
+
+static void test_allreduce(gotree_comm_t comm, uint64_t count, int inplace) {
+  int64_t *send = malloc((count + 1) * sizeof *send), *recv = malloc((count + 1) * sizeof *recv);
+  double *ds = malloc((count + 1) * sizeof *ds), *dr = malloc((count + 1) * sizeof *dr);
+  for (uint64_t i = 0; i < count; i++) {
+    send[i] = val(rank, i);
+    recv[i] = -999999;
+    ds[i] = (double)val(rank, i) * 0.5;
+    dr[i] = NAN;
+  }
+  gotree_request_t req = 0;
+  /* int64 SUM */
+  OK(gotree_allreduce(comm, send, inplace ? send : recv, count, GOTREE_INT64, GOTREE_SUM, 0,
+                      GOTREE_DEVICE_CPU, NULL, &req), comm);
+  OK(run(req), req);
+  int64_t *res = inplace ? send : recv;
+  int bad = 0;
+  for (uint64_t i = 0; i < count; i++) {
+    int64_t want = 0;
+    for (int r = 0; r < nranks; r++) want += val(r, i);
+    if (res[i] != want && bad++ < 3)
+      CHECK(0, "int64 sum count %llu inplace %d: element %llu = %lld, want %lld",
+            (unsigned long long)count, inplace, (unsigned long long)i, (long long)res[i], (long long)want);
+  }
+  CHECK(bad == 0, "int64 sum count %llu: %d wrong elements", (unsigned long long)count, bad);
+  /* float64 MAX */
+  OK(gotree_allreduce(comm, ds, inplace ? ds : dr, count, GOTREE_FLOAT64, GOTREE_MAX, 0,
+                      GOTREE_DEVICE_CPU, NULL, &req), comm);
+  OK(run(req), req);
+  double *dres = inplace ? ds : dr;
+  bad = 0;
+  for (uint64_t i = 0; i < count; i++) {
+    double want = -1e300;
+    for (int r = 0; r < nranks; r++) want = fmax(want, val(r, i) * 0.5);
+    if (dres[i] != want) bad++;
+  }
+  CHECK(bad == 0, "float64 max count %llu inplace %d: %d wrong elements", (unsigned long long)count, inplace, bad);
+  free(send); free(recv); free(ds); free(dr);
+}
+
+static void test_broadcast_allgather(gotree_comm_t comm, uint64_t count) {
+  int root = nranks - 1;
+  int32_t *b = malloc((count + 1) * 4), *g = malloc((count * nranks + 1) * 4), *s = malloc((count + 1) * 4);
+  for (uint64_t i = 0; i < count; i++) {
+    b[i] = rank == root ? (int32_t)val(root, i) : -1;
+    s[i] = (int32_t)val(rank, i);
+  }
+  for (uint64_t i = 0; i < count * nranks; i++) g[i] = -5;
+  gotree_request_t req;
+  OK(gotree_broadcast(comm, b, b, count, GOTREE_INT32, GOTREE_SUM, root, GOTREE_DEVICE_CPU, NULL, &req), comm);
+  OK(run(req), req);
+  int bad = 0;
+  for (uint64_t i = 0; i < count; i++) bad += b[i] != (int32_t)val(root, i);
+  CHECK(bad == 0, "broadcast count %llu: %d wrong", (unsigned long long)count, bad);
+  OK(gotree_allgather(comm, s, g, count, GOTREE_INT32, GOTREE_SUM, 0, GOTREE_DEVICE_CPU, NULL, &req), comm);
+  OK(run(req), req);
+  bad = 0;
+  for (int r = 0; r < nranks; r++)
+    for (uint64_t i = 0; i < count; i++) bad += g[r * count + i] != (int32_t)val(r, i);
+  CHECK(bad == 0, "allgather count %llu: %d wrong", (unsigned long long)count, bad);
+  free(b); free(g); free(s);
+}
+
+static void test_bad_input(gotree_comm_t comm) {
+  gotree_request_t req = 0;
+  int32_t x[4] = {0};
+  gotree_status_t st = gotree_allreduce(comm, NULL, x, 4, GOTREE_INT32, GOTREE_SUM, 0, GOTREE_DEVICE_CPU, NULL, &req);
+  CHECK(st == GOTREE_ERR_INVALID_ARGUMENT && strstr(errtext(comm), "sendbuf"), "NULL sendbuf: %s / %s", gotree_status_string(st), errtext(comm));
+  st = gotree_allreduce(comm, x, x, 4, (gotree_dtype_t)77, GOTREE_SUM, 0, GOTREE_DEVICE_CPU, NULL, &req);
+  CHECK(st == GOTREE_ERR_INVALID_ARGUMENT && strstr(errtext(comm), "dtype"), "bad dtype: %s / %s", gotree_status_string(st), errtext(comm));
+  st = gotree_allreduce(comm, x, x, 4, GOTREE_FLOAT32, GOTREE_BXOR, 0, GOTREE_DEVICE_CPU, NULL, &req);
+  CHECK(st == GOTREE_ERR_INVALID_ARGUMENT && strstr(errtext(comm), "bxor"), "bxor on float: %s / %s", gotree_status_string(st), errtext(comm));
+  st = gotree_broadcast(comm, x, x, 4, GOTREE_INT32, GOTREE_SUM, nranks, GOTREE_DEVICE_CPU, NULL, &req);
+  CHECK(st == GOTREE_ERR_INVALID_ARGUMENT && strstr(errtext(comm), "root"), "bad root: %s / %s", gotree_status_string(st), errtext(comm));
+  st = gotree_allreduce(comm, x, x, 4, GOTREE_INT32, GOTREE_SUM, 0, 0, NULL, &req);
+  CHECK(st == GOTREE_ERR_NOT_SUPPORTED, "device 0: %s / %s", gotree_status_string(st), errtext(comm));
+  st = gotree_allreduce(comm, x, x, 4, GOTREE_INT32, GOTREE_SUM, 0, GOTREE_DEVICE_CPU, NULL, NULL);
+  CHECK(st == GOTREE_ERR_INVALID_ARGUMENT, "NULL request: %s", gotree_status_string(st));
+  st = gotree_request_wait(123456789, 0);
+  CHECK(st == GOTREE_ERR_INVALID_HANDLE && strstr(errtext(0), "123456789"), "bad request handle: %s / %s", gotree_status_string(st), errtext(0));
+  int r = -1;
+  st = gotree_comm_rank(987654321, &r);
+  CHECK(st == GOTREE_ERR_INVALID_HANDLE, "bad comm handle: %s", gotree_status_string(st));
+  st = gotree_comm_init_rank(NULL, NULL, 0, 1, NULL);
+  CHECK(st == GOTREE_ERR_INVALID_ARGUMENT && errtext(0)[0] != 0, "init NULL: %s", gotree_status_string(st));
+}
+
+static void test_fork_guard(void) {
+  pid_t p = fork();
+  if (p == 0) {
+    gotree_unique_id_t id;
+    gotree_status_t st = gotree_get_unique_id(&id);
+    char buf[512];
+    gotree_error_text(0, buf, sizeof buf);
+    _exit(st == GOTREE_ERR_INVALID_ARGUMENT && strstr(buf, "fork") ? 0 : 1);
+  }
+  int status = 0;
+  waitpid(p, &status, 0);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "forked child was not refused cleanly (status %d)", status);
+}
+
+static void hex(const unsigned char *b, size_t n, char *out) {
+  for (size_t i = 0; i < n; i++) sprintf(out + 2 * i, "%02x", b[i]);
+}
+
+static int unhex(const char *s, unsigned char *b, size_t n) {
+  if (strlen(s) != 2 * n) return -1;
+  for (size_t i = 0; i < n; i++) {
+    unsigned v;
+    if (sscanf(s + 2 * i, "%2x", &v) != 1) return -1;
+    b[i] = (unsigned char)v;
+  }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  const char *uidhex = NULL;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!strcmp(argv[i], "--nranks")) nranks = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--rank")) rank = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--uid")) uidhex = argv[i + 1];
+  }
+  CHECK(gotree_abi_version() == GOTREE_ABI_VERSION, "ABI version %d, header %d", gotree_abi_version(), GOTREE_ABI_VERSION);
+  char ver[128];
+  CHECK(gotree_version(ver, sizeof ver) > 0 && strstr(ver, "gotree"), "version string '%s'", ver);
+
+  gotree_unique_id_t id;
+  pid_t kids[64];
+  int nkids = 0;
+  if (uidhex == NULL) {
+    OK(gotree_get_unique_id(&id), 0);
+    char h[2 * GOTREE_UNIQUE_ID_BYTES + 1];
+    hex((unsigned char *)id.internal, sizeof id.internal, h);
+    for (int r = 1; r < nranks && r < 64; r++) {
+      char rs[16], ns[16];
+      snprintf(rs, sizeof rs, "%d", r);
+      snprintf(ns, sizeof ns, "%d", nranks);
+      char *args[] = {argv[0], "--nranks", ns, "--rank", rs, "--uid", h, NULL};
+      int e = posix_spawn(&kids[nkids], "/proc/self/exe", NULL, NULL, args, environ);
+      CHECK(e == 0, "posix_spawn: %s", strerror(e));
+      if (e == 0) nkids++;
+    }
+  } else if (unhex(uidhex, (unsigned char *)id.internal, sizeof id.internal) != 0) {
+    fprintf(stderr, "abi_test: bad --uid\n");
+    return 2;
+  }
+
+  gotree_options_t opts;
+  memset(&opts, 0, sizeof opts);
+  opts.struct_size = sizeof opts;
+  opts.timeout_ms = 60000;
+  gotree_comm_t comm = 0;
+  OK(gotree_comm_init_rank(&comm, &id, rank, nranks, &opts), 0);
+  if (comm != 0) {
+    int r = -1, n = -1;
+    OK(gotree_comm_rank(comm, &r), comm);
+    OK(gotree_comm_size(comm, &n), comm);
+    CHECK(r == rank && n == nranks, "rank/size %d/%d, want %d/%d", r, n, rank, nranks);
+    uint64_t counts[] = {0, 1, 7, 1000003, (1u << 20) + 3};
+    for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++)
+      for (int inplace = 0; inplace < 2; inplace++) test_allreduce(comm, counts[k], inplace);
+    for (size_t k = 0; k < 4; k++) test_broadcast_allgather(comm, counts[k]);
+    gotree_request_t req;
+    OK(gotree_barrier(comm, &req), comm);
+    int done = 0;
+    OK(gotree_request_test(req, &done), req);
+    OK(run(req), req);
+    test_bad_input(comm);
+    if (rank == 0) test_fork_guard();
+    OK(gotree_comm_destroy(comm), 0);
+    CHECK(gotree_comm_destroy(comm) == GOTREE_ERR_INVALID_HANDLE, "double destroy accepted");
+  }
+  for (int i = 0; i < nkids; i++) {
+    int status = 0;
+    waitpid(kids[i], &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "rank %d exited with status %d", i + 1, status);
+  }
+  printf("abi_test rank %d of %d: %d checks, %d failed\n", rank, nranks, checks, failures);
+  return failures == 0 ? 0 : 1;
+}
