@@ -111,3 +111,42 @@ func TestConnErrors(t *testing.T) {
 		})
 	}
 }
+
+func shmPair(t *testing.T, slots, slotBytes int) (Conn, Conn) {
+	t.Helper()
+	ta, tb := tcpSockets(t)
+	type res struct {
+		c   Conn
+		err error
+	}
+	ch := make(chan res, 1)
+	dl := time.Now().Add(5 * time.Second)
+	go func() {
+		c, err := OpenShmConn(tb, 0, 0, dl)
+		ch <- res{c, err}
+	}()
+	a, err := CreateShmConn(ta, 1, 0, slots, slotBytes, dl)
+	require.NoError(t, err)
+	r := <-ch
+	require.NoError(t, r.err)
+	t.Cleanup(func() { a.Close(); r.c.Close() })
+	return a, r.c
+}
+
+func tcpSockets(t *testing.T) (*net.TCPConn, *net.TCPConn) {
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	require.NoError(t, err)
+	defer ln.Close()
+	acc := make(chan *net.TCPConn, 1)
+	go func() {
+		c, _ := ln.AcceptTCP()
+		acc <- c
+	}()
+	d, err := net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
+	require.NoError(t, err)
+	s := <-acc
+	require.NotNil(t, s)
+	return d, s
+}
+
+func init() { pairs["shm"] = shmPair }

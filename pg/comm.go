@@ -239,8 +239,20 @@ func (c *Comm) connect(secret [32]byte, deadline time.Time) error {
 	}
 	type result struct {
 		k   linkKey
-		c   *net.TCPConn
+		c   backend.Conn
 		err error
+	}
+	// makeLink turns an authenticated socket into a link: shared memory
+	// (the socket stays as its liveness watch) when the peer is on this
+	// host, else TCP. The lower rank creates the segment.
+	makeLink := func(k linkKey, conn *net.TCPConn) (backend.Conn, error) {
+		if c.peers[k.peer].HostID != c.peers[c.rank].HostID {
+			return backend.NewTCPConn(conn, k.peer, k.channel, backend.DefaultSlots, c.cfg.SlotBytes), nil
+		}
+		if c.rank < k.peer {
+			return backend.CreateShmConn(conn, k.peer, k.channel, backend.DefaultSlots, c.cfg.SlotBytes, deadline)
+		}
+		return backend.OpenShmConn(conn, k.peer, k.channel, deadline)
 	}
 	results := make(chan result, len(need))
 	expect := map[linkKey]bool{}
@@ -266,7 +278,13 @@ func (c *Comm) connect(secret [32]byte, deadline time.Time) error {
 			}
 			expect[k] = false
 			remaining--
-			results <- result{k: k, c: conn.(*net.TCPConn)}
+			go func(k linkKey, conn *net.TCPConn) {
+				l, err := makeLink(k, conn)
+				if err != nil {
+					conn.Close()
+				}
+				results <- result{k: k, c: l, err: err}
+			}(k, conn.(*net.TCPConn))
 		}
 	}()
 	for _, k := range dial {
@@ -277,7 +295,11 @@ func (c *Comm) connect(secret [32]byte, deadline time.Time) error {
 				conn, err := d.Dial("tcp", addr)
 				if err == nil {
 					if err = clientHandshake(conn, secret, hello{Kind: kindData, Rank: int32(c.rank), Channel: int32(k.channel)}, deadline); err == nil {
-						results <- result{k: k, c: conn.(*net.TCPConn)}
+						l, err := makeLink(k, conn.(*net.TCPConn))
+						if err != nil {
+							conn.Close()
+						}
+						results <- result{k: k, c: l, err: err}
 						return
 					}
 					conn.Close()
@@ -298,11 +320,15 @@ func (c *Comm) connect(secret [32]byte, deadline time.Time) error {
 		case r := <-results:
 			if r.err != nil {
 				if firstErr == nil {
-					firstErr = fmt.Errorf("%w: rank %d could not connect to rank %d (channel %d) at %s: %v", ErrRemote, c.rank, r.k.peer, r.k.channel, c.peers[r.k.peer].DataAddr, r.err)
+					kind := ErrRemote
+					if errors.Is(r.err, backend.ErrShmSpace) {
+						kind = ErrSystem
+					}
+					firstErr = fmt.Errorf("%w: rank %d could not connect to rank %d (channel %d) at %s: %v", kind, c.rank, r.k.peer, r.k.channel, c.peers[r.k.peer].DataAddr, r.err)
 				}
 				continue
 			}
-			c.links[r.k] = backend.NewTCPConn(r.c, r.k.peer, r.k.channel, backend.DefaultSlots, c.cfg.SlotBytes)
+			c.links[r.k] = r.c
 		case <-timer.C:
 			var missing []string
 			for _, k := range accept {

@@ -1,0 +1,433 @@
+//go:build linux
+
+package backend
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// ShmDir is where shared-memory segments are created.
+const ShmDir = "/dev/shm"
+
+// The layout of one direction of a shm link (all offsets in bytes; each
+// counter on its own cache line):
+//
+//	0    tail      uint64  messages posted by the sender
+//	128  head      uint64  messages consumed by the receiver
+//	256  rxWait    uint32  1 while the receiver sleeps on tail
+//	384  txWait    uint32  1 while the sender sleeps on head
+//	512  sizes     [slots]uint32
+//	hdr  data      [slots][slotBytes]byte, hdr rounded up to 4 KiB
+//
+// A segment holds two directions: creator→opener, then opener→creator.
+// Waits spin briefly, yield, then sleep on a futex (the low word of tail
+// or head), so that more ranks than cores still progress.
+const (
+	offTail   = 0
+	offHead   = 128
+	offRxWait = 256
+	offTxWait = 384
+	offSizes  = 512
+)
+
+func shmHeaderBytes(slots int) int { return (offSizes + 4*slots + 4095) &^ 4095 }
+
+func shmDirBytes(slots, slotBytes int) int { return shmHeaderBytes(slots) + slots*slotBytes }
+
+// ShmSegmentBytes is the size of the segment of one link.
+func ShmSegmentBytes(slots, slotBytes int) int { return 2 * shmDirBytes(slots, slotBytes) }
+
+// ErrShmSpace reports that /dev/shm cannot hold a segment.
+var ErrShmSpace = errors.New("not enough shared memory")
+
+type shmDir struct {
+	base      unsafe.Pointer
+	slots     int
+	slotBytes int
+}
+
+func (d shmDir) u64(off int) *uint64 { return (*uint64)(unsafe.Add(d.base, off)) }
+func (d shmDir) u32(off int) *uint32 { return (*uint32)(unsafe.Add(d.base, off)) }
+func (d shmDir) size(i int) *uint32  { return d.u32(offSizes + 4*i) }
+func (d shmDir) slot(i int) []byte {
+	return unsafe.Slice((*byte)(unsafe.Add(d.base, shmHeaderBytes(d.slots)+i*d.slotBytes)), d.slotBytes)
+}
+
+type shmConn struct {
+	peer, channel int
+	mem           []byte
+	tx, rx        shmDir
+	ctrl          net.Conn
+	maxMsg        int
+
+	failed  atomic.Bool
+	failErr atomic.Pointer[error]
+
+	mu       sync.Mutex
+	inflight int
+	closed   bool
+	unmapped bool
+	borrowed bool
+}
+
+func futexWait(addr *uint32, val uint32, d time.Duration) {
+	ts := unix.NsecToTimespec(int64(d))
+	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), uintptr(0 /*FUTEX_WAIT*/), uintptr(val), uintptr(unsafe.Pointer(&ts)), 0, 0)
+}
+
+func futexWake(addr *uint32) {
+	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), uintptr(1 /*FUTEX_WAKE*/), uintptr(1<<30), 0, 0, 0)
+}
+
+// CreateShmConn runs on the lower rank of a same-host pair: it creates a
+// segment, tells the peer its name over ctrl (an authenticated socket
+// that then serves as the liveness watch) and unlinks it once mapped by
+// both.
+func CreateShmConn(ctrl net.Conn, peer, channel, slots, slotBytes int, deadline time.Time) (Conn, error) {
+	if slots <= 0 {
+		slots = DefaultSlots
+	}
+	if slotBytes <= 0 {
+		slotBytes = DefaultSlotBytes
+	}
+	size := ShmSegmentBytes(slots, slotBytes)
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	name := filepath.Join(ShmDir, fmt.Sprintf("gotree-%d-%s", os.Getpid(), hex.EncodeToString(rnd[:])))
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, &PeerError{peer, channel, "connect", fmt.Errorf("creating %s: %w", name, err)}
+	}
+	defer os.Remove(name)
+	defer f.Close()
+	if err := unix.Fallocate(int(f.Fd()), 0, 0, int64(size)); err != nil {
+		var st unix.Statfs_t
+		free := "unknown"
+		if unix.Statfs(ShmDir, &st) == nil {
+			free = fmt.Sprintf("%d MiB free of %d MiB", st.Bavail*uint64(st.Bsize)>>20, st.Blocks*uint64(st.Bsize)>>20)
+		}
+		return nil, &PeerError{peer, channel, "connect", fmt.Errorf("%w: a %d KiB segment for the link with rank %d does not fit in %s (%s; %v). Each same-host link needs %d KiB per channel; enlarge /dev/shm (docker run --shm-size=1g, or a bigger tmpfs), or lower GOTREE_BUFFSIZE / GOTREE_MAX_NCHANNELS",
+			ErrShmSpace, size>>10, peer, ShmDir, free, err, size>>10)}
+	}
+	s, err := mapShm(f, size, slots, slotBytes, true)
+	if err != nil {
+		return nil, &PeerError{peer, channel, "connect", err}
+	}
+	s.peer, s.channel, s.ctrl = peer, channel, ctrl
+	msg := make([]byte, 10+len(name))
+	copy(msg, "SHM1")
+	binary.LittleEndian.PutUint16(msg[4:], uint16(slots))
+	binary.LittleEndian.PutUint32(msg[6:], uint32(slotBytes))
+	copy(msg[10:], name)
+	_ = ctrl.SetDeadline(deadline)
+	var ack [1]byte
+	if err = writeCtl(ctrl, msg); err == nil {
+		_, err = io.ReadFull(ctrl, ack[:])
+	}
+	_ = ctrl.SetDeadline(time.Time{})
+	if err != nil || ack[0] != 1 {
+		s.unmap()
+		if err == nil {
+			err = errors.New("peer could not map the segment")
+		}
+		return nil, &PeerError{peer, channel, "connect", fmt.Errorf("shared memory setup: %w", err)}
+	}
+	go s.watch()
+	return s, nil
+}
+
+// OpenShmConn runs on the higher rank: it maps the segment the peer names
+// over ctrl.
+func OpenShmConn(ctrl net.Conn, peer, channel int, deadline time.Time) (Conn, error) {
+	_ = ctrl.SetDeadline(deadline)
+	defer ctrl.SetDeadline(time.Time{})
+	msg, err := readCtl(ctrl, 4096)
+	if err != nil {
+		return nil, &PeerError{peer, channel, "connect", fmt.Errorf("shared memory setup: %w", err)}
+	}
+	if len(msg) < 10 || string(msg[:4]) != "SHM1" {
+		return nil, &PeerError{peer, channel, "connect", fmt.Errorf("%w: bad shared memory offer", ErrProto)}
+	}
+	slots := int(binary.LittleEndian.Uint16(msg[4:]))
+	slotBytes := int(binary.LittleEndian.Uint32(msg[6:]))
+	name := string(msg[10:])
+	if slots <= 0 || slots > 1024 || slotBytes <= 0 || slotBytes > 1<<28 || filepath.Dir(name) != ShmDir {
+		ctrl.Write([]byte{0})
+		return nil, &PeerError{peer, channel, "connect", fmt.Errorf("%w: shared memory offer out of bounds (%d slots of %d bytes at %q)", ErrProto, slots, slotBytes, name)}
+	}
+	f, err := os.OpenFile(name, os.O_RDWR, 0)
+	if err != nil {
+		ctrl.Write([]byte{0})
+		return nil, &PeerError{peer, channel, "connect", fmt.Errorf("opening the peer's segment: %w (are both ranks really on one host? set GOTREE_HOST_ID if host ids collide)", err)}
+	}
+	defer f.Close()
+	size := ShmSegmentBytes(slots, slotBytes)
+	if st, err := f.Stat(); err != nil || st.Size() != int64(size) {
+		ctrl.Write([]byte{0})
+		return nil, &PeerError{peer, channel, "connect", fmt.Errorf("%w: segment %s has the wrong size", ErrProto, name)}
+	}
+	s, err := mapShm(f, size, slots, slotBytes, false)
+	if err != nil {
+		ctrl.Write([]byte{0})
+		return nil, &PeerError{peer, channel, "connect", err}
+	}
+	s.peer, s.channel, s.ctrl = peer, channel, ctrl
+	if _, err := ctrl.Write([]byte{1}); err != nil {
+		s.unmap()
+		return nil, &PeerError{peer, channel, "connect", err}
+	}
+	go s.watch()
+	return s, nil
+}
+
+func writeCtl(c net.Conn, b []byte) error {
+	hdr := make([]byte, 4, 4+len(b))
+	binary.LittleEndian.PutUint32(hdr, uint32(len(b)))
+	_, err := c.Write(append(hdr, b...))
+	return err
+}
+
+func readCtl(c net.Conn, limit int) ([]byte, error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(c, hdr[:]); err != nil {
+		return nil, err
+	}
+	n := int(binary.LittleEndian.Uint32(hdr[:]))
+	if n > limit {
+		return nil, fmt.Errorf("%w: control message of %d bytes", ErrProto, n)
+	}
+	b := make([]byte, n)
+	_, err := io.ReadFull(c, b)
+	return b, err
+}
+
+func mapShm(f *os.File, size, slots, slotBytes int, creator bool) (*shmConn, error) {
+	mem, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("mapping %d bytes of shared memory: %w", size, err)
+	}
+	d0 := shmDir{unsafe.Pointer(&mem[0]), slots, slotBytes}
+	d1 := shmDir{unsafe.Add(unsafe.Pointer(&mem[0]), shmDirBytes(slots, slotBytes)), slots, slotBytes}
+	s := &shmConn{mem: mem, maxMsg: slotBytes}
+	if creator {
+		s.tx, s.rx = d0, d1
+	} else {
+		s.tx, s.rx = d1, d0
+	}
+	return s, nil
+}
+
+// watch turns the control socket's end (the peer exited or closed) into a
+// link failure that wakes every wait at once.
+func (s *shmConn) watch() {
+	var b [1]byte
+	_, err := s.ctrl.Read(b[:])
+	if err == nil {
+		err = fmt.Errorf("%w: unexpected data on the control socket", ErrProto)
+	} else if errors.Is(err, io.EOF) {
+		err = fmt.Errorf("%w: peer closed the connection (process exited?)", ErrClosed)
+	}
+	s.fail(err)
+}
+
+func (s *shmConn) fail(err error) {
+	if s.failed.CompareAndSwap(false, true) {
+		s.failErr.Store(&err)
+	}
+	s.mu.Lock()
+	mapped := !s.unmapped
+	if mapped {
+		s.inflight++
+	}
+	s.mu.Unlock()
+	if mapped {
+		futexWake(s.rx.u32(offTail))
+		futexWake(s.tx.u32(offHead))
+		s.exit()
+	}
+}
+
+func (s *shmConn) err(op string) error {
+	e := ErrClosed
+	if p := s.failErr.Load(); p != nil {
+		e = *p
+	}
+	return &PeerError{s.peer, s.channel, op, e}
+}
+
+func (s *shmConn) enter() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.unmapped || s.closed {
+		return false
+	}
+	s.inflight++
+	return true
+}
+
+func (s *shmConn) exit() {
+	s.mu.Lock()
+	s.inflight--
+	if s.closed && s.inflight == 0 && !s.unmapped {
+		s.unmapLocked()
+	}
+	s.mu.Unlock()
+}
+
+func (s *shmConn) unmap() {
+	s.mu.Lock()
+	s.unmapLocked()
+	s.mu.Unlock()
+}
+
+func (s *shmConn) unmapLocked() {
+	if !s.unmapped {
+		s.unmapped = true
+		_ = unix.Munmap(s.mem)
+	}
+}
+
+func (s *shmConn) MaxMessage() int { return s.maxMsg }
+
+// wait blocks until ready() holds, spinning, then yielding, then sleeping
+// on the futex word w (whose sleeper flag is flag).
+func (s *shmConn) wait(ctx context.Context, ready func() bool, w, flag *uint32) error {
+	for i := 0; i < 256; i++ {
+		if ready() {
+			return nil
+		}
+	}
+	for i := 0; i < 16; i++ {
+		runtime.Gosched()
+		unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+		if ready() {
+			return nil
+		}
+	}
+	deadline, hasDL := ctx.Deadline()
+	for {
+		if s.failed.Load() {
+			if ready() {
+				return nil
+			}
+			return errFailed
+		}
+		if err := ctx.Err(); err != nil {
+			return ctxErr(ctx)
+		}
+		atomic.StoreUint32(flag, 1)
+		v := atomic.LoadUint32(w)
+		if ready() {
+			atomic.StoreUint32(flag, 0)
+			return nil
+		}
+		d := 100 * time.Millisecond
+		if hasDL {
+			d = min(d, time.Until(deadline))
+		}
+		if d > 0 {
+			futexWait(w, v, d)
+		}
+		atomic.StoreUint32(flag, 0)
+		if ready() {
+			return nil
+		}
+	}
+}
+
+var errFailed = errors.New("link failed")
+
+func (s *shmConn) Send(ctx context.Context, p []byte) error {
+	if len(p) > s.maxMsg {
+		return &PeerError{s.peer, s.channel, "send", fmt.Errorf("message of %d bytes exceeds the %d-byte slot", len(p), s.maxMsg)}
+	}
+	if !s.enter() {
+		return s.err("send")
+	}
+	defer s.exit()
+	tail := atomic.LoadUint64(s.tx.u64(offTail))
+	head := s.tx.u64(offHead)
+	ready := func() bool { return tail-atomic.LoadUint64(head) < uint64(s.tx.slots) }
+	if err := s.wait(ctx, ready, s.tx.u32(offHead), s.tx.u32(offTxWait)); err != nil {
+		if err == errFailed {
+			return s.err("send")
+		}
+		return &PeerError{s.peer, s.channel, "send", err}
+	}
+	i := int(tail % uint64(s.tx.slots))
+	copy(s.tx.slot(i), p)
+	atomic.StoreUint32(s.tx.size(i), uint32(len(p)))
+	atomic.StoreUint64(s.tx.u64(offTail), tail+1)
+	if atomic.LoadUint32(s.tx.u32(offRxWait)) != 0 {
+		futexWake(s.tx.u32(offTail))
+	}
+	return nil
+}
+
+func (s *shmConn) Recv(ctx context.Context) ([]byte, error) {
+	if s.borrowed {
+		return nil, &PeerError{s.peer, s.channel, "recv", fmt.Errorf("%w: Recv called before Release", ErrProto)}
+	}
+	if !s.enter() {
+		return nil, s.err("recv")
+	}
+	head := atomic.LoadUint64(s.rx.u64(offHead))
+	tail := s.rx.u64(offTail)
+	ready := func() bool { return atomic.LoadUint64(tail) != head }
+	if err := s.wait(ctx, ready, s.rx.u32(offTail), s.rx.u32(offRxWait)); err != nil {
+		s.exit()
+		if err == errFailed {
+			return nil, s.err("recv")
+		}
+		return nil, &PeerError{s.peer, s.channel, "recv", err}
+	}
+	i := int(head % uint64(s.rx.slots))
+	n := int(atomic.LoadUint32(s.rx.size(i)))
+	if n > s.rx.slotBytes {
+		s.exit()
+		return nil, &PeerError{s.peer, s.channel, "recv", fmt.Errorf("%w: message size %d exceeds the slot", ErrProto, n)}
+	}
+	s.borrowed = true
+	return s.rx.slot(i)[:n:n], nil
+}
+
+func (s *shmConn) Release() {
+	if !s.borrowed {
+		return
+	}
+	s.borrowed = false
+	head := s.rx.u64(offHead)
+	atomic.StoreUint64(head, atomic.LoadUint64(head)+1)
+	if atomic.LoadUint32(s.rx.u32(offTxWait)) != 0 {
+		futexWake(s.rx.u32(offHead))
+	}
+	s.exit()
+}
+
+func (s *shmConn) Close() error {
+	s.fail(ErrClosed)
+	s.ctrl.Close()
+	s.mu.Lock()
+	s.closed = true
+	if s.inflight == 0 {
+		s.unmapLocked()
+	}
+	s.mu.Unlock()
+	return nil
+}

@@ -1,0 +1,568 @@
+package main
+
+import (
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gotree/gotree/algorithms"
+	"github.com/gotree/gotree/pg"
+)
+
+func init() {
+	register("perf", "nccl-tests style collective benchmark over the Go API (no torch)", runPerf)
+}
+
+// perfOpts are the flags of `gotree perf`, named as nccl-tests' all_reduce_perf.
+type perfOpts struct {
+	nproc    int
+	minBytes int64
+	maxBytes int64
+	factor   int64
+	iters    int
+	warmup   int
+	check    int
+	dtype    algorithms.DType
+	op       algorithms.Op
+	algo     string
+	coll     algorithms.Collective
+	asJSON   bool
+	timeout  time.Duration
+}
+
+// The environment of a child rank started by --nproc, and of a multi-node
+// run (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT as torchrun sets them).
+const (
+	envPerfUID   = "GOTREE_PERF_UID"
+	envPerfRank  = "GOTREE_PERF_RANK"
+	envPerfRanks = "GOTREE_PERF_NRANKS"
+)
+
+func parseSize(s string) (int64, error) {
+	s = strings.TrimSpace(strings.ToUpper(s))
+	mult := int64(1)
+	for suf, m := range map[string]int64{"K": 1 << 10, "M": 1 << 20, "G": 1 << 30} {
+		if strings.HasSuffix(s, suf) || strings.HasSuffix(s, suf+"B") || strings.HasSuffix(s, suf+"IB") {
+			mult = m
+			s = strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(s, "IB"), "B"), suf)
+			break
+		}
+	}
+	s = strings.TrimSuffix(s, "B")
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("bad size %q", s)
+	}
+	return v * mult, nil
+}
+
+func runPerf(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("perf", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o perfOpts
+	var minS, maxS, dt, op, coll string
+	fs.IntVar(&o.nproc, "nproc", 0, "start this many local ranks (else join a run described by RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT)")
+	fs.StringVar(&minS, "b", "8", "minimum size in bytes (K, M, G suffixes)")
+	fs.StringVar(&maxS, "e", "32M", "maximum size in bytes")
+	fs.Int64Var(&o.factor, "f", 2, "size multiplication factor")
+	fs.IntVar(&o.iters, "n", 20, "timed iterations per size")
+	fs.IntVar(&o.warmup, "w", 5, "warm-up iterations per size")
+	fs.IntVar(&o.check, "c", 1, "check results (1) or not (0)")
+	fs.StringVar(&dt, "d", "float32", "dtype (float32, float64, bfloat16, float16, int32, int64, ...)")
+	fs.StringVar(&op, "o", "sum", "reduction op (sum, prod, min, max, avg)")
+	fs.StringVar(&o.algo, "algo", "auto", "ring, tree or auto")
+	fs.StringVar(&coll, "coll", "allreduce", "allreduce, allgather or broadcast")
+	fs.BoolVar(&o.asJSON, "json", false, "print JSON instead of the table")
+	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "communicator timeout")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	var err error
+	if o.minBytes, err = parseSize(minS); err == nil {
+		o.maxBytes, err = parseSize(maxS)
+	}
+	if err == nil {
+		o.dtype, err = algorithms.ParseDType(dt)
+	}
+	if err == nil {
+		o.op, err = algorithms.ParseOp(op)
+	}
+	if err == nil {
+		switch coll {
+		case "allreduce":
+			o.coll = algorithms.AllReduce
+		case "allgather":
+			o.coll = algorithms.AllGather
+		case "broadcast":
+			o.coll = algorithms.Broadcast
+		default:
+			err = fmt.Errorf("unknown collective %q", coll)
+		}
+	}
+	if err == nil && (o.factor < 2 || o.iters < 1 || o.warmup < 0 || o.maxBytes < o.minBytes) {
+		err = errors.New("need -f >= 2, -n >= 1, -w >= 0 and -e >= -b")
+	}
+	if err == nil && o.algo != "auto" && o.algo != "ring" && o.algo != "tree" {
+		err = fmt.Errorf("--algo %q: want ring, tree or auto", o.algo)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "gotree perf: %v\n", err)
+		return 2
+	}
+	if os.Getenv(envPerfUID) != "" {
+		return perfRank(o, stdout, stderr)
+	}
+	if o.nproc > 0 {
+		return perfLaunch(o, args, stdout, stderr)
+	}
+	if os.Getenv("WORLD_SIZE") != "" {
+		return perfJoinEnv(o, stdout, stderr)
+	}
+	fmt.Fprintln(stderr, "gotree perf: give --nproc N, or run under a launcher that sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT")
+	return 2
+}
+
+func perfConfig(o perfOpts) (pg.Config, error) {
+	cfg, err := pg.LoadConfig(os.Getenv)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Timeout = o.timeout
+	if o.algo != "auto" {
+		cfg.Algo = o.algo
+	}
+	return cfg, nil
+}
+
+// perfLaunch starts o.nproc ranks as child processes of this program and
+// hosts their bootstrap root.
+func perfLaunch(o perfOpts, args []string, stdout, stderr io.Writer) int {
+	cfg, err := perfConfig(o)
+	if err != nil {
+		fmt.Fprintf(stderr, "gotree perf: %v\n", err)
+		return 2
+	}
+	uid, err := pg.NewUniqueID(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "gotree perf: %v\n", err)
+		return 1
+	}
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(stderr, "gotree perf: %v\n", err)
+		return 1
+	}
+	cmds := make([]*exec.Cmd, o.nproc)
+	for r := range cmds {
+		c := exec.Command(self, append([]string{"perf"}, args...)...)
+		c.Env = append(os.Environ(), envPerfUID+"="+hex.EncodeToString(uid[:]), fmt.Sprintf("%s=%d", envPerfRank, r), fmt.Sprintf("%s=%d", envPerfRanks, o.nproc))
+		c.Stderr = stderr
+		if r == 0 {
+			c.Stdout = stdout
+		}
+		if err := c.Start(); err != nil {
+			fmt.Fprintf(stderr, "gotree perf: starting rank %d: %v\n", r, err)
+			return 1
+		}
+		cmds[r] = c
+	}
+	rc := 0
+	for r, c := range cmds {
+		if err := c.Wait(); err != nil {
+			fmt.Fprintf(stderr, "gotree perf: rank %d: %v\n", r, err)
+			rc = 1
+		}
+	}
+	return rc
+}
+
+// perfJoinEnv joins a multi-node run: rank 0 makes the unique id and serves
+// it on MASTER_ADDR:MASTER_PORT; the others fetch it there.
+func perfJoinEnv(o perfOpts, stdout, stderr io.Writer) int {
+	rank, err1 := strconv.Atoi(os.Getenv("RANK"))
+	n, err2 := strconv.Atoi(os.Getenv("WORLD_SIZE"))
+	addr := net.JoinHostPort(os.Getenv("MASTER_ADDR"), os.Getenv("MASTER_PORT"))
+	if err1 != nil || err2 != nil || os.Getenv("MASTER_ADDR") == "" || os.Getenv("MASTER_PORT") == "" {
+		fmt.Fprintln(stderr, "gotree perf: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT must all be set")
+		return 2
+	}
+	cfg, err := perfConfig(o)
+	if err != nil {
+		fmt.Fprintf(stderr, "gotree perf: %v\n", err)
+		return 2
+	}
+	var uid pg.UniqueID
+	if rank == 0 {
+		if uid, err = pg.NewUniqueID(cfg); err != nil {
+			fmt.Fprintf(stderr, "gotree perf: %v\n", err)
+			return 1
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			fmt.Fprintf(stderr, "gotree perf: serving the unique id on %s: %v\n", addr, err)
+			return 1
+		}
+		go func() {
+			defer ln.Close()
+			for served := 1; served < n; served++ {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.Write(uid[:])
+				c.Close()
+			}
+		}()
+	} else {
+		deadline := time.Now().Add(o.timeout)
+		for {
+			c, err := net.DialTimeout("tcp", addr, time.Second)
+			if err == nil {
+				_ = c.SetReadDeadline(deadline)
+				_, err = io.ReadFull(c, uid[:])
+				c.Close()
+				if err == nil {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				fmt.Fprintf(stderr, "gotree perf: rank %d: no unique id from %s: %v\n", rank, addr, err)
+				return 1
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	return perfRun(o, uid, rank, n, cfg, stdout, stderr)
+}
+
+func perfRank(o perfOpts, stdout, stderr io.Writer) int {
+	b, err := hex.DecodeString(os.Getenv(envPerfUID))
+	rank, err1 := strconv.Atoi(os.Getenv(envPerfRank))
+	n, err2 := strconv.Atoi(os.Getenv(envPerfRanks))
+	if err != nil || err1 != nil || err2 != nil || len(b) != pg.UniqueIDBytes {
+		fmt.Fprintln(stderr, "gotree perf: bad child environment")
+		return 2
+	}
+	var uid pg.UniqueID
+	copy(uid[:], b)
+	cfg, err := perfConfig(o)
+	if err != nil {
+		fmt.Fprintf(stderr, "gotree perf: %v\n", err)
+		return 2
+	}
+	return perfRun(o, uid, rank, n, cfg, stdout, stderr)
+}
+
+// perfRow is one size's result.
+type perfRow struct {
+	Bytes    int64   `json:"size"`
+	Count    int64   `json:"count"`
+	Type     string  `json:"type"`
+	Op       string  `json:"redop"`
+	Root     int     `json:"root"`
+	OutTime  float64 `json:"time_us"`
+	OutAlgBW float64 `json:"algbw_gbps"`
+	OutBusBW float64 `json:"busbw_gbps"`
+	OutWrong int64   `json:"wrong"`
+	InTime   float64 `json:"inplace_time_us"`
+	InAlgBW  float64 `json:"inplace_algbw_gbps"`
+	InBusBW  float64 `json:"inplace_busbw_gbps"`
+	InWrong  int64   `json:"inplace_wrong"`
+	Median   float64 `json:"median_us"`
+	P95      float64 `json:"p95_us"`
+	CV       float64 `json:"cv"`
+}
+
+func busFactor(c algorithms.Collective, n int) float64 {
+	switch c {
+	case algorithms.AllReduce:
+		return 2 * float64(n-1) / float64(n)
+	case algorithms.AllGather, algorithms.ReduceScatter:
+		return float64(n-1) / float64(n)
+	}
+	return 1
+}
+
+func perfRun(o perfOpts, uid pg.UniqueID, rank, n int, cfg pg.Config, stdout, stderr io.Writer) int {
+	comm, err := pg.Init(uid, rank, n, cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "gotree perf: rank %d: %v\n", rank, err)
+		return 1
+	}
+	defer comm.Destroy()
+	esize := int64(o.dtype.Size())
+	maxCount := max(o.maxBytes/esize, 1)
+	inCount, outCount := algorithms.BufferCounts(o.coll, maxCount, n)
+	send := make([]byte, inCount*esize)
+	recv := make([]byte, outCount*esize)
+	var sizes []int64
+	for s := max(o.minBytes, esize); s <= o.maxBytes; s *= o.factor {
+		sizes = append(sizes, s)
+	}
+	if rank == 0 && !o.asJSON {
+		fmt.Fprintf(stdout, "# gotree perf: %v, %d ranks, algo %s, dtype %v, op %v, %d iterations after %d warm-up\n", o.coll, n, o.algo, o.dtype, o.op, o.iters, o.warmup)
+		fmt.Fprintf(stdout, "#%11s %12s %9s %6s %5s   %9s %7s %7s %6s   %9s %7s %7s %6s   %9s %9s %6s\n",
+			"size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "median", "p95", "cv")
+		fmt.Fprintf(stdout, "#%11s %12s %9s %6s %5s   %9s %7s %7s %6s   %9s %7s %7s %6s   %9s %9s %6s\n",
+			"(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "")
+	}
+	tty := isTerminal(stderr)
+	var rows []perfRow
+	var busSum float64
+	for si, size := range sizes {
+		count := size / esize
+		row := perfRow{Bytes: count * esize, Count: count, Type: o.dtype.String(), Op: o.op.String(), Root: 0}
+		for pass, inplace := range []bool{false, true} {
+			times, wrong, err := perfSize(comm, o, count, send, recv, inplace)
+			if err != nil {
+				fmt.Fprintf(stderr, "gotree perf: rank %d: size %d: %v\n", rank, size, err)
+				return 1
+			}
+			med, p95, cv := stats(times)
+			alg := float64(row.Bytes) / (med * 1e3) // GB/s with med in µs
+			if pass == 0 {
+				row.OutTime, row.OutAlgBW, row.OutBusBW, row.OutWrong = med, alg, alg*busFactor(o.coll, n), wrong
+				row.Median, row.P95, row.CV = med, p95, cv
+			} else {
+				row.InTime, row.InAlgBW, row.InBusBW, row.InWrong = med, alg, alg*busFactor(o.coll, n), wrong
+			}
+		}
+		busSum += row.OutBusBW
+		rows = append(rows, row)
+		if rank == 0 && !o.asJSON {
+			fmt.Fprintf(stdout, "%12d %12d %9s %6s %5d   %9.1f %7.2f %7.2f %6d   %9.1f %7.2f %7.2f %6d   %9.1f %9.1f %5.1f%%\n",
+				row.Bytes, row.Count, row.Type, row.Op, row.Root, row.OutTime, row.OutAlgBW, row.OutBusBW, row.OutWrong,
+				row.InTime, row.InAlgBW, row.InBusBW, row.InWrong, row.Median, row.P95, 100*row.CV)
+		}
+		if rank == 0 && tty {
+			fmt.Fprintf(stderr, "\r[%-30s] %d/%d", strings.Repeat("#", 30*(si+1)/len(sizes)), si+1, len(sizes))
+		}
+	}
+	if rank == 0 && tty {
+		fmt.Fprintln(stderr)
+	}
+	wrong := int64(0)
+	for _, r := range rows {
+		wrong += r.OutWrong + r.InWrong
+	}
+	if rank == 0 {
+		if o.asJSON {
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", " ")
+			enc.Encode(map[string]any{"collective": o.coll.String(), "nranks": n, "algo": o.algo, "rows": rows})
+		} else {
+			fmt.Fprintf(stdout, "# Out of bounds values : %d %s\n", wrong, map[bool]string{true: "OK", false: "FAILED"}[wrong == 0])
+			fmt.Fprintf(stdout, "# Avg bus bandwidth    : %.4f\n", busSum/float64(max(len(rows), 1)))
+		}
+	}
+	if wrong != 0 {
+		return 1
+	}
+	return 0
+}
+
+// perfSize runs one size; times are per iteration in µs, each the maximum
+// over ranks (so every rank reports the same numbers).
+func perfSize(comm *pg.Comm, o perfOpts, count int64, send, recv []byte, inplace bool) ([]float64, int64, error) {
+	n := comm.Size()
+	esize := int64(o.dtype.Size())
+	inCount, outCount := algorithms.BufferCounts(o.coll, count, n)
+	in := send[:inCount*esize]
+	out := recv[:outCount*esize]
+	if inplace {
+		switch o.coll {
+		case algorithms.AllGather:
+			in = out[int64(comm.Rank())*count*esize : int64(comm.Rank()+1)*count*esize]
+		default:
+			in = out[:inCount*esize]
+		}
+	}
+	issue := func() error {
+		var r *pg.Request
+		var err error
+		switch o.coll {
+		case algorithms.AllReduce:
+			r, err = comm.AllReduce(in, out, count, o.dtype, o.op)
+		case algorithms.AllGather:
+			r, err = comm.AllGather(in, out, count, o.dtype)
+		case algorithms.Broadcast:
+			r, err = comm.Broadcast(in, out, count, o.dtype, 0)
+		}
+		if err != nil {
+			return err
+		}
+		return r.Wait(-1)
+	}
+	var wrong int64
+	if o.check != 0 {
+		fillPerf(in, o.dtype, comm.Rank(), count)
+		if err := issue(); err != nil {
+			return nil, 0, err
+		}
+		wrong = checkPerf(out, o, comm.Rank(), n, count)
+	}
+	for i := 0; i < o.warmup; i++ {
+		if err := issue(); err != nil {
+			return nil, 0, err
+		}
+	}
+	times := make([]float64, o.iters)
+	for i := range times {
+		t0 := time.Now()
+		if err := issue(); err != nil {
+			return nil, 0, err
+		}
+		times[i] = float64(time.Since(t0).Nanoseconds()) / 1e3
+	}
+	// Combine over ranks: the slowest rank's time per iteration, and the
+	// total of wrong elements.
+	buf := make([]byte, 8*(len(times)+1))
+	for i, t := range times {
+		binary.LittleEndian.PutUint64(buf[8*i:], math.Float64bits(t))
+	}
+	r, err := comm.AllReduce(buf[:8*len(times)], buf[:8*len(times)], int64(len(times)), algorithms.Float64, algorithms.Max)
+	if err == nil {
+		err = r.Wait(-1)
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	for i := range times {
+		times[i] = math.Float64frombits(binary.LittleEndian.Uint64(buf[8*i:]))
+	}
+	wb := make([]byte, 8)
+	binary.LittleEndian.PutUint64(wb, uint64(wrong))
+	if r, err = comm.AllReduce(wb, wb, 1, algorithms.Int64, algorithms.Sum); err == nil {
+		err = r.Wait(-1)
+	}
+	return times, int64(binary.LittleEndian.Uint64(wb)), err
+}
+
+// perfValue is rank r's element i: a small integer, exact in every dtype
+// (including sums over up to 64 ranks in bf16's 8-bit mantissa for sizes
+// where that matters: values stay in [-2, 2]).
+func perfValue(r int, i int64) int64 { return (i+int64(r))%5 - 2 }
+
+func fillPerf(b []byte, dt algorithms.DType, rank int, count int64) {
+	vals := make([]int64, count)
+	for i := range vals {
+		vals[i] = perfValue(rank, int64(i))
+	}
+	encodeInts(b, dt, vals)
+}
+
+func checkPerf(out []byte, o perfOpts, rank, n int, count int64) int64 {
+	_, outCount := algorithms.BufferCounts(o.coll, count, n)
+	want := make([]int64, outCount)
+	for i := range want {
+		switch o.coll {
+		case algorithms.AllGather:
+			want[i] = perfValue(int(int64(i)/max(count, 1)), int64(i)%max(count, 1))
+		case algorithms.Broadcast:
+			want[i] = perfValue(0, int64(i))
+		default:
+			acc := perfValue(0, int64(i))
+			for r := 1; r < n; r++ {
+				v := perfValue(r, int64(i))
+				switch o.op {
+				case algorithms.Sum, algorithms.Avg:
+					acc += v
+				case algorithms.Prod:
+					acc *= v
+				case algorithms.Min:
+					acc = min(acc, v)
+				case algorithms.Max:
+					acc = max(acc, v)
+				}
+			}
+			want[i] = acc
+		}
+	}
+	wantB := make([]byte, len(out))
+	encodeInts(wantB, o.dtype, want)
+	if o.op == algorithms.Avg && o.coll == algorithms.AllReduce {
+		algorithms.Finalize(wantB, o.dtype, o.op, n)
+	}
+	es := o.dtype.Size()
+	var wrong int64
+	for i := 0; i+es <= len(out); i += es {
+		for k := 0; k < es; k++ {
+			if out[i+k] != wantB[i+k] {
+				wrong++
+				break
+			}
+		}
+	}
+	return wrong
+}
+
+// encodeInts writes integer values in dtype dt.
+func encodeInts(b []byte, dt algorithms.DType, v []int64) {
+	es := dt.Size()
+	for i, x := range v {
+		p := b[i*es : (i+1)*es]
+		switch dt {
+		case algorithms.Float32:
+			binary.LittleEndian.PutUint32(p, math.Float32bits(float32(x)))
+		case algorithms.Float64:
+			binary.LittleEndian.PutUint64(p, math.Float64bits(float64(x)))
+		case algorithms.Float16:
+			binary.LittleEndian.PutUint16(p, algorithms.Float32ToFloat16(float32(x)))
+		case algorithms.BFloat16:
+			binary.LittleEndian.PutUint16(p, algorithms.Float32ToBFloat16(float32(x)))
+		case algorithms.Int8, algorithms.Uint8, algorithms.Bool:
+			p[0] = byte(x)
+		case algorithms.Int16:
+			binary.LittleEndian.PutUint16(p, uint16(x))
+		case algorithms.Int32:
+			binary.LittleEndian.PutUint32(p, uint32(x))
+		case algorithms.Int64:
+			binary.LittleEndian.PutUint64(p, uint64(x))
+		}
+	}
+}
+
+// stats returns the median, the 95th percentile and the coefficient of
+// variation of xs.
+func stats(xs []float64) (med, p95, cv float64) {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	med = s[len(s)/2]
+	if len(s)%2 == 0 {
+		med = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	p95 = s[min(len(s)-1, int(math.Ceil(0.95*float64(len(s))))-1)]
+	var mean, sq float64
+	for _, x := range s {
+		mean += x
+	}
+	mean /= float64(len(s))
+	for _, x := range s {
+		sq += (x - mean) * (x - mean)
+	}
+	if mean > 0 {
+		cv = math.Sqrt(sq/float64(len(s))) / mean
+	}
+	return
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
