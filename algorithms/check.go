@@ -54,7 +54,7 @@ func validatePlan(p *Plan) error {
 		}
 		seenCh := map[int]bool{}
 		for _, cp := range rp.Channels {
-			if cp.Channel < 0 || cp.Channel >= max(p.Channels, 1) {
+			if cp.Channel < 0 || cp.Channel >= p.Channels {
 				return planErr("rank %d: channel %d not in 0..%d", r, cp.Channel, p.Channels-1)
 			}
 			if seenCh[cp.Channel] {
@@ -95,7 +95,7 @@ func checkStep(s *Step, rank, n int, inN, outN int64) error {
 	}
 	type shape struct {
 		minFrom, maxFrom, minTo int
-		src, dst            bool
+		src, dst                bool
 	}
 	var sh shape
 	switch s.Prim {

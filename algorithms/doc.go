@@ -7,6 +7,13 @@
 // RecvCopySend, Copy). Executors in other packages run those steps; the
 // in-memory executor here is the oracle they are checked against.
 //
+// Files: trees.go (Btree, Dtree), graph.go (Layout, BuildGraph), partition.go
+// (PartitionMessage), schedule.go (PlanRequest, BuildPlan), plantext.go
+// (Plan.String, Plan.Stats), check.go (CheckPlan), oracle.go (RunOracle and
+// the executor contract), reduce_ref.go (reference reductions), graphlog*.go
+// (NCCL log lines). docs/algorithms.md describes the constructions, the step
+// lists and the bytes each rank moves.
+//
 // The package is deterministic and imports only pure standard-library
 // packages: no os, net, time, sync, unsafe or cgo. A test enforces this.
 package algorithms

@@ -374,7 +374,7 @@ func (g *Graph) Check() error {
 			n, g.Channels, len(g.Trees), len(g.Rings), len(g.RingOrder))
 	}
 	for c := 0; c < g.Channels; c++ {
-		if err := checkTree(g.Trees[c], n); err != nil {
+		if err := checkTree(g.Trees[c], n, true); err != nil {
 			return fmt.Errorf("gotree/algorithms: graph channel %d tree: %v", c, err)
 		}
 		if err := checkRing(g.Rings[c], g.RingOrder[c], n); err != nil {
@@ -384,9 +384,14 @@ func (g *Graph) Check() error {
 	return nil
 }
 
-func checkTree(ts []TreeLinks, n int) error {
+func checkTree(ts []TreeLinks, n int, exactDepth bool) error {
 	if len(ts) != n {
 		return fmt.Errorf("%d entries for %d ranks", len(ts), n)
+	}
+	for r, t := range ts {
+		if t.Up < -1 || t.Up >= n || t.Up == r {
+			return fmt.Errorf("rank %d: bad parent %d", r, t.Up)
+		}
 	}
 	roots, edges := 0, 0
 	for r, t := range ts {
@@ -422,7 +427,7 @@ func checkTree(ts []TreeLinks, n int) error {
 				return fmt.Errorf("rank %d: cycle", r)
 			}
 		}
-		if depth != t.Depth {
+		if exactDepth && depth != t.Depth {
 			return fmt.Errorf("rank %d: depth %d, distance to root %d", r, t.Depth, depth)
 		}
 	}

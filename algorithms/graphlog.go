@@ -126,15 +126,18 @@ const glNCCLTreesMax = 1022
 var (
 	glReTreeLine = regexp.MustCompile(`(?:^|\s)Tree (\d+) : (-?\d+) -> (-?\d+) -> (-?\d+)/(-?\d+)/(-?\d+)\s*$`)
 	glReRingLine = regexp.MustCompile(`(?:^|\s)Ring (\d+) : (-?\d+) -> (-?\d+) -> (-?\d+)\s*$`)
-	// Old NCCL (before "Channel") printed the ring order as "Ring 00 :  0 1 ...".
-	glReOrderLine = regexp.MustCompile(`(?:^|\s)(?:Channel (\d+)/(\d+)|Ring (\d+)) :((?: +-?\d+)+)( ?\.\.\.)?\s*$`)
+	// A ring order: "Channel 00/04 : ..." since NCCL 2.5, "Channel 00 : ..."
+	// in 2.4, "Ring 00 : ..." in 2.3.
+	glReOrderLine = regexp.MustCompile(`(?:^|\s)(?:Channel (\d+)(?:/(\d+))?|Ring (\d+)) :((?: +-?\d+)+)( ?\.\.\.)?\s*$`)
 	glReTreesLine = regexp.MustCompile(`(?:^|\s)Trees((?: \[\d+\] [-0-9/>|]*)+)\s*$`)
 	glReTreesItem = regexp.MustCompile(`\[(\d+)\] ([-0-9/>|]*)`)
 	// One Trees entry; NCCL 2.4-2.6 appended "|up->rank->downs" of a second
 	// (broadcast) tree, which is ignored.
 	glReTreesBody = regexp.MustCompile(`^(-?\d+)/(-?\d+)/(-?\d+)->(\d+)->(-?\d+)(?:\|.*)?$`)
-	glReCommLine  = regexp.MustCompile(`\bnRanks (\d+) nNodes (\d+)\b`)
-	glReHost      = regexp.MustCompile(`([^\s:\[\]]+):\d+:\d+ \[\d+\] (?:NCCL|GOTREE) INFO `)
+	// NCCL: "comm 0x.. rank 0 nRanks 8 nNodes 2 ..."; gotree: "comm rank 0
+	// nranks 8 nnodes 2 ...".
+	glReCommLine = regexp.MustCompile(`(?i)\bnranks (\d+) nnodes (\d+)\b`)
+	glReHost     = regexp.MustCompile(`([^\s:\[\]]+):\d+:\d+ \[\d+\] (?:NCCL|GOTREE) INFO `)
 )
 
 type glKey struct{ c, r int }
@@ -239,11 +242,12 @@ func glEqualInts(a, b []int) bool {
 	return true
 }
 
-// glMaxRanks bounds the ranks and channels a log may name, so that a
-// corrupt number cannot make the parser allocate without limit.
+// glMaxRanks, glMaxChannels and glMaxLinks bound what a log may name, so
+// that a corrupt number cannot make the parser allocate without limit.
 const (
 	glMaxRanks    = 1 << 16
 	glMaxChannels = 1 << 10
+	glMaxLinks    = 1 << 21 // ranks times channels
 )
 
 func (p *glParser) channelOK(line, c int) bool {
@@ -328,7 +332,10 @@ func (p *glParser) parseLine(n int, line string) int {
 		}
 		c, total := 0, 0
 		if m[1] != "" {
-			c, total = glAtoi(m[1]), glAtoi(m[2])
+			c = glAtoi(m[1])
+			if m[2] != "" {
+				total = glAtoi(m[2])
+			}
 		} else {
 			c = glAtoi(m[3])
 		}
@@ -386,16 +393,21 @@ func glBoolInt(b bool) int {
 // tree for every rank. Other lines are ignored, so a whole job's output,
 // several ranks' logs concatenated, may be given.
 //
-// Lines are keyed by the rank named in their text (the number in the
-// prefix's brackets is a local device, not a rank) and by channel; a
+// Lines are keyed by the rank named in their text (the number in NCCL's
+// prefix brackets is a local device, not a rank) and by channel; a
 // repeated line is dropped, and one that disagrees with an earlier line is
-// dropped with a Warning. A "nRanks N nNodes M" line, when present, sets
-// the rank and node counts; otherwise NRanks is one more than the highest
-// rank named and NNodes is the number of distinct host names in the
-// prefixes (0 when not every rank's host is known). When every rank's host
-// is known, NodeOf numbers the hosts by first appearance in rank order.
-// Channels is one more than the highest channel named. Pattern is left 0:
-// a log does not show it.
+// dropped with a Warning. A "nRanks N nNodes M" line (NCCL's "comm" line,
+// or gotree's in lower case), when present, sets the rank and node counts;
+// otherwise NRanks is one more than the highest rank named and NNodes is
+// the number of distinct host names in the prefixes (0 when not every
+// rank's host is known). When every rank's host is known and there are as
+// many hosts as nodes, NodeOf numbers the hosts by first appearance in rank
+// order. Channels is one more than the highest channel named. Pattern is
+// left 0: a log does not show it.
+//
+// One log should hold one communicator: NCCL's graph lines do not name
+// their communicator, so lines of a second one (a split, a subgroup)
+// conflict with the first and are dropped with Warnings.
 //
 // A rank without a Ring line takes its neighbours from a complete Channel
 // line of that channel (logs without the GRAPH subsystem have only those);
@@ -438,6 +450,9 @@ func ParseGraphLog(r io.Reader) (*Graph, []Warning, error) {
 	if !p.found || p.maxR < 0 {
 		return nil, p.warns, fmt.Errorf("gotree/algorithms: no graph lines (Tree, Channel, Ring, Trees) in log")
 	}
+	if nr, nc := max(p.maxR+1, p.nRanks), p.maxC+1; nr*nc > glMaxLinks {
+		return nil, p.warns, fmt.Errorf("gotree/algorithms: graph log names %d ranks and %d channels, more than %d links in all", nr, nc, glMaxLinks)
+	}
 	return p.assemble(), p.warns, nil
 }
 
@@ -474,7 +489,8 @@ func (p *glParser) assemble() *Graph {
 		if g.NNodes == 0 {
 			g.NNodes = len(idx)
 		} else if g.NNodes != len(idx) {
-			p.warn(0, "log says nNodes %d but ranks logged from %d hosts", g.NNodes, len(idx))
+			// Nodes simulated on one host, or hosts renamed: the hosts
+			// do not say which rank is on which node.
 			g.NodeOf = nil
 		}
 	}

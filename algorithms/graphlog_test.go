@@ -277,6 +277,27 @@ func TestParseGraphLogBareLines(t *testing.T) {
 	glSameLinks(t, "bare", got, want)
 }
 
+func TestParseGraphLogGotreeCommLine(t *testing.T) {
+	// gotree's own INIT line gives the counts; one host simulating two
+	// nodes leaves NodeOf unknown.
+	want := glHandGraph([]int{2, 2}, 1)
+	var b strings.Builder
+	b.WriteString("box:7:7 [0] GOTREE INFO comm rank 0 nranks 4 nnodes 2 channels 1 init done in 3.0 ms\n")
+	for r := 0; r < 4; r++ {
+		for _, l := range FormatGraphLog(want, r) {
+			fmt.Fprintf(&b, "box:7:7 [%d] GOTREE INFO %s\n", r, l)
+		}
+	}
+	got, warns, err := ParseGraphLog(strings.NewReader(b.String()))
+	if err != nil || len(warns) != 0 {
+		t.Fatalf("err %v warnings %v", err, warns)
+	}
+	glSameLinks(t, "gotree comm line", got, want)
+	if got.NodeOf != nil {
+		t.Errorf("NodeOf %v from one host", got.NodeOf)
+	}
+}
+
 func TestParseGraphLogHostsGiveNodes(t *testing.T) {
 	want := glHandGraph([]int{2, 2, 2}, 1)
 	log := glLogOf(want, "NCCL", 2)
@@ -409,6 +430,10 @@ func TestParseGraphLogErrors(t *testing.T) {
 		if _, _, err := ParseGraphLog(strings.NewReader(log)); err == nil {
 			t.Errorf("%q: no error", log)
 		}
+	}
+	// A rank and a channel that are each allowed but together too many.
+	if _, _, err := ParseGraphLog(strings.NewReader("Ring 1000 : 1 -> 65000 -> 1\n")); err == nil || !strings.Contains(err.Error(), "links in all") {
+		t.Errorf("huge graph: err %v", err)
 	}
 	// Out-of-range numbers are warned about, not allocated.
 	_, warns, err := ParseGraphLog(strings.NewReader("Ring 00 : 0 -> 99999999 -> 1\nRing 99999 : 1 -> 0 -> 1\nRing 00 : 1 -> 0 -> 1\n"))
@@ -665,6 +690,24 @@ func FuzzParseGraphLog(f *testing.F) {
 	})
 }
 
+func TestParseGraphLogOldOrderShapes(t *testing.T) {
+	// NCCL 2.3 and 2.4 printed the ring order as "Ring 00 :" and
+	// "Channel 00 :"; their transport lines look alike and are ignored.
+	for _, log := range []string{
+		"h:1:1 [0] NCCL INFO Ring 00 :    0   2   1\nh:1:1 [0] NCCL INFO Ring 00 : 0[0] -> 2[2] via P2P/IPC\n",
+		"h:1:1 [0] NCCL INFO Channel 00 :    0   2   1\nh:1:1 [0] NCCL INFO Ring 00 : 0 -> 2 [send] via NET/IB/0\n",
+	} {
+		g, _, err := ParseGraphLog(strings.NewReader(log))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := [][]RingLinks{{{Prev: 1, Next: 2}, {Prev: 2, Next: 0}, {Prev: 0, Next: 1}}}
+		if g.NRanks != 3 || g.Channels != 1 || !reflect.DeepEqual(g.Rings, want) || !reflect.DeepEqual(g.RingOrder, [][]int{{0, 2, 1}}) {
+			t.Errorf("%q: got %+v", log, g)
+		}
+	}
+}
+
 func TestParseGraphLogNewChannelShape(t *testing.T) {
 	// NCCL 2.23+: ranks as wide as the largest, the line cut at 127 bytes
 	// ending in "...". With Ring lines for every rank the cut order is
@@ -703,4 +746,63 @@ func TestParseGraphLogNewChannelShape(t *testing.T) {
 	if err != nil || len(warns) != 1 || !strings.Contains(warns[0].String(), "line 1: channel 0: ring order (cut after 36 ranks) disagrees") {
 		t.Fatalf("err %v warnings %v", err, warns)
 	}
+}
+
+func TestValidateGraphCapsProblems(t *testing.T) {
+	// 4096 ranks with no links: thousands of problems per channel, only
+	// the first glMaxProblems of the tree and of the ring are kept.
+	g, _, err := ParseGraphLog(strings.NewReader("Ring 01 : 1 -> 4095 -> 1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := ValidateGraph(g)
+	if len(ps) != 2*2*(glMaxProblems+1) {
+		t.Fatalf("%d problems", len(ps))
+	}
+	last := ps[len(ps)-1]
+	if last.Channel != 1 || last.Rank != -1 || !strings.HasPrefix(last.Msg, "and more problems: ") {
+		t.Errorf("last problem %v", last)
+	}
+	if ps[0].Channel != 0 || ps[0].Rank < 0 {
+		t.Errorf("first problem %v", ps[0])
+	}
+}
+
+func ExampleFormatGraphLog() {
+	g, err := BuildGraph(UniformLayout(4, 1, 1, BalancedTree))
+	if err != nil {
+		panic(err)
+	}
+	for _, l := range FormatGraphLog(g, 0) {
+		fmt.Println(l)
+	}
+	// Output:
+	// Tree 0 : -1 -> 0 -> 2/-1/-1
+	// Tree 1 : 1 -> 0 -> -1/-1/-1
+	// Channel 00/02 :    0   1   2   3
+	// Channel 01/02 :    0   1   2   3
+	// Ring 00 : 3 -> 0 -> 1
+	// Ring 01 : 3 -> 0 -> 1
+	// Trees [0] 2/-1/-1->0->-1 [1] -1/-1/-1->0->1
+}
+
+func ExampleValidateGraph() {
+	log := `host:1:1 [0] NCCL INFO Ring 00 : 2 -> 0 -> 1
+host:1:1 [0] NCCL INFO Trees [0] 1/-1/-1->0->-1
+host:2:2 [1] NCCL INFO Ring 00 : 0 -> 1 -> 2
+host:2:2 [1] NCCL INFO Trees [0] 2/-1/-1->1->0
+host:3:3 [2] NCCL INFO Ring 00 : 1 -> 2 -> 0
+host:3:3 [2] NCCL INFO Trees [0] -1/-1/-1->2->0
+`
+	g, _, err := ParseGraphLog(strings.NewReader(log))
+	if err != nil {
+		panic(err)
+	}
+	for _, p := range ValidateGraph(g) {
+		fmt.Println(p)
+	}
+	// Output:
+	// channel 0: tree has 3 edges, want 2
+	// channel 0 rank 1: tree lists child 2 but rank 2's up is 0
+	// channel 0 rank 2: tree up is 0 but rank 0's down is 1/-1/-1
 }

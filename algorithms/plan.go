@@ -94,7 +94,7 @@ type Plan struct {
 	Algo     Algorithm
 	Proto    Protocol
 	NRanks   int
-	Count    int64 // elements per rank's input (allgather: per rank contribution)
+	Count    int64 // the request's count: allreduce/broadcast/reduce the buffer, allgather each rank's input, reducescatter each rank's output (see BufferCounts)
 	DType    DType
 	Op       Op
 	Root     int

@@ -90,8 +90,11 @@ func BuildPlan(g *Graph, req PlanRequest) (*Plan, error) {
 		return nil, badReq("empty graph")
 	}
 	n := g.NRanks
-	if req.Coll < AllReduce || req.Coll > ReduceScatter {
+	if req.Coll < AllReduce || int(req.Coll) >= len(collNames) {
 		return nil, badReq("unknown collective %v", req.Coll)
+	}
+	if req.Coll > ReduceScatter {
+		return nil, fmt.Errorf("%w: %v has no ring or tree plan (see LocalP2PPlan)", ErrAlgoNotSupported, req.Coll)
 	}
 	if req.Algo != Ring && req.Algo != Tree {
 		return nil, badReq("unknown algorithm %v", req.Algo)
@@ -122,8 +125,8 @@ func BuildPlan(g *Graph, req PlanRequest) (*Plan, error) {
 	if req.ChunkBytes < 0 {
 		return nil, badReq("negative chunk size %d", req.ChunkBytes)
 	}
-	if g.Channels < 1 || len(g.Rings) < g.Channels || len(g.Trees) < g.Channels || len(g.RingOrder) < g.Channels {
-		return nil, badReq("graph has %d channels but %d rings, %d trees, %d ring orders", g.Channels, len(g.Rings), len(g.Trees), len(g.RingOrder))
+	if g.Channels < 1 || len(g.Rings) < g.Channels || len(g.Trees) < g.Channels {
+		return nil, badReq("graph has %d channels but %d rings, %d trees", g.Channels, len(g.Rings), len(g.Trees))
 	}
 	maxCh := req.Channels
 	if maxCh == 0 {
@@ -169,21 +172,21 @@ func BuildPlan(g *Graph, req PlanRequest) (*Plan, error) {
 			}
 			b.treeAllReduce(g.Trees[c], c, cp, part)
 		default:
-			ring, err := ringIndex(g, c)
+			order, ring, err := ringIndex(g, c)
 			if err != nil {
 				return nil, err
 			}
 			switch req.Coll {
 			case AllReduce:
-				b.ringAllReduce(g, c, cp, part)
+				b.ringAllReduce(order, c, cp, part)
 			case Broadcast:
-				b.ringBroadcast(g, ring, c, cp, part, req.Root)
+				b.ringBroadcast(order, ring, c, cp, part, req.Root)
 			case Reduce:
-				b.ringReduce(g, ring, c, cp, part, req.Root)
+				b.ringReduce(order, ring, c, cp, part, req.Root)
 			case AllGather:
-				b.ringAllGather(g, c, cp, part, req.Count)
+				b.ringAllGather(order, c, cp, part, req.Count)
 			case ReduceScatter:
-				b.ringReduceScatter(g, c, cp, part, req.Count)
+				b.ringReduceScatter(order, c, cp, part, req.Count)
 			}
 		}
 	}
@@ -210,35 +213,46 @@ func treeChunkBytes(p Protocol, bytes, channels int64, depth int) int64 {
 }
 
 func checkTreeChannel(g *Graph, c int) error {
-	if len(g.Trees[c]) != g.NRanks {
-		return badReq("graph channel %d has %d tree entries for %d ranks", c, len(g.Trees[c]), g.NRanks)
+	if err := checkTree(g.Trees[c], g.NRanks, false); err != nil {
+		return badReq("graph channel %d tree: %v", c, err)
 	}
 	return nil
 }
 
-// ringIndex returns every rank's position in channel c's ring order and
-// checks the ring.
-func ringIndex(g *Graph, c int) ([]int, error) {
+// ringIndex returns channel c's ring order (from rank 0 along Next) and
+// every rank's position in it, and checks the ring. A graph without
+// RingOrder (one read from a log) gets the walk along Next.
+func ringIndex(g *Graph, c int) (order, idx []int, err error) {
 	n := g.NRanks
-	if len(g.RingOrder[c]) != n || len(g.Rings[c]) != n {
-		return nil, badReq("graph channel %d ring has %d ranks, %d links, want %d", c, len(g.RingOrder[c]), len(g.Rings[c]), n)
+	if c < len(g.RingOrder) {
+		order = g.RingOrder[c]
 	}
-	idx := make([]int, n)
+	if len(order) == 0 && len(g.Rings[c]) == n {
+		order = make([]int, 0, n)
+		for r, i := 0, 0; i < n && r >= 0 && r < n; i++ {
+			order = append(order, r)
+			r = g.Rings[c][r].Next
+		}
+	}
+	if len(order) != n || len(g.Rings[c]) != n {
+		return nil, nil, badReq("graph channel %d ring has %d ranks, %d links, want %d", c, len(order), len(g.Rings[c]), n)
+	}
+	idx = make([]int, n)
 	for i := range idx {
 		idx[i] = -1
 	}
-	for i, r := range g.RingOrder[c] {
+	for i, r := range order {
 		if r < 0 || r >= n || idx[r] != -1 {
-			return nil, badReq("graph channel %d ring order %v is not a permutation", c, g.RingOrder[c])
+			return nil, nil, badReq("graph channel %d ring order %v is not a permutation", c, order)
 		}
 		idx[r] = i
 	}
-	for i, r := range g.RingOrder[c] {
-		if g.Rings[c][r].Next != g.RingOrder[c][(i+1)%n] || g.Rings[c][r].Prev != g.RingOrder[c][(i-1+n)%n] {
-			return nil, badReq("graph channel %d rank %d: ring links %+v disagree with the ring order", c, r, g.Rings[c][r])
+	for i, r := range order {
+		if g.Rings[c][r].Next != order[(i+1)%n] || g.Rings[c][r].Prev != order[(i-1+n)%n] {
+			return nil, nil, badReq("graph channel %d rank %d: ring links %+v disagree with the ring order", c, r, g.Rings[c][r])
 		}
 	}
-	return idx, nil
+	return order, idx, nil
 }
 
 type planBuilder struct {
@@ -293,9 +307,8 @@ func chunks(cp ChannelPart, chunk int64, f func(off, cnt int64)) {
 	}
 }
 
-func (b *planBuilder) ringAllReduce(g *Graph, c int, cp ChannelPart, part Partition) {
-	n := g.NRanks
-	order := g.RingOrder[c]
+func (b *planBuilder) ringAllReduce(order []int, c int, cp ChannelPart, part Partition) {
+	n := len(order)
 	for lo := int64(0); lo < cp.Count; {
 		rem := cp.Count - lo
 		rc := min(part.ChunkElems, roundUp64(divUp64(rem, int64(n)), part.GrainElems))
@@ -345,9 +358,8 @@ func (b *planBuilder) treeAllReduce(tree []TreeLinks, c int, cp ChannelPart, par
 	})
 }
 
-func (b *planBuilder) ringBroadcast(g *Graph, ring []int, c int, cp ChannelPart, part Partition, root int) {
-	n := g.NRanks
-	order := g.RingOrder[c]
+func (b *planBuilder) ringBroadcast(order []int, ring []int, c int, cp ChannelPart, part Partition, root int) {
+	n := len(order)
 	chunks(cp, part.ChunkElems, func(off, cnt int64) {
 		for q := 0; q < n; q++ { // q: distance from the root along Next
 			r := order[(ring[root]+q)%n]
@@ -365,9 +377,8 @@ func (b *planBuilder) ringBroadcast(g *Graph, ring []int, c int, cp ChannelPart,
 	})
 }
 
-func (b *planBuilder) ringReduce(g *Graph, ring []int, c int, cp ChannelPart, part Partition, root int) {
-	n := g.NRanks
-	order := g.RingOrder[c]
+func (b *planBuilder) ringReduce(order []int, ring []int, c int, cp ChannelPart, part Partition, root int) {
+	n := len(order)
 	chunks(cp, part.ChunkElems, func(off, cnt int64) {
 		for q := 0; q < n; q++ { // q: distance from the root's successor
 			i := ring[root] + 1 + q
@@ -385,9 +396,8 @@ func (b *planBuilder) ringReduce(g *Graph, ring []int, c int, cp ChannelPart, pa
 	})
 }
 
-func (b *planBuilder) ringAllGather(g *Graph, c int, cp ChannelPart, part Partition, count int64) {
-	n := g.NRanks
-	order := g.RingOrder[c]
+func (b *planBuilder) ringAllGather(order []int, c int, cp ChannelPart, part Partition, count int64) {
+	n := len(order)
 	chunks(cp, part.ChunkElems, func(off, cnt int64) {
 		for p, r := range order {
 			prev, next := order[(p-1+n)%n], order[(p+1)%n]
@@ -402,9 +412,8 @@ func (b *planBuilder) ringAllGather(g *Graph, c int, cp ChannelPart, part Partit
 	})
 }
 
-func (b *planBuilder) ringReduceScatter(g *Graph, c int, cp ChannelPart, part Partition, count int64) {
-	n := g.NRanks
-	order := g.RingOrder[c]
+func (b *planBuilder) ringReduceScatter(order []int, c int, cp ChannelPart, part Partition, count int64) {
+	n := len(order)
 	chunks(cp, part.ChunkElems, func(off, cnt int64) {
 		for p, r := range order {
 			prev, next := order[(p-1+n)%n], order[(p+1)%n]

@@ -157,9 +157,14 @@ const (
 	Reduce
 	AllGather
 	ReduceScatter
+	// The point-to-point family: planned by LocalP2PPlan, one rank at a time.
+	AllToAll
+	Gather
+	Scatter
+	SendRecv
 )
 
-var collNames = [...]string{"allreduce", "broadcast", "reduce", "allgather", "reducescatter"}
+var collNames = [...]string{"allreduce", "broadcast", "reduce", "allgather", "reducescatter", "alltoall", "gather", "scatter", "sendrecv"}
 
 func (c Collective) String() string {
 	if c < 0 || int(c) >= len(collNames) {

@@ -24,14 +24,20 @@ func (p Problem) String() string {
 
 // ValidateGraph checks every channel of g and returns what is wrong, in
 // channel then rank order (channel-wide problems, Rank -1, first), nil for
-// a sound graph. For each channel's tree: links name
-// ranks in range and not the rank itself, no child twice; exactly one root;
-// a child lists its parent as up if and only if the parent lists the child
-// in down; no cycle; every rank reaches the root; N-1 edges. For each
-// channel's ring: prev and next agree (next of a is b iff prev of b is a),
-// following next from rank 0 visits every rank once and returns to 0, and
-// RingOrder, where set, is that walk. Depth is not checked: NCCL stores an
-// estimate there, not each rank's distance from the root.
+// a sound graph. For each channel's tree: links name ranks in range and
+// not the rank itself, no child twice; exactly one root (when there are
+// several, the one most ranks reach counts as the root and the others are
+// blamed); a child lists its parent as up if and only if the parent lists
+// the child in down; no cycle of up links; every rank reaches the root;
+// N-1 edges. For each channel's ring: prev and next agree (next of a is b
+// iff prev of b is a, blamed on both ends), following next from rank 0
+// visits every rank once and returns to 0, and RingOrder, where set, is
+// that walk. At most 32 problems are listed per channel's tree and per
+// channel's ring, then one that counts the rest.
+//
+// Depth is not checked: a Graph parsed from a log gets distances computed
+// from its links, and NCCL itself keeps an estimate there; Graph.Check
+// checks BuildGraph's depths.
 func ValidateGraph(g *Graph) []Problem {
 	if g == nil {
 		return []Problem{{Channel: -1, Rank: -1, Msg: "no graph"}}
@@ -47,28 +53,32 @@ func ValidateGraph(g *Graph) []Problem {
 		ps = append(ps, glValidateTree(g, c)...)
 		ps = append(ps, glValidateRing(g, c)...)
 	}
+	key := func(p Problem) int {
+		if p.Rank == -1 && strings.HasPrefix(p.Msg, glMoreProblems) {
+			return 1 << 62 // the count of dropped problems goes last
+		}
+		return p.Rank
+	}
 	sort.SliceStable(ps, func(i, j int) bool {
 		if ps[i].Channel != ps[j].Channel {
 			return ps[i].Channel < ps[j].Channel
 		}
-		return ps[i].Rank < ps[j].Rank
+		return key(ps[i]) < key(ps[j])
 	})
 	return ps
 }
 
 func glValidateTree(g *Graph, c int) []Problem {
 	n := g.NRanks
-	var ps []Problem
-	bad := func(r int, format string, args ...any) {
-		ps = append(ps, Problem{Channel: c, Rank: r, Msg: fmt.Sprintf(format, args...)})
-	}
+	var pl glProblems
+	bad := func(r int, format string, args ...any) { pl.add(c, r, format, args...) }
 	if c >= len(g.Trees) || len(g.Trees[c]) != n {
 		got := 0
 		if c < len(g.Trees) {
 			got = len(g.Trees[c])
 		}
 		bad(-1, "tree has links for %d ranks, want %d", got, n)
-		return ps
+		return pl.list(c)
 	}
 	t := g.Trees[c]
 	inRange := func(x int) bool { return x >= 0 && x < n }
@@ -118,74 +128,75 @@ func glValidateTree(g *Graph, c int) []Problem {
 		}
 	}
 
-	// Exactly one root.
-	root := -1
+	// Follow up links from every rank to where they end: a root (a rank
+	// without up), or -1 for a loop or a link out of range. Loops are
+	// reported once, from their smallest rank.
+	const unseen, onPath = -2, -3
+	end := make([]int, n)
+	for r := range end {
+		end[r] = unseen
+	}
+	for r := 0; r < n; r++ {
+		var path []int
+		x, res := r, -1
+		for {
+			if !inRange(x) {
+				break
+			}
+			if end[x] == onPath {
+				i := glIndexOf(path, x)
+				bad(glMinOf(path[i:]), "tree has a cycle of up links %s", glLoopText(path[i:]))
+				break
+			}
+			if end[x] != unseen {
+				res = end[x]
+				break
+			}
+			end[x] = onPath
+			path = append(path, x)
+			if t[x].Up == -1 {
+				res = x
+				break
+			}
+			x = t[x].Up
+		}
+		for _, y := range path {
+			end[y] = res
+		}
+	}
+
+	// Exactly one root: the one most ranks reach (the lowest on a tie) is
+	// taken as the real one; the others are blamed.
+	reach := make(map[int]int)
 	var roots []int
 	for r, l := range t {
 		if l.Up == -1 {
 			roots = append(roots, r)
-			if root < 0 {
-				root = r
-			}
+		}
+		if end[r] >= 0 {
+			reach[end[r]]++
+		}
+	}
+	root := -1
+	for _, r := range roots {
+		if root < 0 || reach[r] > reach[root] {
+			root = r
 		}
 	}
 	switch {
 	case len(roots) == 0:
 		bad(-1, "tree has no root (every rank has an up link)")
 	case len(roots) > 1:
-		for _, r := range roots[1:] {
-			bad(r, "tree has a second root (rank %d is a root too)", root)
+		for _, r := range roots {
+			if r != root {
+				bad(r, "tree has a second root (%d ranks reach root %d, %d reach this one)", reach[root], root, reach[r])
+			}
 		}
 	}
-
-	// No cycle along up links; every rank reaches the root.
-	state := make([]int8, n) // 0 new, 1 on the current path, 2 done
-	reaches := make([]bool, n)
-	for r := 0; r < n; r++ {
-		var path []int
-		x := r
-		ok := false
-		for {
-			if !inRange(x) || x == -1 {
-				break
-			}
-			if state[x] == 2 {
-				ok = reaches[x]
-				break
-			}
-			if state[x] == 1 {
-				// x closes a loop: report it once, from its smallest rank.
-				i := glIndexOf(path, x)
-				loop := path[i:]
-				lo := loop[0]
-				for _, y := range loop {
-					lo = min(lo, y)
-				}
-				var b strings.Builder
-				k := glIndexOf(loop, lo)
-				for j := range len(loop) {
-					fmt.Fprintf(&b, "%d -> ", loop[(k+j)%len(loop)])
-				}
-				fmt.Fprintf(&b, "%d", lo)
-				bad(lo, "tree has a cycle of up links %s", b.String())
-				break
-			}
-			state[x] = 1
-			path = append(path, x)
-			if t[x].Up == -1 {
-				ok = x == root
-				break
-			}
-			x = t[x].Up
-		}
-		for _, y := range path {
-			state[y] = 2
-			reaches[y] = ok
-		}
-	}
+	// Every rank reaches the root.
 	if root >= 0 {
 		for r := 0; r < n; r++ {
-			if !reaches[r] {
+			if end[r] != root {
 				bad(r, "does not reach the tree's root %d along up links", root)
 			}
 		}
@@ -212,7 +223,55 @@ func glValidateTree(g *Graph, c int) []Problem {
 	if len(edges) != n-1 {
 		bad(-1, "tree has %d edges, want %d", len(edges), n-1)
 	}
-	return ps
+	return pl.list(c)
+}
+
+// glMaxProblems bounds the problems reported for one channel's tree or
+// ring; a graph that is wrong everywhere would otherwise give millions.
+const glMaxProblems = 32 // keep in step with ValidateGraph's comment
+
+const glMoreProblems = "and more problems: "
+
+// glProblems collects one channel's tree or ring problems, at most
+// glMaxProblems of them and a count of the rest.
+type glProblems struct {
+	ps   []Problem
+	more int
+}
+
+func (pl *glProblems) add(c, r int, format string, args ...any) {
+	if len(pl.ps) == glMaxProblems {
+		pl.more++
+		return
+	}
+	pl.ps = append(pl.ps, Problem{Channel: c, Rank: r, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (pl *glProblems) list(c int) []Problem {
+	if pl.more > 0 {
+		return append(pl.ps, Problem{Channel: c, Rank: -1, Msg: fmt.Sprintf("%s%d not shown", glMoreProblems, pl.more)})
+	}
+	return pl.ps
+}
+
+func glMinOf(s []int) int {
+	m := s[0]
+	for _, x := range s {
+		m = min(m, x)
+	}
+	return m
+}
+
+// glLoopText prints a loop of ranks from its smallest: "1 -> 3 -> 2 -> 1".
+func glLoopText(loop []int) string {
+	lo := glMinOf(loop)
+	k := glIndexOf(loop, lo)
+	var b strings.Builder
+	for j := range len(loop) {
+		fmt.Fprintf(&b, "%d -> ", loop[(k+j)%len(loop)])
+	}
+	fmt.Fprintf(&b, "%d", lo)
+	return b.String()
 }
 
 func glIndexOf(s []int, x int) int {
@@ -226,17 +285,15 @@ func glIndexOf(s []int, x int) int {
 
 func glValidateRing(g *Graph, c int) []Problem {
 	n := g.NRanks
-	var ps []Problem
-	bad := func(r int, format string, args ...any) {
-		ps = append(ps, Problem{Channel: c, Rank: r, Msg: fmt.Sprintf(format, args...)})
-	}
+	var pl glProblems
+	bad := func(r int, format string, args ...any) { pl.add(c, r, format, args...) }
 	if c >= len(g.Rings) || len(g.Rings[c]) != n {
 		got := 0
 		if c < len(g.Rings) {
 			got = len(g.Rings[c])
 		}
 		bad(-1, "ring has links for %d ranks, want %d", got, n)
-		return ps
+		return pl.list(c)
 	}
 	ring := g.Rings[c]
 	inRange := func(x int) bool { return x >= 0 && x < n }
@@ -292,7 +349,7 @@ func glValidateRing(g *Graph, c int) []Problem {
 		}
 		bad(r, "ring order %s disagrees with prev/next (walk from rank 0: %s) at position %d", glJoinInts(o), glJoinInts(walk), i)
 	}
-	return ps
+	return pl.list(c)
 }
 
 func glJoinInts(xs []int) string {

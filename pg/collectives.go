@@ -65,6 +65,43 @@ func (c *Comm) AllGather(send, recv []byte, count int64, dt algorithms.DType) (*
 	return c.enqueue(collArgs{coll: algorithms.AllGather, count: count, dt: dt, in: send, out: recv})
 }
 
+// Reduce reduces count elements over all ranks into root's recv (recv is
+// not written elsewhere).
+func (c *Comm) Reduce(send, recv []byte, count int64, dt algorithms.DType, op algorithms.Op, root int) (*Request, error) {
+	if err := algorithms.Supports(op, dt); err != nil {
+		return nil, fmt.Errorf("%w: reduce: %v", ErrInvalidArgument, err)
+	}
+	if err := c.checkRoot("reduce", root); err != nil {
+		return nil, err
+	}
+	if err := checkLen("reduce", "sendbuf", send, count, dt); err != nil {
+		return nil, err
+	}
+	if c.rank == root {
+		if err := checkLen("reduce", "recvbuf", recv, count, dt); err != nil {
+			return nil, err
+		}
+	} else if len(recv) < len(send) {
+		recv = make([]byte, len(send)) // plans may stage through the output
+	}
+	return c.enqueue(collArgs{coll: algorithms.Reduce, count: count, dt: dt, op: op, root: root, in: send, out: recv})
+}
+
+// ReduceScatter reduces nranks*count elements over all ranks and leaves
+// block r (count elements) on rank r.
+func (c *Comm) ReduceScatter(send, recv []byte, count int64, dt algorithms.DType, op algorithms.Op) (*Request, error) {
+	if err := algorithms.Supports(op, dt); err != nil {
+		return nil, fmt.Errorf("%w: reducescatter: %v", ErrInvalidArgument, err)
+	}
+	if err := checkLen("reducescatter", "sendbuf", send, count*int64(c.nranks), dt); err != nil {
+		return nil, err
+	}
+	if err := checkLen("reducescatter", "recvbuf", recv, count, dt); err != nil {
+		return nil, err
+	}
+	return c.enqueue(collArgs{coll: algorithms.ReduceScatter, count: count, dt: dt, op: op, in: send, out: recv})
+}
+
 // Barrier completes once every rank has entered it.
 func (c *Comm) Barrier() (*Request, error) {
 	b := make([]byte, 1)
@@ -89,7 +126,8 @@ type collArgs struct {
 	op      algorithms.Op
 	root    int
 	in, out []byte
-	name    string // overrides coll's name in messages
+	name    string           // overrides coll's name in messages
+	plan    *algorithms.Plan // a prepared (point-to-point) plan
 }
 
 func (a collArgs) String() string {
@@ -100,21 +138,29 @@ func (a collArgs) String() string {
 	return n
 }
 
+// usable reports why no new operation may start (c.mu held).
+func (c *Comm) usable(what string) error {
+	if c.closed {
+		return fmt.Errorf("%w: rank %d: %s issued after the communicator was destroyed", ErrInvalidArgument, c.rank, what)
+	}
+	if c.failure != nil {
+		return fmt.Errorf("%w: rank %d: %s refused: %v", ErrAborted, c.rank, what, c.failure)
+	}
+	return nil
+}
+
 func (c *Comm) enqueue(a collArgs) (*Request, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
-		return nil, fmt.Errorf("%w: rank %d: %s issued after the communicator was destroyed", ErrInvalidArgument, c.rank, a)
-	}
-	if c.failure != nil {
-		return nil, fmt.Errorf("%w: rank %d: %s refused: %v", ErrAborted, c.rank, a, c.failure)
+	if err := c.usable(a.String()); err != nil {
+		return nil, err
 	}
 	c.seq++
 	desc := fmt.Sprintf("%s #%d (%d x %v", a, c.seq, a.count, a.dt)
 	if a.coll == algorithms.AllReduce || a.coll == algorithms.Reduce || a.coll == algorithms.ReduceScatter {
 		desc += ", " + a.op.String()
 	}
-	if a.coll == algorithms.Broadcast || a.coll == algorithms.Reduce {
+	if a.coll == algorithms.Broadcast || a.coll == algorithms.Reduce || a.coll == algorithms.Gather || a.coll == algorithms.Scatter {
 		desc += fmt.Sprintf(", root %d", a.root)
 	}
 	desc += ")"
@@ -138,6 +184,9 @@ func (c *Comm) algorithm(a collArgs) algorithms.Algorithm {
 }
 
 func (c *Comm) runColl(a collArgs, desc string) error {
+	if a.plan != nil {
+		return c.execPlan(a.plan, a.in, a.out, desc)
+	}
 	req := algorithms.PlanRequest{
 		Coll: a.coll, Algo: c.algorithm(a), Proto: algorithms.Simple,
 		Count: a.count, DType: a.dt, Op: a.op, Root: a.root,
@@ -149,20 +198,32 @@ func (c *Comm) runColl(a collArgs, desc string) error {
 	}
 	plan := v.(*algorithms.Plan)
 	c.log.Infof("COLL", "%s: %v/%v, %d channels", desc, req.Algo, req.Proto, plan.Channels)
-	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.Timeout)
-	defer cancel()
-	if err := backend.Exec(ctx, plan, c.rank, c, a.in, a.out, c.cfg.SlotBytes); err != nil {
-		kind := ErrRemote
-		switch {
-		case errors.Is(err, backend.ErrTimeout):
-			kind = ErrTimeout
-		case c.ctx.Err() != nil:
-			kind = ErrAborted
-		}
-		return fmt.Errorf("%w: rank %d: %s failed: %v", kind, c.rank, desc, err)
+	if err := c.execPlan(plan, a.in, a.out, desc); err != nil {
+		return err
 	}
 	if a.op == algorithms.Avg && (a.coll == algorithms.AllReduce || (a.coll == algorithms.Reduce && c.rank == a.root) || a.coll == algorithms.ReduceScatter) {
 		reduce.Finalize(a.out, a.dt, a.op, c.nranks)
 	}
 	return nil
+}
+
+// execPlan runs this rank's part of plan under the communicator's timeout
+// and names the operation in any error.
+func (c *Comm) execPlan(plan *algorithms.Plan, in, out []byte, desc string) error {
+	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.Timeout)
+	defer cancel()
+	err := backend.Exec(ctx, plan, c.rank, c, in, out, c.cfg.SlotBytes)
+	if err == nil {
+		return nil
+	}
+	kind := ErrRemote
+	switch {
+	case errors.Is(err, ErrTimeout) || errors.Is(err, ErrAborted) || errors.Is(err, ErrInvalidArgument):
+		return fmt.Errorf("rank %d: %s failed: %w", c.rank, desc, err)
+	case errors.Is(err, backend.ErrTimeout):
+		kind = ErrTimeout
+	case c.ctx.Err() != nil:
+		kind = ErrAborted
+	}
+	return fmt.Errorf("%w: rank %d: %s failed: %v", kind, c.rank, desc, err)
 }

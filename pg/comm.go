@@ -53,8 +53,10 @@ type Comm struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	queue chan *Request
-	wg    sync.WaitGroup // the worker
+	queue    chan *Request
+	wg       sync.WaitGroup // the worker and point-to-point operations
+	acceptWG sync.WaitGroup // the listener goroutine
+	secret   [32]byte
 
 	mu      sync.Mutex
 	closed  bool
@@ -62,6 +64,7 @@ type Comm struct {
 	seq     uint64
 
 	plans planCache
+	p2p   p2pLinks
 }
 
 type linkKey struct{ channel, peer int }
@@ -70,6 +73,9 @@ type linkKey struct{ channel, peer int }
 func (c *Comm) Conn(channel, peer int) (backend.Conn, error) {
 	l, ok := c.links[linkKey{channel, peer}]
 	if !ok {
+		if channel == p2pChannel {
+			return c.p2pLink(peer)
+		}
 		return nil, fmt.Errorf("gotree: rank %d has no link to rank %d on channel %d (plan and graph disagree)", c.rank, peer, channel)
 	}
 	return l, nil
@@ -129,9 +135,12 @@ func Init(id UniqueID, rank, nranks int, cfg Config) (*Comm, error) {
 		c.closeLinks()
 		return nil, err
 	}
-	ln.Close() // every expected link is up; refuse later strangers at the kernel
+	c.p2p.init()
+	c.secret = uid.Secret
 	c.wg.Add(1)
 	go c.worker()
+	c.acceptWG.Add(1)
+	go c.acceptP2P(uid.Secret)
 	log.Infof("INIT", "comm rank %d nranks %d nnodes %d channels %d init done in %.1f ms", rank, nranks, c.graph.NNodes, c.graph.Channels, float64(time.Since(start).Microseconds())/1000)
 	return c, nil
 }
@@ -242,18 +251,7 @@ func (c *Comm) connect(secret [32]byte, deadline time.Time) error {
 		c   backend.Conn
 		err error
 	}
-	// makeLink turns an authenticated socket into a link: shared memory
-	// (the socket stays as its liveness watch) when the peer is on this
-	// host, else TCP. The lower rank creates the segment.
-	makeLink := func(k linkKey, conn *net.TCPConn) (backend.Conn, error) {
-		if c.peers[k.peer].HostID != c.peers[c.rank].HostID {
-			return backend.NewTCPConn(conn, k.peer, k.channel, backend.DefaultSlots, c.cfg.SlotBytes), nil
-		}
-		if c.rank < k.peer {
-			return backend.CreateShmConn(conn, k.peer, k.channel, backend.DefaultSlots, c.cfg.SlotBytes, deadline)
-		}
-		return backend.OpenShmConn(conn, k.peer, k.channel, deadline)
-	}
+	makeLink := func(k linkKey, conn *net.TCPConn) (backend.Conn, error) { return c.makeLink(k, conn, deadline) }
 	results := make(chan result, len(need))
 	expect := map[linkKey]bool{}
 	for _, k := range accept {
@@ -271,6 +269,10 @@ func (c *Comm) connect(secret [32]byte, deadline time.Time) error {
 			}
 			h, err := serverHandshake(conn, secret, deadline)
 			k := linkKey{int(h.Channel), int(h.Rank)}
+			if err == nil && h.Kind == kindData && k.channel == p2pChannel {
+				go c.acceptedP2P(h, conn.(*net.TCPConn)) // a fast peer's lazy link
+				continue
+			}
 			if err != nil || h.Kind != kindData || !expect[k] {
 				c.log.Warnf("refused a data connection from %v: %v", conn.RemoteAddr(), orKind(err, h))
 				conn.Close()
@@ -345,13 +347,27 @@ func (c *Comm) connect(secret [32]byte, deadline time.Time) error {
 	return nil
 }
 
-func (c *Comm) closeLinks() {
-	for _, l := range c.links {
-		l.Close()
+// makeLink turns an authenticated socket into a link: shared memory (the
+// socket stays as its liveness watch) when the peer is on this host, else
+// TCP. The lower rank creates the segment.
+func (c *Comm) makeLink(k linkKey, conn *net.TCPConn, deadline time.Time) (backend.Conn, error) {
+	if c.peers[k.peer].HostID != c.peers[c.rank].HostID {
+		return backend.NewTCPConn(conn, k.peer, k.channel, backend.DefaultSlots, c.cfg.SlotBytes), nil
 	}
+	if c.rank < k.peer {
+		return backend.CreateShmConn(conn, k.peer, k.channel, backend.DefaultSlots, c.cfg.SlotBytes, deadline)
+	}
+	return backend.OpenShmConn(conn, k.peer, k.channel, deadline)
+}
+
+func (c *Comm) closeLinks() {
 	if c.ln != nil {
 		c.ln.Close()
 	}
+	for _, l := range c.links {
+		l.Close()
+	}
+	c.p2p.closeAll()
 }
 
 // fail records the first fatal error and tears the links down so that
@@ -380,6 +396,7 @@ func (c *Comm) Abort() {
 	}
 	c.mu.Unlock()
 	c.wg.Wait()
+	c.acceptWG.Wait()
 }
 
 // Destroy waits (within the timeout) for issued operations, then releases
@@ -405,6 +422,7 @@ func (c *Comm) Destroy() error {
 	}
 	c.cancel(errors.New("destroyed"))
 	c.closeLinks()
+	c.acceptWG.Wait()
 	return err
 }
 

@@ -1,0 +1,107 @@
+package algorithms
+
+import "fmt"
+
+// Transfer is one point-to-point message of a local plan: Count elements
+// at element offset Off of the rank's input (a send) or output (a receive).
+type Transfer struct {
+	Peer  int
+	Off   int64
+	Count int64
+}
+
+// LocalCopy is a copy within one rank, from its input to its output.
+type LocalCopy struct {
+	Src, Dst, Count int64
+}
+
+// LocalP2PPlan plans one rank's side of a point-to-point pattern
+// (all-to-all, gather, scatter, send/recv) on channel ch: every send and
+// every receive gets a stream of its own so that all of them progress at
+// once (a rank that sends a large block to one peer while receiving one
+// from another never waits for itself), and copies run in one more stream.
+// Only rank's entry of Plan.Ranks has steps: the peers plan their own
+// sides, and their counts must match (executors check each message's
+// length). Transfers with zero count are dropped.
+func LocalP2PPlan(coll Collective, nranks, rank, ch int, dt DType, sends, recvs []Transfer, copies []LocalCopy) (*Plan, error) {
+	if nranks < 1 || rank < 0 || rank >= nranks {
+		return nil, badReq("rank %d outside [0, %d)", rank, nranks)
+	}
+	if !dt.Valid() {
+		return nil, badReq("unknown dtype %v", dt)
+	}
+	p := &Plan{Coll: coll, Algo: Ring, Proto: Simple, NRanks: nranks, DType: dt, Channels: ch + 1, Ranks: make([]RankPlan, nranks)}
+	for r := range p.Ranks {
+		p.Ranks[r].Rank = r
+	}
+	cp := ChannelPlan{Channel: ch}
+	check := func(kind string, t Transfer) error {
+		switch {
+		case t.Peer < 0 || t.Peer >= nranks:
+			return badReq("%s peer %d outside [0, %d)", kind, t.Peer, nranks)
+		case t.Peer == rank:
+			return badReq("%s to itself (use a LocalCopy)", kind)
+		case t.Off < 0 || t.Count < 0:
+			return badReq("%s to peer %d has negative offset or count", kind, t.Peer)
+		}
+		return nil
+	}
+	for _, t := range sends {
+		if err := check("send", t); err != nil {
+			return nil, err
+		}
+		if t.Count > 0 {
+			cp.Streams = append(cp.Streams, Stream{{Prim: Send, SendTo: []int{t.Peer}, Src: Ref{Input, t.Off}, Count: t.Count}})
+		}
+	}
+	for _, t := range recvs {
+		if err := check("receive", t); err != nil {
+			return nil, err
+		}
+		if t.Count > 0 {
+			cp.Streams = append(cp.Streams, Stream{{Prim: Recv, RecvFrom: []int{t.Peer}, Dst: Ref{Output, t.Off}, Count: t.Count}})
+		}
+	}
+	var local Stream
+	for _, c := range copies {
+		if c.Src < 0 || c.Dst < 0 || c.Count < 0 {
+			return nil, badReq("local copy %+v has a negative field", c)
+		}
+		if c.Count > 0 {
+			local = append(local, Step{Prim: Copy, Src: Ref{Input, c.Src}, Dst: Ref{Output, c.Dst}, Count: c.Count})
+		}
+	}
+	if len(local) > 0 {
+		cp.Streams = append(cp.Streams, local)
+	}
+	if len(cp.Streams) > 0 {
+		p.Ranks[rank].Channels = []ChannelPlan{cp}
+	}
+	return p, nil
+}
+
+// AllToAllTransfers returns rank's sends, receives and self-copy for an
+// all-to-all with per-peer counts and displacements (in elements): rank
+// sends sendCounts[p] elements at sendDispls[p] to p and receives
+// recvCounts[p] elements at recvDispls[p] from p.
+func AllToAllTransfers(rank int, sendCounts, sendDispls, recvCounts, recvDispls []int64) (sends, recvs []Transfer, copies []LocalCopy, err error) {
+	n := len(sendCounts)
+	if len(sendDispls) != n || len(recvCounts) != n || len(recvDispls) != n {
+		return nil, nil, nil, badReq("all-to-all: split lists have lengths %d, %d, %d, %d; want %d each", len(sendCounts), len(sendDispls), len(recvCounts), len(recvDispls), n)
+	}
+	if rank < 0 || rank >= n {
+		return nil, nil, nil, badReq("all-to-all: rank %d outside [0, %d)", rank, n)
+	}
+	if sendCounts[rank] != recvCounts[rank] {
+		return nil, nil, nil, fmt.Errorf("%w: all-to-all: rank %d sends %d elements to itself but expects %d", ErrBadRequest, rank, sendCounts[rank], recvCounts[rank])
+	}
+	copies = append(copies, LocalCopy{Src: sendDispls[rank], Dst: recvDispls[rank], Count: sendCounts[rank]})
+	// Peers in order of distance: rank sends to rank+k while rank+k
+	// receives from it at the same position of its list.
+	for k := 1; k < n; k++ {
+		to, from := (rank+k)%n, (rank-k+n)%n
+		sends = append(sends, Transfer{Peer: to, Off: sendDispls[to], Count: sendCounts[to]})
+		recvs = append(recvs, Transfer{Peer: from, Off: recvDispls[from], Count: recvCounts[from]})
+	}
+	return sends, recvs, copies, nil
+}

@@ -1,0 +1,398 @@
+package pg
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/gotree/gotree/algorithms"
+	"github.com/gotree/gotree/backend"
+)
+
+// p2pChannel is the channel number of the links that point-to-point
+// operations (send/recv, all-to-all, gather, scatter) use. They are made on
+// first use: the lower rank dials the higher one's data listener, which
+// stays open (authenticated) for the communicator's life.
+const p2pChannel = 1 << 20
+
+type p2pLinks struct {
+	mu      sync.Mutex
+	links   map[int]backend.Conn
+	ready   map[int]chan struct{} // closed when links[peer] or errs[peer] is set
+	errs    map[int]error
+	dialing map[int]bool
+	closed  bool
+	last    map[p2pKey]*Request // ordering of send/recv per peer and direction
+}
+
+type p2pKey struct {
+	peer int
+	send bool
+}
+
+func (p *p2pLinks) init() {
+	p.links = map[int]backend.Conn{}
+	p.ready = map[int]chan struct{}{}
+	p.errs = map[int]error{}
+	p.dialing = map[int]bool{}
+	p.last = map[p2pKey]*Request{}
+}
+
+func (p *p2pLinks) readyChan(peer int) chan struct{} {
+	ch, ok := p.ready[peer]
+	if !ok {
+		ch = make(chan struct{})
+		p.ready[peer] = ch
+	}
+	return ch
+}
+
+// set records the outcome of connecting to peer (mu held).
+func (p *p2pLinks) set(peer int, l backend.Conn, err error) {
+	if _, done := p.links[peer]; done {
+		if l != nil {
+			l.Close()
+		}
+		return
+	}
+	if err != nil {
+		p.errs[peer] = err
+	} else if p.closed {
+		l.Close()
+		p.errs[peer] = ErrAborted
+	} else {
+		p.links[peer] = l
+	}
+	ch := p.readyChan(peer)
+	select {
+	case <-ch:
+	default:
+		close(ch)
+	}
+}
+
+func (p *p2pLinks) closeAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.links == nil {
+		return
+	}
+	p.closed = true
+	for _, l := range p.links {
+		l.Close()
+	}
+}
+
+// p2pLink returns the point-to-point link with peer, making it if needed.
+func (c *Comm) p2pLink(peer int) (backend.Conn, error) {
+	if peer < 0 || peer >= c.nranks || peer == c.rank {
+		return nil, fmt.Errorf("%w: rank %d: no point-to-point link to rank %d", ErrInvalidArgument, c.rank, peer)
+	}
+	p := &c.p2p
+	p.mu.Lock()
+	if l, ok := p.links[peer]; ok {
+		p.mu.Unlock()
+		return l, nil
+	}
+	deadline := time.Now().Add(c.cfg.Timeout)
+	if c.rank < peer && !p.dialing[peer] {
+		p.dialing[peer] = true
+		p.mu.Unlock()
+		l, err := c.dialP2P(peer, deadline)
+		p.mu.Lock()
+		p.set(peer, l, err)
+	}
+	ch := p.readyChan(peer)
+	p.mu.Unlock()
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
+		return nil, fmt.Errorf("%w: rank %d: rank %d did not connect for point-to-point traffic within %v", ErrTimeout, c.rank, peer, c.cfg.Timeout)
+	case <-c.ctx.Done():
+		return nil, fmt.Errorf("%w: rank %d: %v", ErrAborted, c.rank, context_cause(c))
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.errs[peer]; err != nil {
+		return nil, err
+	}
+	return p.links[peer], nil
+}
+
+func context_cause(c *Comm) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.failure != nil {
+		return c.failure
+	}
+	return errors.New("communicator closed")
+}
+
+func (c *Comm) dialP2P(peer int, deadline time.Time) (backend.Conn, error) {
+	addr := c.peers[peer].DataAddr
+	var err error
+	for backoff := 5 * time.Millisecond; ; backoff = min(2*backoff, 500*time.Millisecond) {
+		d := net.Dialer{Deadline: deadline}
+		var conn net.Conn
+		conn, err = d.Dial("tcp", addr)
+		if err == nil {
+			err = clientHandshake(conn, c.secret, hello{Kind: kindData, Rank: int32(c.rank), Channel: p2pChannel}, deadline)
+			if err == nil {
+				l, err := c.makeLink(linkKey{p2pChannel, peer}, conn.(*net.TCPConn), deadline)
+				if err != nil {
+					conn.Close()
+					return nil, fmt.Errorf("%w: rank %d: point-to-point link to rank %d: %v", ErrRemote, c.rank, peer, err)
+				}
+				return l, nil
+			}
+			conn.Close()
+		}
+		if time.Now().Add(backoff).After(deadline) || c.ctx.Err() != nil {
+			return nil, fmt.Errorf("%w: rank %d: could not connect to rank %d at %s: %v", ErrRemote, c.rank, peer, addr, err)
+		}
+		time.Sleep(backoff)
+	}
+}
+
+// acceptP2P serves the data listener after init: authenticated lazy links
+// from lower ranks; anything else is refused and logged.
+func (c *Comm) acceptP2P(secret [32]byte) {
+	defer c.acceptWG.Done()
+	ln := c.ln.(*net.TCPListener)
+	_ = ln.SetDeadline(time.Time{})
+	sem := make(chan struct{}, 16)
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) || c.ctx.Err() != nil {
+				return
+			}
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		default:
+			conn.Close() // a flood: refuse at once
+			continue
+		}
+		go func() {
+			defer func() { <-sem }()
+			h, err := serverHandshake(conn, secret, time.Now().Add(min(c.cfg.Timeout, 10*time.Second)))
+			if err != nil || h.Kind != kindData || h.Channel != p2pChannel || int(h.Rank) >= c.rank || h.Rank < 0 {
+				c.log.Warnf("refused a connection from %v: %v", conn.RemoteAddr(), orKind(err, h))
+				conn.Close()
+				return
+			}
+			c.acceptedP2P(h, conn.(*net.TCPConn))
+		}()
+	}
+}
+
+func (c *Comm) acceptedP2P(h hello, conn *net.TCPConn) {
+	peer := int(h.Rank)
+	l, err := c.makeLink(linkKey{p2pChannel, peer}, conn, time.Now().Add(c.cfg.Timeout))
+	if err != nil {
+		conn.Close()
+		err = fmt.Errorf("%w: rank %d: point-to-point link from rank %d: %v", ErrRemote, c.rank, peer, err)
+	}
+	c.p2p.mu.Lock()
+	defer c.p2p.mu.Unlock()
+	if c.p2p.links == nil {
+		if l != nil {
+			l.Close()
+		}
+		return
+	}
+	c.p2p.set(peer, l, err)
+}
+
+// AllToAll sends sendCounts[p] elements at sendDispls[p] of send to every
+// rank p and receives recvCounts[p] elements from p at recvDispls[p] of
+// recv (counts and displacements in elements).
+func (c *Comm) AllToAll(send, recv []byte, sendCounts, sendDispls, recvCounts, recvDispls []int64, dt algorithms.DType) (*Request, error) {
+	if !dt.Valid() {
+		return nil, fmt.Errorf("%w: alltoall: unsupported dtype %v", ErrInvalidArgument, dt)
+	}
+	if len(sendCounts) != c.nranks {
+		return nil, fmt.Errorf("%w: alltoall: %d send counts for %d ranks", ErrInvalidArgument, len(sendCounts), c.nranks)
+	}
+	if err := checkSplits("alltoall", "send", send, sendCounts, sendDispls, dt); err != nil {
+		return nil, err
+	}
+	if err := checkSplits("alltoall", "recv", recv, recvCounts, recvDispls, dt); err != nil {
+		return nil, err
+	}
+	sends, recvs, copies, err := algorithms.AllToAllTransfers(c.rank, sendCounts, sendDispls, recvCounts, recvDispls)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+	}
+	var total int64
+	for _, n := range sendCounts {
+		total += n
+	}
+	return c.enqueueP2P(collArgs{coll: algorithms.AllToAll, count: total, dt: dt, in: send, out: recv}, sends, recvs, copies)
+}
+
+func checkSplits(coll, what string, b []byte, counts, displs []int64, dt algorithms.DType) error {
+	if len(displs) != len(counts) {
+		return fmt.Errorf("%w: %s: %d %s counts but %d displacements", ErrInvalidArgument, coll, len(counts), what, len(displs))
+	}
+	n := int64(len(b) / max(dt.Size(), 1))
+	for p := range counts {
+		if counts[p] < 0 || displs[p] < 0 || displs[p]+counts[p] > n {
+			return fmt.Errorf("%w: %s: %s block for rank %d (%d elements at %d) does not fit a buffer of %d elements", ErrInvalidArgument, coll, what, p, counts[p], displs[p], n)
+		}
+	}
+	return nil
+}
+
+// Gather collects every rank's count elements into root's recv, in rank
+// order (recv holds nranks*count on root; ignored elsewhere).
+func (c *Comm) Gather(send, recv []byte, count int64, dt algorithms.DType, root int) (*Request, error) {
+	if err := c.checkRoot("gather", root); err != nil {
+		return nil, err
+	}
+	if err := checkLen("gather", "sendbuf", send, count, dt); err != nil {
+		return nil, err
+	}
+	var sends, recvs []algorithms.Transfer
+	var copies []algorithms.LocalCopy
+	if c.rank == root {
+		if err := checkLen("gather", "recvbuf", recv, count*int64(c.nranks), dt); err != nil {
+			return nil, err
+		}
+		for p := 0; p < c.nranks; p++ {
+			if p == root {
+				copies = append(copies, algorithms.LocalCopy{Src: 0, Dst: int64(p) * count, Count: count})
+			} else {
+				recvs = append(recvs, algorithms.Transfer{Peer: p, Off: int64(p) * count, Count: count})
+			}
+		}
+	} else {
+		sends = append(sends, algorithms.Transfer{Peer: root, Count: count})
+	}
+	return c.enqueueP2P(collArgs{coll: algorithms.Gather, count: count, dt: dt, root: root, in: send, out: recv}, sends, recvs, copies)
+}
+
+// Scatter sends block p of root's send (count elements each) to rank p's
+// recv.
+func (c *Comm) Scatter(send, recv []byte, count int64, dt algorithms.DType, root int) (*Request, error) {
+	if err := c.checkRoot("scatter", root); err != nil {
+		return nil, err
+	}
+	if err := checkLen("scatter", "recvbuf", recv, count, dt); err != nil {
+		return nil, err
+	}
+	var sends, recvs []algorithms.Transfer
+	var copies []algorithms.LocalCopy
+	if c.rank == root {
+		if err := checkLen("scatter", "sendbuf", send, count*int64(c.nranks), dt); err != nil {
+			return nil, err
+		}
+		for p := 0; p < c.nranks; p++ {
+			if p == root {
+				copies = append(copies, algorithms.LocalCopy{Src: int64(p) * count, Dst: 0, Count: count})
+			} else {
+				sends = append(sends, algorithms.Transfer{Peer: p, Off: int64(p) * count, Count: count})
+			}
+		}
+	} else {
+		recvs = append(recvs, algorithms.Transfer{Peer: root, Count: count})
+	}
+	return c.enqueueP2P(collArgs{coll: algorithms.Scatter, count: count, dt: dt, root: root, in: send, out: recv}, sends, recvs, copies)
+}
+
+func (c *Comm) checkRoot(coll string, root int) error {
+	if root < 0 || root >= c.nranks {
+		return fmt.Errorf("%w: %s: root %d is outside [0, %d)", ErrInvalidArgument, coll, root, c.nranks)
+	}
+	return nil
+}
+
+// Send sends count elements to peer. Sends to one peer complete in issue
+// order, independently of receives and of collectives.
+func (c *Comm) Send(buf []byte, count int64, dt algorithms.DType, peer int) (*Request, error) {
+	return c.sendRecv(true, buf, count, dt, peer)
+}
+
+// Recv receives count elements from peer (the peer's Send must have the
+// same count and dtype).
+func (c *Comm) Recv(buf []byte, count int64, dt algorithms.DType, peer int) (*Request, error) {
+	return c.sendRecv(false, buf, count, dt, peer)
+}
+
+func (c *Comm) sendRecv(send bool, buf []byte, count int64, dt algorithms.DType, peer int) (*Request, error) {
+	name := map[bool]string{true: "send", false: "recv"}[send]
+	if !dt.Valid() {
+		return nil, fmt.Errorf("%w: %s: unsupported dtype %v", ErrInvalidArgument, name, dt)
+	}
+	if peer < 0 || peer >= c.nranks || peer == c.rank {
+		return nil, fmt.Errorf("%w: %s: peer %d must be another rank in [0, %d) (this is rank %d)", ErrInvalidArgument, name, peer, c.nranks, c.rank)
+	}
+	if err := checkLen(name, "buffer", buf, count, dt); err != nil {
+		return nil, err
+	}
+	t := []algorithms.Transfer{{Peer: peer, Count: count}}
+	var sends, recvs []algorithms.Transfer
+	if send {
+		sends = t
+	} else {
+		recvs = t
+	}
+	plan, err := algorithms.LocalP2PPlan(algorithms.SendRecv, c.nranks, c.rank, p2pChannel, dt, sends, recvs, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrInvalidArgument, name, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.usable(name); err != nil {
+		return nil, err
+	}
+	c.seq++
+	desc := fmt.Sprintf("%s #%d (%d x %v, peer %d)", name, c.seq, count, dt, peer)
+	key := p2pKey{peer, send}
+	c.p2p.mu.Lock()
+	prev := c.p2p.last[key]
+	r := newRequest(desc, c.cfg.Timeout, nil)
+	c.p2p.last[key] = r
+	c.p2p.mu.Unlock()
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		if prev != nil {
+			<-prev.done
+		}
+		c.mu.Lock()
+		failure := c.failure
+		c.mu.Unlock()
+		if failure != nil {
+			r.finish(fmt.Errorf("%w (%v)", ErrAborted, failure))
+			return
+		}
+		err := c.execPlan(plan, buf, buf, desc)
+		if err != nil {
+			c.fail(err)
+		}
+		r.finish(err)
+		c.p2p.mu.Lock()
+		if c.p2p.last[key] == r {
+			delete(c.p2p.last, key)
+		}
+		c.p2p.mu.Unlock()
+	}()
+	return r, nil
+}
+
+// enqueueP2P queues a point-to-point collective on the ordered queue.
+func (c *Comm) enqueueP2P(a collArgs, sends, recvs []algorithms.Transfer, copies []algorithms.LocalCopy) (*Request, error) {
+	plan, err := algorithms.LocalP2PPlan(a.coll, c.nranks, c.rank, p2pChannel, a.dt, sends, recvs, copies)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v: %v", ErrInvalidArgument, a.coll, err)
+	}
+	a.plan = plan
+	return c.enqueue(a)
+}

@@ -1,0 +1,173 @@
+package pg
+
+import (
+	"encoding/binary"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gotree/gotree/algorithms"
+)
+
+func getI64(b []byte, i int64) int64 { return int64(binary.LittleEndian.Uint64(b[8*i:])) }
+
+func TestReduceAndReduceScatter(t *testing.T) {
+	for _, n := range []int{1, 3, 4} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			cfg := testConfig()
+			cfg.SlotBytes = 4096
+			comms := startComms(t, n, nil, cfg)
+			for _, count := range []int64{0, 1, 13, 20011} {
+				root := n / 2
+				ins, outs := make([][]byte, n), make([][]byte, n)
+				for r := range comms {
+					v := make([]int64, count*int64(n))
+					for i := range v {
+						v[i] = val(r, int64(i))
+					}
+					ins[r] = i64s(v)
+					outs[r] = make([]byte, 8*count)
+				}
+				runAll(t, comms, func(r int, c *Comm) (*Request, error) {
+					return c.Reduce(ins[r][:8*count], outs[r], count, algorithms.Int64, algorithms.Sum, root)
+				})
+				for i := int64(0); i < count; i++ {
+					var want int64
+					for q := 0; q < n; q++ {
+						want += val(q, i)
+					}
+					require.Equal(t, want, getI64(outs[root], i), "reduce count %d elem %d", count, i)
+				}
+				runAll(t, comms, func(r int, c *Comm) (*Request, error) {
+					return c.ReduceScatter(ins[r], outs[r], count, algorithms.Int64, algorithms.Max)
+				})
+				for r := range comms {
+					for i := int64(0); i < count; i++ {
+						want := val(0, int64(r)*count+i)
+						for q := 1; q < n; q++ {
+							want = max(want, val(q, int64(r)*count+i))
+						}
+						require.Equal(t, want, getI64(outs[r], i), "reducescatter rank %d elem %d", r, i)
+					}
+				}
+			}
+		})
+	}
+}
+
+// All-to-all with uneven splits: rank r sends (r+p)%3+k elements to p.
+func TestAllToAllGatherScatter(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 5} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			cfg := testConfig()
+			cfg.SlotBytes = 4096
+			comms := startComms(t, n, nil, cfg)
+			for _, k := range []int64{0, 1, 5000} {
+				cnt := func(from, to int) int64 { return int64((from+to)%3) + k }
+				send, recv := make([][]byte, n), make([][]byte, n)
+				sc, sd, rc, rd := make([][]int64, n), make([][]int64, n), make([][]int64, n), make([][]int64, n)
+				for r := 0; r < n; r++ {
+					var so, ro int64
+					var vals []int64
+					for p := 0; p < n; p++ {
+						sc[r] = append(sc[r], cnt(r, p))
+						sd[r] = append(sd[r], so)
+						for i := int64(0); i < cnt(r, p); i++ {
+							vals = append(vals, int64(r*1000000+p*10000)+i)
+						}
+						so += cnt(r, p)
+						rc[r] = append(rc[r], cnt(p, r))
+						rd[r] = append(rd[r], ro)
+						ro += cnt(p, r)
+					}
+					send[r] = i64s(vals)
+					recv[r] = make([]byte, 8*ro)
+				}
+				runAll(t, comms, func(r int, c *Comm) (*Request, error) {
+					return c.AllToAll(send[r], recv[r], sc[r], sd[r], rc[r], rd[r], algorithms.Int64)
+				})
+				for r := 0; r < n; r++ {
+					for p := 0; p < n; p++ {
+						for i := int64(0); i < cnt(p, r); i++ {
+							require.Equal(t, int64(p*1000000+r*10000)+i, getI64(recv[r], rd[r][p]+i), "alltoall rank %d from %d elem %d", r, p, i)
+						}
+					}
+				}
+				// Gather to the last rank, scatter back from it.
+				root := n - 1
+				mine := make([][]byte, n)
+				all := make([][]byte, n)
+				for r := 0; r < n; r++ {
+					v := make([]int64, k)
+					for i := range v {
+						v[i] = val(r, int64(i))
+					}
+					mine[r] = i64s(v)
+					all[r] = make([]byte, 8*k*int64(n))
+				}
+				runAll(t, comms, func(r int, c *Comm) (*Request, error) {
+					return c.Gather(mine[r], all[r], k, algorithms.Int64, root)
+				})
+				for p := 0; p < n; p++ {
+					for i := int64(0); i < k; i++ {
+						require.Equal(t, val(p, i), getI64(all[root], int64(p)*k+i))
+					}
+				}
+				back := make([][]byte, n)
+				for r := range back {
+					back[r] = make([]byte, 8*k)
+				}
+				runAll(t, comms, func(r int, c *Comm) (*Request, error) {
+					return c.Scatter(all[r], back[r], k, algorithms.Int64, root)
+				})
+				for r := 0; r < n; r++ {
+					require.Equal(t, mine[r], back[r], "scatter rank %d", r)
+				}
+			}
+		})
+	}
+}
+
+// Both ranks send a message far larger than the FIFO to each other before
+// receiving: sends and receives must progress independently.
+func TestSendRecvBothWays(t *testing.T) {
+	cfg := testConfig()
+	cfg.SlotBytes = 4096
+	comms := startComms(t, 2, []string{"a", "b"}, cfg) // TCP
+	const count = 300000
+	bufs := make([][]byte, 2)
+	got := make([][]byte, 2)
+	for r := range bufs {
+		v := make([]int64, count)
+		for i := range v {
+			v[i] = val(r, int64(i))
+		}
+		bufs[r] = i64s(v)
+		got[r] = make([]byte, 8*count)
+	}
+	var reqs []*Request
+	for r, c := range comms {
+		s, err := c.Send(bufs[r], count, algorithms.Int64, 1-r)
+		require.NoError(t, err)
+		q, err := c.Recv(got[r], count, algorithms.Int64, 1-r)
+		require.NoError(t, err)
+		reqs = append(reqs, s, q)
+	}
+	for _, q := range reqs {
+		require.NoError(t, q.Wait(-1))
+	}
+	require.Equal(t, bufs[1], got[0])
+	require.Equal(t, bufs[0], got[1])
+	// Mismatched sizes: an error on the receiver, not a wrong answer.
+	s, err := comms[0].Send(bufs[0][:80], 10, algorithms.Int64, 1)
+	require.NoError(t, err)
+	q, err := comms[1].Recv(got[1][:160], 20, algorithms.Int64, 0)
+	require.NoError(t, err)
+	require.NoError(t, s.Wait(-1))
+	err = q.Wait(-1)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "expected a 160-byte message, got 80")
+	_, err = comms[0].Send(bufs[0], count, algorithms.Int64, 0)
+	require.ErrorIs(t, err, ErrInvalidArgument)
+}
