@@ -102,7 +102,17 @@ gotree_status_t gotree_comm_abort(gotree_comm_t comm) {
   return (gotree_status_t)gotreego_comm_destroy(comm, 1);
 }
 
-enum { COLL_ALLREDUCE = 0, COLL_BROADCAST = 1, COLL_ALLGATHER = 2, COLL_BARRIER = 3 };
+enum {
+  COLL_ALLREDUCE = 0,
+  COLL_BROADCAST = 1,
+  COLL_ALLGATHER = 2,
+  COLL_BARRIER = 3,
+  COLL_REDUCE = 4,
+  COLL_REDUCE_SCATTER = 5,
+  COLL_ALLTOALL = 6,
+  COLL_GATHER = 7,
+  COLL_SCATTER = 8
+};
 
 #define COLLECTIVE(name, kind)                                                                  \
   gotree_status_t name(gotree_comm_t comm, const void *sendbuf, void *recvbuf, uint64_t count,  \
@@ -117,6 +127,38 @@ enum { COLL_ALLREDUCE = 0, COLL_BROADCAST = 1, COLL_ALLGATHER = 2, COLL_BARRIER 
 COLLECTIVE(gotree_allreduce, COLL_ALLREDUCE)
 COLLECTIVE(gotree_broadcast, COLL_BROADCAST)
 COLLECTIVE(gotree_allgather, COLL_ALLGATHER)
+COLLECTIVE(gotree_reduce, COLL_REDUCE)
+COLLECTIVE(gotree_reduce_scatter, COLL_REDUCE_SCATTER)
+COLLECTIVE(gotree_alltoall, COLL_ALLTOALL)
+COLLECTIVE(gotree_gather, COLL_GATHER)
+COLLECTIVE(gotree_scatter, COLL_SCATTER)
+
+gotree_status_t gotree_alltoallv(gotree_comm_t comm, const void *sendbuf,
+                                 const uint64_t *sendcounts, const uint64_t *sdispls,
+                                 void *recvbuf, const uint64_t *recvcounts,
+                                 const uint64_t *rdispls, gotree_dtype_t dtype, int device,
+                                 void *stream, gotree_request_t *request) {
+  GUARD();
+  return (gotree_status_t)gotreego_alltoallv(comm, (void *)sendbuf, (uint64_t *)sendcounts,
+                                             (uint64_t *)sdispls, recvbuf, (uint64_t *)recvcounts,
+                                             (uint64_t *)rdispls, (int)dtype, device, stream,
+                                             (int64_t *)request);
+}
+
+gotree_status_t gotree_send(gotree_comm_t comm, const void *buf, uint64_t count,
+                            gotree_dtype_t dtype, int peer, int device, void *stream,
+                            gotree_request_t *request) {
+  GUARD();
+  return (gotree_status_t)gotreego_p2p(1, comm, (void *)buf, count, (int)dtype, peer, device,
+                                       stream, (int64_t *)request);
+}
+
+gotree_status_t gotree_recv(gotree_comm_t comm, void *buf, uint64_t count, gotree_dtype_t dtype,
+                            int peer, int device, void *stream, gotree_request_t *request) {
+  GUARD();
+  return (gotree_status_t)gotreego_p2p(0, comm, buf, count, (int)dtype, peer, device, stream,
+                                       (int64_t *)request);
+}
 
 gotree_status_t gotree_barrier(gotree_comm_t comm, gotree_request_t *request) {
   GUARD();

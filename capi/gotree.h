@@ -186,6 +186,60 @@ gotree_status_t gotree_allgather(gotree_comm_t comm, const void *sendbuf, void *
                                  int root, int device, void *stream,
                                  gotree_request_t *request);
 
+/* recvbuf on root = op over ranks of sendbuf (count elements); recvbuf is
+ * not touched elsewhere and may be NULL there. */
+gotree_status_t gotree_reduce(gotree_comm_t comm, const void *sendbuf, void *recvbuf,
+                              uint64_t count, gotree_dtype_t dtype, gotree_op_t op, int root,
+                              int device, void *stream, gotree_request_t *request);
+
+/* sendbuf holds nranks*count elements; rank r's recvbuf (count elements)
+ * receives block r of the reduction. root is ignored. */
+gotree_status_t gotree_reduce_scatter(gotree_comm_t comm, const void *sendbuf, void *recvbuf,
+                                      uint64_t count, gotree_dtype_t dtype, gotree_op_t op,
+                                      int root, int device, void *stream,
+                                      gotree_request_t *request);
+
+/* Equal-split all-to-all: sendbuf and recvbuf hold nranks*count elements;
+ * block p of sendbuf goes to rank p, block p of recvbuf comes from rank p.
+ * op and root are ignored. */
+gotree_status_t gotree_alltoall(gotree_comm_t comm, const void *sendbuf, void *recvbuf,
+                                uint64_t count, gotree_dtype_t dtype, gotree_op_t op, int root,
+                                int device, void *stream, gotree_request_t *request);
+
+/* Uneven all-to-all: sendcounts[p] elements at sendbuf + sdispls[p]
+ * (elements) go to rank p; recvcounts[p] elements from rank p land at
+ * recvbuf + rdispls[p]. Each array has nranks entries and is read before
+ * the call returns. Rank p's sendcounts[r] must equal rank r's
+ * recvcounts[p]; a mismatch fails the request on the receiver. */
+gotree_status_t gotree_alltoallv(gotree_comm_t comm, const void *sendbuf,
+                                 const uint64_t *sendcounts, const uint64_t *sdispls,
+                                 void *recvbuf, const uint64_t *recvcounts,
+                                 const uint64_t *rdispls, gotree_dtype_t dtype, int device,
+                                 void *stream, gotree_request_t *request);
+
+/* Root's recvbuf (nranks*count elements) receives every rank's sendbuf in
+ * rank order; recvbuf may be NULL elsewhere. op is ignored. */
+gotree_status_t gotree_gather(gotree_comm_t comm, const void *sendbuf, void *recvbuf,
+                              uint64_t count, gotree_dtype_t dtype, gotree_op_t op, int root,
+                              int device, void *stream, gotree_request_t *request);
+
+/* Block r (count elements) of root's sendbuf (nranks*count elements) goes
+ * to rank r's recvbuf; sendbuf may be NULL elsewhere. op is ignored. */
+gotree_status_t gotree_scatter(gotree_comm_t comm, const void *sendbuf, void *recvbuf,
+                               uint64_t count, gotree_dtype_t dtype, gotree_op_t op, int root,
+                               int device, void *stream, gotree_request_t *request);
+
+/* Point-to-point. Sends to one peer complete in issue order, and so do
+ * receives from one peer; sends and receives progress independently of
+ * each other and of collectives (a rank may post a large send and a
+ * receive to the same peer that does the same). The receive's count and
+ * dtype must match the send's. */
+gotree_status_t gotree_send(gotree_comm_t comm, const void *buf, uint64_t count,
+                            gotree_dtype_t dtype, int peer, int device, void *stream,
+                            gotree_request_t *request);
+gotree_status_t gotree_recv(gotree_comm_t comm, void *buf, uint64_t count, gotree_dtype_t dtype,
+                            int peer, int device, void *stream, gotree_request_t *request);
+
 /* Completes on a rank once every rank has entered the barrier. */
 gotree_status_t gotree_barrier(gotree_comm_t comm, gotree_request_t *request);
 

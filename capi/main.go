@@ -195,11 +195,27 @@ func gotreego_comm_destroy(h C.int64_t, abort C.int) (st C.int) {
 }
 
 const (
-	collAllReduce = 0
-	collBroadcast = 1
-	collAllGather = 2
-	collBarrier   = 3
+	collAllReduce     = 0
+	collBroadcast     = 1
+	collAllGather     = 2
+	collBarrier       = 3
+	collReduce        = 4
+	collReduceScatter = 5
+	collAllToAll      = 6
+	collGather        = 7
+	collScatter       = 8
 )
+
+var collNames = [...]string{"gotree_allreduce", "gotree_broadcast", "gotree_allgather", "gotree_barrier",
+	"gotree_reduce", "gotree_reduce_scatter", "gotree_alltoall", "gotree_gather", "gotree_scatter"}
+
+// cpuOnly refuses device buffers: this build has no CUDA path.
+func cpuOnly(name string, device C.int) error {
+	if device != -1 {
+		return fmt.Errorf("%w: %s: device %d: this build of gotree handles host memory only (device = GOTREE_DEVICE_CPU); the CUDA path is not available", pg.ErrNotSupported, name, device)
+	}
+	return nil
+}
 
 // view makes a byte view of C memory, refusing NULL with a nonzero size.
 func view(p unsafe.Pointer, count uint64, esize int, coll, name string) ([]byte, error) {
@@ -218,11 +234,10 @@ func view(p unsafe.Pointer, count uint64, esize int, coll, name string) ([]byte,
 //export gotreego_collective
 func gotreego_collective(kind C.int, h C.int64_t, send, recv unsafe.Pointer, count C.uint64_t, dtype, op, root, device C.int, stream unsafe.Pointer, req *C.int64_t) (st C.int) {
 	defer guard(int64(h), &st)
-	names := [...]string{"gotree_allreduce", "gotree_broadcast", "gotree_allgather", "gotree_barrier"}
-	if kind < 0 || int(kind) >= len(names) {
+	if kind < 0 || int(kind) >= len(collNames) {
 		return fail(int64(h), fmt.Errorf("%w: unknown collective %d", pg.ErrInvalidArgument, kind))
 	}
-	name := names[kind]
+	name := collNames[kind]
 	c, err := table.comm(int64(h))
 	if err != nil {
 		return fail(0, fmt.Errorf("%s: %w", name, err))
@@ -231,39 +246,183 @@ func gotreego_collective(kind C.int, h C.int64_t, send, recv unsafe.Pointer, cou
 		return fail(int64(h), fmt.Errorf("%w: %s: request is NULL", pg.ErrInvalidArgument, name))
 	}
 	*req = 0
-	if device != -1 {
-		return fail(int64(h), fmt.Errorf("%w: %s: device %d: this build of gotree handles host memory only (device = GOTREE_DEVICE_CPU); the CUDA path is not available", pg.ErrNotSupported, name, device))
+	if err := cpuOnly(name, device); err != nil {
+		return fail(int64(h), err)
+	}
+	r, err := issueCollective(c, int(kind), name, send, recv, uint64(count), algorithms.DType(dtype), algorithms.Op(op), int(root))
+	if err != nil {
+		return fail(int64(h), err)
+	}
+	*req = C.int64_t(table.add(r))
+	return stSuccess
+}
+
+// issueCollective checks the buffers of one collective and issues it.
+// Which buffers exist on which rank, and their sizes in elements:
+//
+//	allreduce, reduce-on-root      send n, recv n
+//	broadcast                      send n (root only), recv n
+//	allgather                      send n, recv nranks*n
+//	reduce (not root)              send n
+//	reduce_scatter                 send nranks*n, recv n
+//	alltoall                       send nranks*n, recv nranks*n
+//	gather                         send n, recv nranks*n (root only)
+//	scatter                        send nranks*n (root only), recv n
+func issueCollective(c *pg.Comm, kind int, name string, send, recv unsafe.Pointer, n uint64, dt algorithms.DType, op algorithms.Op, root int) (*pg.Request, error) {
+	if kind == collBarrier {
+		return c.Barrier()
+	}
+	if !dt.Valid() {
+		return nil, fmt.Errorf("%w: %s: unknown dtype %d", pg.ErrInvalidArgument, name, int(dt))
+	}
+	if kind == collBroadcast || kind == collReduce || kind == collGather || kind == collScatter {
+		if root < 0 || root >= c.Size() {
+			return nil, fmt.Errorf("%w: %s: root %d is outside [0, %d)", pg.ErrInvalidArgument, name, root, c.Size())
+		}
+	}
+	all := n * uint64(c.Size())
+	isRoot := root == c.Rank()
+	sendN, recvN := n, n
+	switch kind {
+	case collAllGather:
+		recvN = all
+	case collReduceScatter:
+		sendN = all
+	case collAllToAll:
+		sendN, recvN = all, all
+	case collGather:
+		recvN = all
+	case collScatter:
+		sendN = all
+	}
+	needSend := !(kind == collBroadcast || kind == collScatter) || isRoot
+	needRecv := !(kind == collReduce || kind == collGather) || isRoot
+	var sb, rb []byte
+	var err error
+	if needSend {
+		if sb, err = view(send, sendN, dt.Size(), name, "sendbuf"); err != nil {
+			return nil, err
+		}
+	}
+	if needRecv {
+		if rb, err = view(recv, recvN, dt.Size(), name, "recvbuf"); err != nil {
+			return nil, err
+		}
+	}
+	cnt := int64(n)
+	switch kind {
+	case collAllReduce:
+		return c.AllReduce(sb, rb, cnt, dt, op)
+	case collBroadcast:
+		return c.Broadcast(sb, rb, cnt, dt, root)
+	case collAllGather:
+		return c.AllGather(sb, rb, cnt, dt)
+	case collReduce:
+		return c.Reduce(sb, rb, cnt, dt, op, root)
+	case collReduceScatter:
+		return c.ReduceScatter(sb, rb, cnt, dt, op)
+	case collAllToAll:
+		counts := make([]int64, c.Size())
+		displs := make([]int64, c.Size())
+		for p := range counts {
+			counts[p], displs[p] = cnt, int64(p)*cnt
+		}
+		return c.AllToAll(sb, rb, counts, displs, counts, displs, dt)
+	case collGather:
+		return c.Gather(sb, rb, cnt, dt, root)
+	case collScatter:
+		return c.Scatter(sb, rb, cnt, dt, root)
+	}
+	return nil, fmt.Errorf("%w: unknown collective %d", pg.ErrInvalidArgument, kind)
+}
+
+//export gotreego_alltoallv
+func gotreego_alltoallv(h C.int64_t, send unsafe.Pointer, sendCounts, sendDispls *C.uint64_t, recv unsafe.Pointer, recvCounts, recvDispls *C.uint64_t, dtype, device C.int, stream unsafe.Pointer, req *C.int64_t) (st C.int) {
+	defer guard(int64(h), &st)
+	const name = "gotree_alltoallv"
+	c, err := table.comm(int64(h))
+	if err != nil {
+		return fail(0, fmt.Errorf("%s: %w", name, err))
+	}
+	if req == nil {
+		return fail(int64(h), fmt.Errorf("%w: %s: request is NULL", pg.ErrInvalidArgument, name))
+	}
+	*req = 0
+	if err := cpuOnly(name, device); err != nil {
+		return fail(int64(h), err)
 	}
 	dt := algorithms.DType(dtype)
-	var r *pg.Request
-	if kind == collBarrier {
-		r, err = c.Barrier()
-	} else {
-		if !dt.Valid() {
-			return fail(int64(h), fmt.Errorf("%w: %s: unknown dtype %d", pg.ErrInvalidArgument, name, dtype))
+	if !dt.Valid() {
+		return fail(int64(h), fmt.Errorf("%w: %s: unknown dtype %d", pg.ErrInvalidArgument, name, dtype))
+	}
+	n := c.Size()
+	arrays := []struct {
+		p    *C.uint64_t
+		what string
+	}{{sendCounts, "sendcounts"}, {sendDispls, "sdispls"}, {recvCounts, "recvcounts"}, {recvDispls, "rdispls"}}
+	vals := make([][]int64, 4)
+	var ends [2]uint64 // elements each buffer must hold
+	for i, a := range arrays {
+		if a.p == nil {
+			return fail(int64(h), fmt.Errorf("%w: %s: %s is NULL", pg.ErrInvalidArgument, name, a.what))
 		}
-		n := uint64(count)
-		recvCount := n
-		if kind == collAllGather {
-			recvCount = n * uint64(c.Size())
-		}
-		var sb, rb []byte
-		if kind != collBroadcast || int(root) == c.Rank() {
-			if sb, err = view(send, n, dt.Size(), name, "sendbuf"); err != nil {
-				return fail(int64(h), err)
+		src := unsafe.Slice((*uint64)(unsafe.Pointer(a.p)), n)
+		vals[i] = make([]int64, n)
+		for p, v := range src {
+			if v > 1<<56 {
+				return fail(int64(h), fmt.Errorf("%w: %s: %s[%d] = %d is too large", pg.ErrInvalidArgument, name, a.what, p, v))
 			}
+			vals[i][p] = int64(v)
 		}
-		if rb, err = view(recv, recvCount, dt.Size(), name, "recvbuf"); err != nil {
-			return fail(int64(h), err)
-		}
-		switch kind {
-		case collAllReduce:
-			r, err = c.AllReduce(sb, rb, int64(n), dt, algorithms.Op(op))
-		case collBroadcast:
-			r, err = c.Broadcast(sb, rb, int64(n), dt, int(root))
-		case collAllGather:
-			r, err = c.AllGather(sb, rb, int64(n), dt)
-		}
+	}
+	for p := 0; p < n; p++ {
+		ends[0] = max(ends[0], uint64(vals[0][p]+vals[1][p]))
+		ends[1] = max(ends[1], uint64(vals[2][p]+vals[3][p]))
+	}
+	sb, err := view(send, ends[0], dt.Size(), name, "sendbuf")
+	if err != nil {
+		return fail(int64(h), err)
+	}
+	rb, err := view(recv, ends[1], dt.Size(), name, "recvbuf")
+	if err != nil {
+		return fail(int64(h), err)
+	}
+	r, err := c.AllToAll(sb, rb, vals[0], vals[1], vals[2], vals[3], dt)
+	if err != nil {
+		return fail(int64(h), err)
+	}
+	*req = C.int64_t(table.add(r))
+	return stSuccess
+}
+
+//export gotreego_p2p
+func gotreego_p2p(isSend C.int, h C.int64_t, buf unsafe.Pointer, count C.uint64_t, dtype, peer, device C.int, stream unsafe.Pointer, req *C.int64_t) (st C.int) {
+	defer guard(int64(h), &st)
+	name := map[bool]string{true: "gotree_send", false: "gotree_recv"}[isSend != 0]
+	c, err := table.comm(int64(h))
+	if err != nil {
+		return fail(0, fmt.Errorf("%s: %w", name, err))
+	}
+	if req == nil {
+		return fail(int64(h), fmt.Errorf("%w: %s: request is NULL", pg.ErrInvalidArgument, name))
+	}
+	*req = 0
+	if err := cpuOnly(name, device); err != nil {
+		return fail(int64(h), err)
+	}
+	dt := algorithms.DType(dtype)
+	if !dt.Valid() {
+		return fail(int64(h), fmt.Errorf("%w: %s: unknown dtype %d", pg.ErrInvalidArgument, name, dtype))
+	}
+	b, err := view(buf, uint64(count), dt.Size(), name, "buf")
+	if err != nil {
+		return fail(int64(h), err)
+	}
+	var r *pg.Request
+	if isSend != 0 {
+		r, err = c.Send(b, int64(count), dt, int(peer))
+	} else {
+		r, err = c.Recv(b, int64(count), dt, int(peer))
 	}
 	if err != nil {
 		return fail(int64(h), err)

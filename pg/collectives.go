@@ -81,8 +81,8 @@ func (c *Comm) Reduce(send, recv []byte, count int64, dt algorithms.DType, op al
 		if err := checkLen("reduce", "recvbuf", recv, count, dt); err != nil {
 			return nil, err
 		}
-	} else if len(recv) < len(send) {
-		recv = make([]byte, len(send)) // plans may stage through the output
+	} else {
+		recv = nil // the ring reduce writes only the root's output
 	}
 	return c.enqueue(collArgs{coll: algorithms.Reduce, count: count, dt: dt, op: op, root: root, in: send, out: recv})
 }

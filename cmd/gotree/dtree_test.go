@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+func dgRun(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var o, e bytes.Buffer
 	code = run(args, &o, &e)
@@ -17,7 +17,7 @@ func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 // Worked out by hand from NCCL's rules (nccl-facts.md), not by running
 // the code: Btree's root keeps its one child in the second slot, tree1 is
 // the mirror for even n and the shift for odd n.
-var dtreeJSONByHand = map[int]string{
+var dgJSONByHand = map[int]string{
 	1: `{"nranks":1,"ranks":[{"rank":0,"tree0":[-1,-1,-1],"tree1":[-1,-1,-1]}]}`,
 	2: `{"nranks":2,"ranks":[{"rank":0,"tree0":[-1,-1,1],"tree1":[1,-1,-1]},{"rank":1,"tree0":[0,-1,-1],"tree1":[-1,-1,0]}]}`,
 	3: `{"nranks":3,"ranks":[{"rank":0,"tree0":[-1,-1,2],"tree1":[1,2,-1]},{"rank":1,"tree0":[2,-1,-1],"tree1":[-1,-1,0]},{"rank":2,"tree0":[0,1,-1],"tree1":[0,-1,-1]}]}`,
@@ -28,8 +28,8 @@ var dtreeJSONByHand = map[int]string{
 }
 
 func TestDtreeJSONByHand(t *testing.T) {
-	for n, want := range dtreeJSONByHand {
-		code, out, errOut := runCLI(t, "dtree", "--nranks", itoa(n), "--json")
+	for n, want := range dgJSONByHand {
+		code, out, errOut := dgRun(t, "dtree", "--nranks", dgItoa(n), "--json")
 		if code != 0 || errOut != "" {
 			t.Fatalf("n=%d: exit %d stderr %q", n, code, errOut)
 		}
@@ -39,12 +39,12 @@ func TestDtreeJSONByHand(t *testing.T) {
 	}
 }
 
-func itoa(n int) string {
+func dgItoa(n int) string {
 	b, _ := json.Marshal(n)
 	return string(b)
 }
 
-type jsonDtree struct {
+type dgJSON struct {
 	NRanks int `json:"nranks"`
 	Ranks  []struct {
 		Rank  int    `json:"rank"`
@@ -61,11 +61,11 @@ type jsonDtree struct {
 // the depth is at most log2(n)+1.
 func TestDtreeJSONProperties(t *testing.T) {
 	for n := 1; n <= 130; n++ {
-		code, out, _ := runCLI(t, "dtree", "--json", "--nranks="+itoa(n))
+		code, out, _ := dgRun(t, "dtree", "--json", "--nranks="+dgItoa(n))
 		if code != 0 || strings.Count(out, "\n") != 1 {
 			t.Fatalf("n=%d: exit %d, %d lines", n, code, strings.Count(out, "\n"))
 		}
-		var d jsonDtree
+		var d dgJSON
 		if err := json.Unmarshal([]byte(out), &d); err != nil {
 			t.Fatalf("n=%d: %v", n, err)
 		}
@@ -90,7 +90,7 @@ func TestDtreeJSONProperties(t *testing.T) {
 					wantRoot = 1
 				}
 			}
-			checkBinaryTree(t, n, k, links, wantRoot)
+			dgCheckBinaryTree(t, n, k, links, wantRoot)
 		}
 		for _, e := range d.Ranks {
 			both := (e.Tree0[1] != -1 || e.Tree0[2] != -1) && (e.Tree1[1] != -1 || e.Tree1[2] != -1)
@@ -104,7 +104,7 @@ func TestDtreeJSONProperties(t *testing.T) {
 	}
 }
 
-func checkBinaryTree(t *testing.T, n, k int, links [][3]int, wantRoot int) {
+func dgCheckBinaryTree(t *testing.T, n, k int, links [][3]int, wantRoot int) {
 	t.Helper()
 	maxDepth := 1
 	for v := n; v > 1; v >>= 1 {
@@ -143,7 +143,7 @@ func checkBinaryTree(t *testing.T, n, k int, links [][3]int, wantRoot int) {
 }
 
 func TestDtreeTable(t *testing.T) {
-	code, out, _ := runCLI(t, "dtree", "--nranks", "4")
+	code, out, _ := dgRun(t, "dtree", "--nranks", "4")
 	want := `double binary tree over 4 ranks: tree0 root 0, tree1 root 3; tree1 is the mirror (n-1-r) of tree0, n even
   rank | tree0:  up down0 down1 role     | tree1:  up down0 down1 role
 -------+---------------------------------+--------------------------------
@@ -156,7 +156,7 @@ no rank has children in both trees
 	if code != 0 || out != want {
 		t.Errorf("exit %d\n got:\n%s\nwant:\n%s", code, out, want)
 	}
-	code, out, _ = runCLI(t, "dtree", "--nranks", "5")
+	code, out, _ = dgRun(t, "dtree", "--nranks", "5")
 	if code != 0 || !strings.Contains(out, "shift (r+1) of tree0, n odd") || !strings.Contains(out, "ranks with children in both trees: 0\n") {
 		t.Errorf("n=5: exit %d\n%s", code, out)
 	}
@@ -174,7 +174,7 @@ func TestDtreeErrors(t *testing.T) {
 		{[]string{"dtree", "--nranks", "x"}, 2, "invalid value"},
 		{[]string{"dtree", "-h"}, 0, "usage: gotree dtree"},
 	} {
-		code, _, errOut := runCLI(t, c.args...)
+		code, _, errOut := dgRun(t, c.args...)
 		if code != c.code || !strings.Contains(errOut, c.err) {
 			t.Errorf("%v: exit %d stderr %q, want %d and %q", c.args, code, errOut, c.code, c.err)
 		}

@@ -116,6 +116,82 @@ static void test_broadcast_allgather(gotree_comm_t comm, uint64_t count) {
   free(b); free(g); free(s);
 }
 
+/* reduce, reduce_scatter, alltoall(v), gather, scatter, send/recv on int64. */
+static void test_more(gotree_comm_t comm, uint64_t count) {
+  int n = nranks, root = n / 2;
+  uint64_t all = count * (uint64_t)n;
+  int64_t *a = malloc((all + 1) * 8), *b = malloc((all + 1) * 8);
+  gotree_request_t req;
+  int bad = 0;
+  for (uint64_t i = 0; i < all; i++) a[i] = val(rank, i), b[i] = -7;
+  OK(gotree_reduce(comm, a, rank == root ? b : NULL, count, GOTREE_INT64, GOTREE_SUM, root, GOTREE_DEVICE_CPU, NULL, &req), comm);
+  OK(run(req), req);
+  if (rank == root)
+    for (uint64_t i = 0; i < count; i++) {
+      int64_t want = 0;
+      for (int r = 0; r < n; r++) want += val(r, i);
+      bad += b[i] != want;
+    }
+  CHECK(bad == 0, "reduce count %llu: %d wrong", (unsigned long long)count, bad);
+  OK(gotree_reduce_scatter(comm, a, b, count, GOTREE_INT64, GOTREE_MIN, 0, GOTREE_DEVICE_CPU, NULL, &req), comm);
+  OK(run(req), req);
+  bad = 0;
+  for (uint64_t i = 0; i < count; i++) {
+    int64_t want = val(0, rank * count + i);
+    for (int r = 1; r < n; r++) want = val(r, rank * count + i) < want ? val(r, rank * count + i) : want;
+    bad += b[i] != want;
+  }
+  CHECK(bad == 0, "reduce_scatter count %llu: %d wrong", (unsigned long long)count, bad);
+  OK(gotree_alltoall(comm, a, b, count, GOTREE_INT64, GOTREE_SUM, 0, GOTREE_DEVICE_CPU, NULL, &req), comm);
+  OK(run(req), req);
+  bad = 0;
+  for (int p = 0; p < n; p++)
+    for (uint64_t i = 0; i < count; i++) bad += b[p * count + i] != val(p, rank * count + i);
+  CHECK(bad == 0, "alltoall count %llu: %d wrong", (unsigned long long)count, bad);
+  /* alltoallv: rank r sends min(count, p + r) elements to p, packed. */
+  uint64_t sc[64], sd[64], rc[64], rd[64], so = 0, ro = 0;
+  for (int p = 0; p < n; p++) {
+    sc[p] = (uint64_t)(p + rank) < count ? (uint64_t)(p + rank) : count;
+    rc[p] = sc[p];
+    sd[p] = so, rd[p] = ro;
+    so += sc[p], ro += rc[p];
+  }
+  for (uint64_t i = 0; i < ro; i++) b[i] = -7;
+  OK(gotree_alltoallv(comm, a, sc, sd, b, rc, rd, GOTREE_INT64, GOTREE_DEVICE_CPU, NULL, &req), comm);
+  OK(run(req), req);
+  bad = 0;
+  for (int p = 0; p < n; p++) {
+    /* rank p's send displacement for us: sum over q < rank of min(count, q+p) */
+    uint64_t off = 0;
+    for (int q = 0; q < rank; q++) off += (uint64_t)(q + p) < count ? (uint64_t)(q + p) : count;
+    for (uint64_t i = 0; i < rc[p]; i++) bad += b[rd[p] + i] != val(p, off + i);
+  }
+  CHECK(bad == 0, "alltoallv count %llu: %d wrong", (unsigned long long)count, bad);
+  OK(gotree_gather(comm, a, rank == root ? b : NULL, count, GOTREE_INT64, GOTREE_SUM, root, GOTREE_DEVICE_CPU, NULL, &req), comm);
+  OK(run(req), req);
+  bad = 0;
+  if (rank == root)
+    for (int p = 0; p < n; p++)
+      for (uint64_t i = 0; i < count; i++) bad += b[p * count + i] != val(p, i);
+  CHECK(bad == 0, "gather count %llu: %d wrong", (unsigned long long)count, bad);
+  OK(gotree_scatter(comm, rank == root ? a : NULL, b, count, GOTREE_INT64, GOTREE_SUM, root, GOTREE_DEVICE_CPU, NULL, &req), comm);
+  OK(run(req), req);
+  bad = 0;
+  for (uint64_t i = 0; i < count; i++) bad += b[i] != val(root, rank * count + i);
+  CHECK(bad == 0, "scatter count %llu: %d wrong", (unsigned long long)count, bad);
+  if (n > 1) { /* ring exchange: send to next and receive from previous, both posted first */
+    gotree_request_t s, r;
+    OK(gotree_send(comm, a, count, GOTREE_INT64, (rank + 1) % n, GOTREE_DEVICE_CPU, NULL, &s), comm);
+    OK(gotree_recv(comm, b, count, GOTREE_INT64, (rank + n - 1) % n, GOTREE_DEVICE_CPU, NULL, &r), comm);
+    OK(run(s), s);
+    OK(run(r), r);
+    bad = 0;
+    for (uint64_t i = 0; i < count; i++) bad += b[i] != val((rank + n - 1) % n, i);
+    CHECK(bad == 0, "send/recv count %llu: %d wrong", (unsigned long long)count, bad);
+  }
+  free(a); free(b);
+}
+
 static void test_bad_input(gotree_comm_t comm) {
   gotree_request_t req = 0;
   int32_t x[4] = {0};
@@ -127,6 +203,10 @@ static void test_bad_input(gotree_comm_t comm) {
   CHECK(st == GOTREE_ERR_INVALID_ARGUMENT && strstr(errtext(comm), "bxor"), "bxor on float: %s / %s", gotree_status_string(st), errtext(comm));
   st = gotree_broadcast(comm, x, x, 4, GOTREE_INT32, GOTREE_SUM, nranks, GOTREE_DEVICE_CPU, NULL, &req);
   CHECK(st == GOTREE_ERR_INVALID_ARGUMENT && strstr(errtext(comm), "root"), "bad root: %s / %s", gotree_status_string(st), errtext(comm));
+  st = gotree_send(comm, x, 4, GOTREE_INT32, rank, GOTREE_DEVICE_CPU, NULL, &req);
+  CHECK(st == GOTREE_ERR_INVALID_ARGUMENT && strstr(errtext(comm), "peer"), "send to self: %s / %s", gotree_status_string(st), errtext(comm));
+  st = gotree_alltoallv(comm, x, NULL, NULL, x, NULL, NULL, GOTREE_INT32, GOTREE_DEVICE_CPU, NULL, &req);
+  CHECK(st == GOTREE_ERR_INVALID_ARGUMENT && strstr(errtext(comm), "sendcounts"), "alltoallv NULL counts: %s / %s", gotree_status_string(st), errtext(comm));
   st = gotree_allreduce(comm, x, x, 4, GOTREE_INT32, GOTREE_SUM, 0, 0, NULL, &req);
   CHECK(st == GOTREE_ERR_NOT_SUPPORTED, "device 0: %s / %s", gotree_status_string(st), errtext(comm));
   st = gotree_allreduce(comm, x, x, 4, GOTREE_INT32, GOTREE_SUM, 0, GOTREE_DEVICE_CPU, NULL, NULL);
@@ -215,6 +295,7 @@ int main(int argc, char **argv) {
     for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++)
       for (int inplace = 0; inplace < 2; inplace++) test_allreduce(comm, counts[k], inplace);
     for (size_t k = 0; k < 4; k++) test_broadcast_allgather(comm, counts[k]);
+    for (size_t k = 0; k < 4; k++) test_more(comm, counts[k]);
     gotree_request_t req;
     OK(gotree_barrier(comm, &req), comm);
     int done = 0;
