@@ -17,19 +17,37 @@ var (
 
 // Conn is a message link with one peer on one channel. Send and Recv may be
 // called concurrently with each other, but each by one goroutine at a time.
+//
+// Every message carries a 32-bit tag that names the operation it belongs
+// to (a hash of the collective, its sequence number and its shape): a
+// receiver that gets a tag it did not expect knows the ranks disagree,
+// instead of reducing garbage.
 type Conn interface {
 	// Send transmits p as one message of len(p) bytes. p may be reused
 	// when Send returns. Messages longer than MaxMessage() are an error.
-	Send(ctx context.Context, p []byte) error
-	// Recv returns the next message. The slice is borrowed: it stays valid
-	// until Release is called, which must happen before the next Recv.
-	Recv(ctx context.Context) ([]byte, error)
+	Send(ctx context.Context, tag uint32, p []byte) error
+	// Recv returns the next message and its tag. The slice is borrowed: it
+	// stays valid until Release is called, which must happen before the
+	// next Recv.
+	Recv(ctx context.Context) ([]byte, uint32, error)
 	Release()
 	// MaxMessage is the largest message Send accepts.
 	MaxMessage() int
+	// Abort tells the peer, best effort and without blocking for long,
+	// why this side is giving up, then closes the link. The peer's
+	// blocked and later calls fail with a RemoteAbortError.
+	Abort(reason string)
 	// Close releases the link; blocked calls return ErrClosed.
 	Close() error
 }
+
+// RemoteAbortError is the reason a peer gave when it aborted.
+type RemoteAbortError struct{ Reason string }
+
+func (e *RemoteAbortError) Error() string { return "the peer aborted: " + e.Reason }
+
+// maxAbortText bounds an abort reason read from the wire.
+const maxAbortText = 4096
 
 // PeerError is an error on the link with a peer.
 type PeerError struct {
@@ -48,9 +66,14 @@ func (e *PeerError) Unwrap() error { return e.Err }
 // fifo is a bounded queue of preallocated slots: the receive side of a
 // Conn. A producer goroutine takes a free slot, fills it and publishes it;
 // the consumer borrows published slots in order and releases them.
+type msg struct {
+	b   []byte
+	tag uint32
+}
+
 type fifo struct {
 	free   chan []byte
-	ready  chan []byte
+	ready  chan msg
 	done   chan struct{} // closed when the link fails or closes
 	err    error         // set before done is closed
 	cur    []byte        // slot borrowed by the consumer
@@ -60,7 +83,7 @@ type fifo struct {
 func newFIFO(slots, slotBytes int) *fifo {
 	f := &fifo{
 		free:  make(chan []byte, slots),
-		ready: make(chan []byte, slots),
+		ready: make(chan msg, slots),
 		done:  make(chan struct{}),
 	}
 	for i := 0; i < slots; i++ {
@@ -89,34 +112,34 @@ func (f *fifo) getFree() ([]byte, error) {
 	}
 }
 
-func (f *fifo) publish(s []byte) { f.ready <- s }
+func (f *fifo) publish(s []byte, tag uint32) { f.ready <- msg{s, tag} }
 
 // recv borrows the next published slot (consumer side).
-func (f *fifo) recv(ctx context.Context) ([]byte, error) {
+func (f *fifo) recv(ctx context.Context) ([]byte, uint32, error) {
 	if f.cur != nil {
-		return nil, fmt.Errorf("%w: Recv called before Release", ErrProto)
+		return nil, 0, fmt.Errorf("%w: Recv called before Release", ErrProto)
 	}
 	select {
-	case s := <-f.ready:
-		f.cur = s
-		return s, nil
+	case m := <-f.ready:
+		f.cur = m.b
+		return m.b, m.tag, nil
 	default:
 	}
 	select {
-	case s := <-f.ready:
-		f.cur = s
-		return s, nil
+	case m := <-f.ready:
+		f.cur = m.b
+		return m.b, m.tag, nil
 	case <-f.done:
 		// Deliver what arrived before the failure first.
 		select {
-		case s := <-f.ready:
-			f.cur = s
-			return s, nil
+		case m := <-f.ready:
+			f.cur = m.b
+			return m.b, m.tag, nil
 		default:
 		}
-		return nil, f.err
+		return nil, 0, f.err
 	case <-ctx.Done():
-		return nil, ctxErr(ctx)
+		return nil, 0, ctxErr(ctx)
 	}
 }
 

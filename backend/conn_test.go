@@ -63,7 +63,7 @@ func TestConnOrderAndWrap(t *testing.T) {
 				go func(dir int, tx Conn) {
 					for r := 0; r < rounds; r++ {
 						for i, n := range sizes {
-							if err := tx.Send(ctx, pattern(n, r*100+i+dir)); err != nil {
+							if err := tx.Send(ctx, uint32(r*100+i), pattern(n, r*100+i+dir)); err != nil {
 								errc <- err
 								return
 							}
@@ -76,9 +76,10 @@ func TestConnOrderAndWrap(t *testing.T) {
 				rx := pr[1]
 				for r := 0; r < rounds; r++ {
 					for i, n := range sizes {
-						m, err := rx.Recv(ctx)
+						m, tag, err := rx.Recv(ctx)
 						require.NoError(t, err)
 						require.True(t, bytes.Equal(m, pattern(n, r*100+i+dir)), "dir %d round %d msg %d", dir, r, i)
+						require.Equal(t, uint32(r*100+i), tag)
 						rx.Release()
 					}
 				}
@@ -94,19 +95,19 @@ func TestConnErrors(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			a, b := mk(t, 2, 64)
 			ctx := context.Background()
-			err := a.Send(ctx, make([]byte, 65))
+			err := a.Send(ctx, 0, make([]byte, 65))
 			require.Error(t, err)
 			require.Contains(t, err.Error(), "exceeds")
 
 			short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 			defer cancel()
-			_, err = b.Recv(short)
+			_, _, err = b.Recv(short)
 			require.ErrorIs(t, err, ErrTimeout)
 			var pe *PeerError
 			require.ErrorAs(t, err, &pe)
 
 			require.NoError(t, a.Close())
-			_, err = b.Recv(ctx)
+			_, _, err = b.Recv(ctx)
 			require.ErrorIs(t, err, ErrClosed)
 		})
 	}
@@ -150,3 +151,27 @@ func tcpSockets(t *testing.T) (*net.TCPConn, *net.TCPConn) {
 }
 
 func init() { pairs["shm"] = shmPair }
+
+// An abort reaches the peer with its reason, waking a blocked receive.
+func TestConnAbortCarriesReason(t *testing.T) {
+	for name, mk := range pairs {
+		t.Run(name, func(t *testing.T) {
+			a, b := mk(t, 2, 64)
+			errc := make(chan error, 1)
+			go func() {
+				_, _, err := b.Recv(context.Background())
+				errc <- err
+			}()
+			time.Sleep(20 * time.Millisecond)
+			a.Abort("rank 0: allreduce #7 timed out")
+			select {
+			case err := <-errc:
+				var ra *RemoteAbortError
+				require.ErrorAs(t, err, &ra)
+				require.Contains(t, ra.Reason, "allreduce #7")
+			case <-time.After(5 * time.Second):
+				t.Fatal("blocked Recv did not wake on the peer's abort")
+			}
+		})
+	}
+}

@@ -25,7 +25,10 @@ type Conns interface {
 // any Conn's MaxMessage.
 //
 // Exec does not apply Finalize (AVG); the caller does, once.
-func Exec(ctx context.Context, p *algorithms.Plan, rank int, conns Conns, in, out []byte, fragBytes int) error {
+//
+// Every message is sent with tag and every received message must carry
+// it; otherwise Exec fails with a *MismatchError.
+func Exec(ctx context.Context, p *algorithms.Plan, rank int, conns Conns, in, out []byte, fragBytes int, tag uint32) error {
 	if rank < 0 || rank >= len(p.Ranks) {
 		return fmt.Errorf("gotree/backend: rank %d outside plan of %d ranks", rank, len(p.Ranks))
 	}
@@ -46,7 +49,7 @@ func Exec(ctx context.Context, p *algorithms.Plan, rank int, conns Conns, in, ou
 			}
 		}
 	}
-	x := executor{p: p, conns: conns, in: in, out: out, esize: int64(esize), frag: fragElems}
+	x := executor{p: p, conns: conns, in: in, out: out, esize: int64(esize), frag: fragElems, tag: tag}
 	if nstreams == 1 {
 		// Common small case: no goroutine.
 		for _, ch := range rp.Channels {
@@ -76,6 +79,25 @@ type executor struct {
 	in, out []byte
 	esize   int64
 	frag    int64
+	tag     uint32
+}
+
+// MismatchError reports that a peer sent a message of another operation
+// (or of another size) than this rank expected: the ranks issued
+// different collectives, counts, dtypes, ops or roots at the same point.
+type MismatchError struct {
+	Peer, Channel int
+	WantTag       uint32
+	GotTag        uint32
+	WantBytes     int64
+	GotBytes      int64
+}
+
+func (e *MismatchError) Error() string {
+	if e.WantTag != e.GotTag {
+		return fmt.Sprintf("gotree/backend: rank %d sent a message of a different operation on channel %d (tag %08x, expected %08x): the ranks issued different collectives, sizes, dtypes, ops or roots at this point", e.Peer, e.Channel, e.GotTag, e.WantTag)
+	}
+	return fmt.Sprintf("gotree/backend: rank %d sent a %d-byte message on channel %d where %d bytes were expected: the ranks disagree on the size of this operation", e.Peer, e.Channel, e.GotBytes, e.WantBytes)
 }
 
 func (x *executor) buf(r algorithms.Ref, count int64) ([]byte, error) {
@@ -146,7 +168,7 @@ func (x *executor) runStream(ctx context.Context, ch int, steps algorithms.Strea
 			case algorithms.Send:
 				payload = src[off:end]
 			case algorithms.Recv, algorithms.RecvCopySend:
-				b, err := recvExact(ctx, recvs[0], end-off)
+				b, err := x.recvExact(ctx, recvs[0], st.RecvFrom[0], ch, end-off)
 				if err != nil {
 					return err
 				}
@@ -161,7 +183,7 @@ func (x *executor) runStream(ctx context.Context, ch int, steps algorithms.Strea
 					acc = dst[off:end]
 				}
 				for j, c := range recvs {
-					b, err := recvExact(ctx, c, end-off)
+					b, err := x.recvExact(ctx, c, st.RecvFrom[j], ch, end-off)
 					if err != nil {
 						return err
 					}
@@ -180,7 +202,7 @@ func (x *executor) runStream(ctx context.Context, ch int, steps algorithms.Strea
 				return fmt.Errorf("gotree/backend: unknown primitive %v", st.Prim)
 			}
 			for _, c := range sends {
-				if err := c.Send(ctx, payload); err != nil {
+				if err := c.Send(ctx, x.tag, payload); err != nil {
 					return err
 				}
 			}
@@ -189,14 +211,14 @@ func (x *executor) runStream(ctx context.Context, ch int, steps algorithms.Strea
 	return nil
 }
 
-func recvExact(ctx context.Context, c Conn, n int64) ([]byte, error) {
-	b, err := c.Recv(ctx)
+func (x *executor) recvExact(ctx context.Context, c Conn, peer, ch int, n int64) ([]byte, error) {
+	b, tag, err := c.Recv(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if int64(len(b)) != n {
+	if tag != x.tag || int64(len(b)) != n {
 		c.Release()
-		return nil, fmt.Errorf("gotree/backend: %w: expected a %d-byte message, got %d bytes (peers disagree on the collective)", ErrProto, n, len(b))
+		return nil, &MismatchError{Peer: peer, Channel: ch, WantTag: x.tag, GotTag: tag, WantBytes: n, GotBytes: int64(len(b))}
 	}
 	return b, nil
 }

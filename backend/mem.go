@@ -32,14 +32,14 @@ func NewMemPair(ra, rb, ch, slots, slotBytes int) (a, b Conn) {
 
 func (m *memConn) MaxMessage() int { return m.maxMsg }
 
-func (m *memConn) Send(ctx context.Context, p []byte) error {
+func (m *memConn) Send(ctx context.Context, tag uint32, p []byte) error {
 	if len(p) > m.maxMsg {
 		return &PeerError{m.peer, m.channel, "send", fmt.Errorf("message of %d bytes exceeds the %d-byte slot", len(p), m.maxMsg)}
 	}
 	select {
 	case s := <-m.tx.free:
 		n := copy(s, p)
-		m.tx.publish(s[:n])
+		m.tx.publish(s[:n], tag)
 		return nil
 	case <-m.tx.done:
 		return &PeerError{m.peer, m.channel, "send", ErrClosed}
@@ -48,12 +48,17 @@ func (m *memConn) Send(ctx context.Context, p []byte) error {
 	}
 }
 
-func (m *memConn) Recv(ctx context.Context) ([]byte, error) {
-	b, err := m.rx.recv(ctx)
+func (m *memConn) Recv(ctx context.Context) ([]byte, uint32, error) {
+	b, tag, err := m.rx.recv(ctx)
 	if err != nil {
-		return nil, &PeerError{m.peer, m.channel, "recv", err}
+		return nil, 0, &PeerError{m.peer, m.channel, "recv", err}
 	}
-	return b, nil
+	return b, tag, nil
+}
+
+func (m *memConn) Abort(reason string) {
+	m.tx.fail(&RemoteAbortError{reason})
+	m.rx.fail(ErrClosed)
 }
 
 func (m *memConn) Release() { m.rx.release() }

@@ -33,6 +33,7 @@ const ShmDir = "/dev/shm"
 //	256  rxWait    uint32  1 while the receiver sleeps on tail
 //	384  txWait    uint32  1 while the sender sleeps on head
 //	512  sizes     [slots]uint32
+//	     tags      [slots]uint32
 //	hdr  data      [slots][slotBytes]byte, hdr rounded up to 4 KiB
 //
 // A segment holds two directions: creator→opener, then opener→creator.
@@ -46,7 +47,7 @@ const (
 	offSizes  = 512
 )
 
-func shmHeaderBytes(slots int) int { return (offSizes + 4*slots + 4095) &^ 4095 }
+func shmHeaderBytes(slots int) int { return (offSizes + 8*slots + 4095) &^ 4095 }
 
 func shmDirBytes(slots, slotBytes int) int { return shmHeaderBytes(slots) + slots*slotBytes }
 
@@ -65,6 +66,7 @@ type shmDir struct {
 func (d shmDir) u64(off int) *uint64 { return (*uint64)(unsafe.Add(d.base, off)) }
 func (d shmDir) u32(off int) *uint32 { return (*uint32)(unsafe.Add(d.base, off)) }
 func (d shmDir) size(i int) *uint32  { return d.u32(offSizes + 4*i) }
+func (d shmDir) tag(i int) *uint32   { return d.u32(offSizes + 4*d.slots + 4*i) }
 func (d shmDir) slot(i int) []byte {
 	return unsafe.Slice((*byte)(unsafe.Add(d.base, shmHeaderBytes(d.slots)+i*d.slotBytes)), d.slotBytes)
 }
@@ -233,17 +235,37 @@ func mapShm(f *os.File, size, slots, slotBytes int, creator bool) (*shmConn, err
 	return s, nil
 }
 
-// watch turns the control socket's end (the peer exited or closed) into a
-// link failure that wakes every wait at once.
+// watch turns the control socket's end (the peer exited or closed) or an
+// abort message on it into a link failure that wakes every wait at once.
 func (s *shmConn) watch() {
 	var b [1]byte
 	_, err := s.ctrl.Read(b[:])
-	if err == nil {
+	switch {
+	case err == nil && b[0] == 'A':
+		_ = s.ctrl.SetReadDeadline(time.Now().Add(time.Second))
+		why, rerr := readCtl(s.ctrl, maxAbortText)
+		if rerr != nil {
+			why = []byte("(reason lost)")
+		}
+		err = &RemoteAbortError{string(why)}
+	case err == nil:
 		err = fmt.Errorf("%w: unexpected data on the control socket", ErrProto)
-	} else if errors.Is(err, io.EOF) {
+	case errors.Is(err, io.EOF):
 		err = fmt.Errorf("%w: peer closed the connection (process exited?)", ErrClosed)
 	}
 	s.fail(err)
+}
+
+func (s *shmConn) Abort(reason string) {
+	if len(reason) > maxAbortText {
+		reason = reason[:maxAbortText]
+	}
+	_ = s.ctrl.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
+	msg := make([]byte, 5, 5+len(reason))
+	msg[0] = 'A'
+	binary.LittleEndian.PutUint32(msg[1:], uint32(len(reason)))
+	_, _ = s.ctrl.Write(append(msg, reason...))
+	s.Close()
 }
 
 func (s *shmConn) fail(err error) {
@@ -353,7 +375,7 @@ func (s *shmConn) wait(ctx context.Context, ready func() bool, w, flag *uint32) 
 
 var errFailed = errors.New("link failed")
 
-func (s *shmConn) Send(ctx context.Context, p []byte) error {
+func (s *shmConn) Send(ctx context.Context, tag uint32, p []byte) error {
 	if len(p) > s.maxMsg {
 		return &PeerError{s.peer, s.channel, "send", fmt.Errorf("message of %d bytes exceeds the %d-byte slot", len(p), s.maxMsg)}
 	}
@@ -373,6 +395,7 @@ func (s *shmConn) Send(ctx context.Context, p []byte) error {
 	i := int(tail % uint64(s.tx.slots))
 	copy(s.tx.slot(i), p)
 	atomic.StoreUint32(s.tx.size(i), uint32(len(p)))
+	atomic.StoreUint32(s.tx.tag(i), tag)
 	atomic.StoreUint64(s.tx.u64(offTail), tail+1)
 	if atomic.LoadUint32(s.tx.u32(offRxWait)) != 0 {
 		futexWake(s.tx.u32(offTail))
@@ -380,12 +403,12 @@ func (s *shmConn) Send(ctx context.Context, p []byte) error {
 	return nil
 }
 
-func (s *shmConn) Recv(ctx context.Context) ([]byte, error) {
+func (s *shmConn) Recv(ctx context.Context) ([]byte, uint32, error) {
 	if s.borrowed {
-		return nil, &PeerError{s.peer, s.channel, "recv", fmt.Errorf("%w: Recv called before Release", ErrProto)}
+		return nil, 0, &PeerError{s.peer, s.channel, "recv", fmt.Errorf("%w: Recv called before Release", ErrProto)}
 	}
 	if !s.enter() {
-		return nil, s.err("recv")
+		return nil, 0, s.err("recv")
 	}
 	head := atomic.LoadUint64(s.rx.u64(offHead))
 	tail := s.rx.u64(offTail)
@@ -393,18 +416,18 @@ func (s *shmConn) Recv(ctx context.Context) ([]byte, error) {
 	if err := s.wait(ctx, ready, s.rx.u32(offTail), s.rx.u32(offRxWait)); err != nil {
 		s.exit()
 		if err == errFailed {
-			return nil, s.err("recv")
+			return nil, 0, s.err("recv")
 		}
-		return nil, &PeerError{s.peer, s.channel, "recv", err}
+		return nil, 0, &PeerError{s.peer, s.channel, "recv", err}
 	}
 	i := int(head % uint64(s.rx.slots))
 	n := int(atomic.LoadUint32(s.rx.size(i)))
 	if n > s.rx.slotBytes {
 		s.exit()
-		return nil, &PeerError{s.peer, s.channel, "recv", fmt.Errorf("%w: message size %d exceeds the slot", ErrProto, n)}
+		return nil, 0, &PeerError{s.peer, s.channel, "recv", fmt.Errorf("%w: message size %d exceeds the slot", ErrProto, n)}
 	}
 	s.borrowed = true
-	return s.rx.slot(i)[:n:n], nil
+	return s.rx.slot(i)[:n:n], atomic.LoadUint32(s.rx.tag(i)), nil
 }
 
 func (s *shmConn) Release() {

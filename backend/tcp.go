@@ -28,8 +28,8 @@ type tcpConn struct {
 	rx      *fifo
 	maxMsg  int
 
-	sendMu sync.Mutex // Send is single-goroutine by contract; this guards Close racing it
-	hdr    [4]byte
+	sendMu sync.Mutex // Send is single-goroutine by contract; this guards Abort racing it
+	hdr    [8]byte
 	bufs   net.Buffers
 	closed chan struct{}
 	once   sync.Once
@@ -57,14 +57,28 @@ func (t *tcpConn) peerErr(op string, err error) error {
 	return &PeerError{Peer: t.peer, Channel: t.channel, Op: op, Err: err}
 }
 
+// abortFrame in the length field announces an abort; the tag field then
+// holds the length of the reason that follows.
+const abortFrame = 0xFFFFFFFF
+
 func (t *tcpConn) readLoop() {
-	var hdr [4]byte
+	var hdr [8]byte
 	for {
 		if _, err := io.ReadFull(t.c, hdr[:]); err != nil {
 			t.rx.fail(t.peerErr("recv", t.readErr(err)))
 			return
 		}
-		n := int(binary.LittleEndian.Uint32(hdr[:]))
+		ln := binary.LittleEndian.Uint32(hdr[:4])
+		tag := binary.LittleEndian.Uint32(hdr[4:])
+		if ln == abortFrame {
+			why := make([]byte, min(int(tag), maxAbortText))
+			_ = t.c.SetReadDeadline(time.Now().Add(time.Second))
+			k, _ := io.ReadFull(t.c, why)
+			t.rx.fail(t.peerErr("recv", &RemoteAbortError{string(why[:k])}))
+			t.c.Close()
+			return
+		}
+		n := int(ln)
 		if n > t.maxMsg {
 			t.rx.fail(t.peerErr("recv", fmt.Errorf("%w: message of %d bytes exceeds the %d-byte slot", ErrProto, n, t.maxMsg)))
 			t.c.Close()
@@ -78,7 +92,7 @@ func (t *tcpConn) readLoop() {
 			t.rx.fail(t.peerErr("recv", t.readErr(err)))
 			return
 		}
-		t.rx.publish(slot[:n])
+		t.rx.publish(slot[:n], tag)
 	}
 }
 
@@ -94,7 +108,7 @@ func (t *tcpConn) readErr(err error) error {
 	return err
 }
 
-func (t *tcpConn) Send(ctx context.Context, p []byte) error {
+func (t *tcpConn) Send(ctx context.Context, tag uint32, p []byte) error {
 	if len(p) > t.maxMsg {
 		return t.peerErr("send", fmt.Errorf("message of %d bytes exceeds the %d-byte slot", len(p), t.maxMsg))
 	}
@@ -113,7 +127,8 @@ func (t *tcpConn) Send(ctx context.Context, p []byte) error {
 	// Abort (context cancellation) interrupts a blocked write.
 	stop := context.AfterFunc(ctx, func() { _ = t.c.SetWriteDeadline(time.Unix(1, 0)) })
 	defer stop()
-	binary.LittleEndian.PutUint32(t.hdr[:], uint32(len(p)))
+	binary.LittleEndian.PutUint32(t.hdr[:4], uint32(len(p)))
+	binary.LittleEndian.PutUint32(t.hdr[4:], tag)
 	t.bufs = append(t.bufs[:0], t.hdr[:], p)
 	bufs := t.bufs
 	_, err := bufs.WriteTo(t.c)
@@ -130,16 +145,33 @@ func (t *tcpConn) Send(ctx context.Context, p []byte) error {
 	return nil
 }
 
-func (t *tcpConn) Recv(ctx context.Context) ([]byte, error) {
-	b, err := t.rx.recv(ctx)
+func (t *tcpConn) Recv(ctx context.Context) ([]byte, uint32, error) {
+	b, tag, err := t.rx.recv(ctx)
 	if err != nil {
 		var pe *PeerError
 		if errors.As(err, &pe) {
-			return nil, err
+			return nil, 0, err
 		}
-		return nil, t.peerErr("recv", err)
+		return nil, 0, t.peerErr("recv", err)
 	}
-	return b, nil
+	return b, tag, nil
+}
+
+// Abort sends an abort frame with the reason, unless a send is in
+// progress (then the peer sees the connection close instead), and closes.
+func (t *tcpConn) Abort(reason string) {
+	if t.sendMu.TryLock() {
+		if len(reason) > maxAbortText {
+			reason = reason[:maxAbortText]
+		}
+		var hdr [8]byte
+		binary.LittleEndian.PutUint32(hdr[:4], abortFrame)
+		binary.LittleEndian.PutUint32(hdr[4:], uint32(len(reason)))
+		_ = t.c.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
+		_, _ = t.c.Write(append(hdr[:], reason...))
+		t.sendMu.Unlock()
+	}
+	t.Close()
 }
 
 func (t *tcpConn) Release() { t.rx.release() }

@@ -128,6 +128,21 @@ type collArgs struct {
 	in, out []byte
 	name    string           // overrides coll's name in messages
 	plan    *algorithms.Plan // a prepared (point-to-point) plan
+	tag     uint32           // names this call on the wire (opTag)
+}
+
+// opTag hashes what every rank must agree on for one operation (FNV-1a):
+// the kind, the sequence number, the count, the dtype, the op and the
+// root. Every message of the operation carries it.
+func opTag(coll algorithms.Collective, seq uint64, count int64, dt algorithms.DType, op algorithms.Op, root int) uint32 {
+	h := uint32(2166136261)
+	for _, v := range [...]uint64{uint64(coll), seq, uint64(count), uint64(dt), uint64(op), uint64(root)} {
+		for i := 0; i < 8; i++ {
+			h ^= uint32(byte(v >> (8 * i)))
+			h *= 16777619
+		}
+	}
+	return h
 }
 
 func (a collArgs) String() string {
@@ -156,6 +171,7 @@ func (c *Comm) enqueue(a collArgs) (*Request, error) {
 		return nil, err
 	}
 	c.seq++
+	a.tag = opTag(a.coll, c.seq, a.count, a.dt, a.op, a.root)
 	desc := fmt.Sprintf("%s #%d (%d x %v", a, c.seq, a.count, a.dt)
 	if a.coll == algorithms.AllReduce || a.coll == algorithms.Reduce || a.coll == algorithms.ReduceScatter {
 		desc += ", " + a.op.String()
@@ -173,19 +189,62 @@ func (c *Comm) enqueue(a collArgs) (*Request, error) {
 	return r, nil
 }
 
+// algorithm picks a call's algorithm: the cost model's fastest for its
+// size among those GOTREE_ALGO allows (see choice). Only allreduce has a
+// tree plan.
 func (c *Comm) algorithm(a collArgs) algorithms.Algorithm {
 	if a.coll != algorithms.AllReduce {
 		return algorithms.Ring
 	}
-	if f, _ := c.cfg.algoFor(a.coll); f != nil {
-		return *f
+	return c.choice(a).Algo
+}
+
+// choiceKey caches the cost model's choice per collective and size in the
+// plan cache.
+type choiceKey struct {
+	coll  algorithms.Collective
+	bytes int64
+}
+
+// choice is the cost model's prediction (algorithm, protocol, channels)
+// for a call under GOTREE_ALGO, GOTREE_PROTO and GOTREE_MIN/MAX_NCHANNELS,
+// calibrated by GOTREE_TUNING_FILE (built-in values without it). Ranks on
+// one host talk over shm, others over tcp. The CPU executor runs only the
+// Simple protocol, so a GOTREE_PROTO without Simple is ignored here.
+func (c *Comm) choice(a collArgs) algorithms.Prediction {
+	bytes := a.count * int64(a.dt.Size())
+	if a.coll == algorithms.AllGather || a.coll == algorithms.ReduceScatter {
+		bytes *= int64(c.nranks)
 	}
-	return algorithms.Ring
+	v, err := c.plans.get(choiceKey{a.coll, bytes}, func() (any, error) {
+		tu := c.cfg.Tuning
+		if tu == nil {
+			tu = algorithms.DefaultTuning()
+		}
+		algos, err := algorithms.ParseAlgoSpec(c.cfg.Algo, a.coll)
+		if err != nil {
+			return nil, err
+		}
+		if a.coll != algorithms.AllReduce {
+			algos &= 1 << algorithms.Ring
+		}
+		topo := algorithms.TopoOfGraph(c.graph, algorithms.Shm, algorithms.TCP)
+		pr, err := tu.Choose(a.coll, topo, bytes, algorithms.Constraints{Algos: algos, Protos: 1 << algorithms.Simple,
+			MinChannels: c.cfg.MinChannels, MaxChannels: c.cfg.MaxChannels})
+		if err == nil {
+			c.log.Infof("TUNING", "%v %d bytes: %v/%v on %d channels, predicted %.1f us", a.coll, bytes, pr.Algo, pr.Proto, pr.Channels, pr.TimeUs)
+		}
+		return pr, err
+	})
+	if err != nil {
+		return algorithms.Prediction{Coll: a.coll, Algo: algorithms.Ring, Proto: algorithms.Simple, Bytes: bytes}
+	}
+	return v.(algorithms.Prediction)
 }
 
 func (c *Comm) runColl(a collArgs, desc string) error {
 	if a.plan != nil {
-		return c.execPlan(a.plan, a.in, a.out, desc)
+		return c.execPlan(a.plan, a.in, a.out, desc, a.tag)
 	}
 	req := algorithms.PlanRequest{
 		Coll: a.coll, Algo: c.algorithm(a), Proto: algorithms.Simple,
@@ -198,7 +257,7 @@ func (c *Comm) runColl(a collArgs, desc string) error {
 	}
 	plan := v.(*algorithms.Plan)
 	c.log.Infof("COLL", "%s: %v/%v, %d channels", desc, req.Algo, req.Proto, plan.Channels)
-	if err := c.execPlan(plan, a.in, a.out, desc); err != nil {
+	if err := c.execPlan(plan, a.in, a.out, desc, a.tag); err != nil {
 		return err
 	}
 	if a.op == algorithms.Avg && (a.coll == algorithms.AllReduce || (a.coll == algorithms.Reduce && c.rank == a.root) || a.coll == algorithms.ReduceScatter) {
@@ -208,22 +267,30 @@ func (c *Comm) runColl(a collArgs, desc string) error {
 }
 
 // execPlan runs this rank's part of plan under the communicator's timeout
-// and names the operation in any error.
-func (c *Comm) execPlan(plan *algorithms.Plan, in, out []byte, desc string) error {
+// and names the operation in any error. Any failure aborts the
+// communicator: its links may hold messages of the failed operation.
+func (c *Comm) execPlan(plan *algorithms.Plan, in, out []byte, desc string, tag uint32) error {
 	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.Timeout)
 	defer cancel()
-	err := backend.Exec(ctx, plan, c.rank, c, in, out, c.cfg.SlotBytes)
+	err := backend.Exec(ctx, plan, c.rank, c, in, out, c.cfg.SlotBytes, tag)
 	if err == nil {
 		return nil
 	}
+	var mm *backend.MismatchError
 	kind := ErrRemote
 	switch {
 	case errors.Is(err, ErrTimeout) || errors.Is(err, ErrAborted) || errors.Is(err, ErrInvalidArgument):
-		return fmt.Errorf("rank %d: %s failed: %w", c.rank, desc, err)
+		err = fmt.Errorf("rank %d: %s failed: %w", c.rank, desc, err)
+		c.fail(err)
+		return err
+	case errors.As(err, &mm):
+		kind = ErrInvalidArgument
 	case errors.Is(err, backend.ErrTimeout):
 		kind = ErrTimeout
 	case c.ctx.Err() != nil:
 		kind = ErrAborted
 	}
-	return fmt.Errorf("%w: rank %d: %s failed: %v", kind, c.rank, desc, err)
+	err = fmt.Errorf("%w: rank %d: %s failed: %v", kind, c.rank, desc, err)
+	c.fail(err)
+	return err
 }

@@ -132,7 +132,7 @@ func Init(id UniqueID, rank, nranks int, cfg Config) (*Comm, error) {
 		return nil, err
 	}
 	if err := c.connect(uid.Secret, time.Now().Add(cfg.Timeout)); err != nil {
-		c.closeLinks()
+		c.closeLinks(fmt.Sprintf("rank %d failed to connect: %v", rank, err))
 		return nil, err
 	}
 	c.p2p.init()
@@ -360,14 +360,25 @@ func (c *Comm) makeLink(k linkKey, conn *net.TCPConn, deadline time.Time) (backe
 	return backend.OpenShmConn(conn, k.peer, k.channel, deadline)
 }
 
-func (c *Comm) closeLinks() {
+// closeLinks closes every link; with a reason, each peer is told why
+// first (best effort), so that its blocked steps fail at once with our
+// reason instead of waiting for their timeout.
+func (c *Comm) closeLinks(reason string) {
 	if c.ln != nil {
 		c.ln.Close()
 	}
 	for _, l := range c.links {
+		closeLink(l, reason)
+	}
+	c.p2p.closeAll(reason)
+}
+
+func closeLink(l backend.Conn, reason string) {
+	if reason != "" {
+		l.Abort(reason)
+	} else {
 		l.Close()
 	}
-	c.p2p.closeAll()
 }
 
 // fail records the first fatal error and tears the links down so that
@@ -382,7 +393,7 @@ func (c *Comm) fail(err error) {
 	if first {
 		c.log.Warnf("%v; aborting the communicator", err)
 		c.cancel(err)
-		c.closeLinks()
+		c.closeLinks(fmt.Sprintf("rank %d gave up: %v", c.rank, err))
 	}
 }
 
@@ -421,7 +432,7 @@ func (c *Comm) Destroy() error {
 		<-done
 	}
 	c.cancel(errors.New("destroyed"))
-	c.closeLinks()
+	c.closeLinks("")
 	c.acceptWG.Wait()
 	return err
 }
@@ -436,10 +447,6 @@ func (c *Comm) worker() {
 			r.finish(fmt.Errorf("%w (%v)", ErrAborted, failure))
 			continue
 		}
-		err := r.run(c)
-		if err != nil && !errors.Is(err, ErrInvalidArgument) {
-			c.fail(err)
-		}
-		r.finish(err)
+		r.finish(r.run(c))
 	}
 }

@@ -2,6 +2,7 @@ package pg
 
 import (
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -27,6 +28,11 @@ type Config struct {
 	SlotBytes    int           // GOTREE_BUFFSIZE / 8: bytes per FIFO slot
 	TopoFile     string        // GOTREE_TOPO_FILE
 	TopoDumpFile string        // GOTREE_TOPO_DUMP_FILE
+	Proto        string        // GOTREE_PROTO: NCCL_PROTO syntax, e.g. "Simple", "^LL128", "allreduce:Simple"
+	TuningFile   string        // GOTREE_TUNING_FILE: a file written by `gotree tune`
+	// Tuning is the cost model's calibration: the tuning file's, or
+	// algorithms.DefaultTuning() when nil.
+	Tuning *algorithms.Tuning
 }
 
 // Getenv looks a variable up; os.Getenv fits.
@@ -43,6 +49,8 @@ func LoadConfig(getenv Getenv) (Config, error) {
 		Algo:         strings.ToLower(strings.TrimSpace(getenv("GOTREE_ALGO"))),
 		TopoFile:     getenv("GOTREE_TOPO_FILE"),
 		TopoDumpFile: getenv("GOTREE_TOPO_DUMP_FILE"),
+		Proto:        strings.TrimSpace(getenv("GOTREE_PROTO")),
+		TuningFile:   strings.TrimSpace(getenv("GOTREE_TUNING_FILE")),
 	}
 	var err error
 	if c.Debug, err = ParseLevel(getenv("GOTREE_DEBUG")); err != nil {
@@ -70,8 +78,17 @@ func LoadConfig(getenv Getenv) (Config, error) {
 	}
 	c.Timeout = time.Duration(timeoutMS) * time.Millisecond
 	c.SlotBytes = buff / 8
-	if _, e := c.algoFor(algorithms.AllReduce); e != nil {
+	if e := algorithms.CheckSpecs(c.Algo, c.Proto); e != nil {
 		return c, e
+	}
+	if c.TuningFile != "" {
+		data, e := os.ReadFile(c.TuningFile)
+		if e != nil {
+			return c, fmt.Errorf("gotree: GOTREE_TUNING_FILE: %w", e)
+		}
+		if c.Tuning, e = algorithms.ParseTuning(data); e != nil {
+			return c, fmt.Errorf("gotree: GOTREE_TUNING_FILE=%s: %w", c.TuningFile, e)
+		}
 	}
 	return c.withDefaults(), nil
 }
@@ -97,43 +114,15 @@ func (c Config) withDefaults() Config {
 }
 
 // algoFor returns the algorithm forced for a collective by GOTREE_ALGO, or
-// ok=false for automatic choice. Syntax as NCCL_ALGO: "tree", "ring", or
-// "allreduce:tree;allgather:ring".
+// nil when more than one is allowed (automatic choice). Syntax as
+// NCCL_ALGO: "tree", "ring,tree", "^tree", or "allreduce:tree;allgather:ring".
 func (c Config) algoFor(coll algorithms.Collective) (forced *algorithms.Algorithm, err error) {
-	if c.Algo == "" {
-		return nil, nil
+	set, err := algorithms.ParseAlgoSpec(c.Algo, coll)
+	if err != nil {
+		return nil, err
 	}
-	parse := func(s string) (*algorithms.Algorithm, error) {
-		switch strings.TrimSpace(s) {
-		case "ring":
-			a := algorithms.Ring
-			return &a, nil
-		case "tree":
-			a := algorithms.Tree
-			return &a, nil
-		case "", "auto":
-			return nil, nil
-		}
-		return nil, fmt.Errorf("gotree: GOTREE_ALGO=%q: unknown algorithm %q (want ring, tree or auto)", c.Algo, s)
-	}
-	if !strings.Contains(c.Algo, ":") {
-		return parse(c.Algo)
-	}
-	for _, part := range strings.Split(c.Algo, ";") {
-		if strings.TrimSpace(part) == "" {
-			continue
-		}
-		k, v, ok := strings.Cut(part, ":")
-		if !ok {
-			return nil, fmt.Errorf("gotree: GOTREE_ALGO=%q: %q is not collective:algorithm", c.Algo, part)
-		}
-		a, err := parse(v)
-		if err != nil {
-			return nil, err
-		}
-		if strings.TrimSpace(k) == coll.String() {
-			return a, nil
-		}
+	if a, ok := set.Only(); ok {
+		return &a, nil
 	}
 	return nil, nil
 }

@@ -25,6 +25,7 @@ type p2pLinks struct {
 	dialing map[int]bool
 	closed  bool
 	last    map[p2pKey]*Request // ordering of send/recv per peer and direction
+	count   map[p2pKey]uint64   // sends/receives issued per peer and direction
 }
 
 type p2pKey struct {
@@ -38,6 +39,7 @@ func (p *p2pLinks) init() {
 	p.errs = map[int]error{}
 	p.dialing = map[int]bool{}
 	p.last = map[p2pKey]*Request{}
+	p.count = map[p2pKey]uint64{}
 }
 
 func (p *p2pLinks) readyChan(peer int) chan struct{} {
@@ -73,7 +75,7 @@ func (p *p2pLinks) set(peer int, l backend.Conn, err error) {
 	}
 }
 
-func (p *p2pLinks) closeAll() {
+func (p *p2pLinks) closeAll(reason string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.links == nil {
@@ -81,7 +83,7 @@ func (p *p2pLinks) closeAll() {
 	}
 	p.closed = true
 	for _, l := range p.links {
-		l.Close()
+		closeLink(l, reason)
 	}
 }
 
@@ -352,10 +354,17 @@ func (c *Comm) sendRecv(send bool, buf []byte, count int64, dt algorithms.DType,
 	if err := c.usable(name); err != nil {
 		return nil, err
 	}
-	c.seq++
-	desc := fmt.Sprintf("%s #%d (%d x %v, peer %d)", name, c.seq, count, dt, peer)
 	key := p2pKey{peer, send}
 	c.p2p.mu.Lock()
+	c.p2p.count[key]++
+	n := c.p2p.count[key]
+	// The n-th send from a to b pairs with b's n-th receive from a.
+	from, to := c.rank, peer
+	if !send {
+		from, to = peer, c.rank
+	}
+	tag := opTag(algorithms.SendRecv, n, count, dt, 0, from*c.nranks+to)
+	desc := fmt.Sprintf("%s #%d to/from rank %d (%d x %v)", name, n, peer, count, dt)
 	prev := c.p2p.last[key]
 	r := newRequest(desc, c.cfg.Timeout, nil)
 	c.p2p.last[key] = r
@@ -373,11 +382,7 @@ func (c *Comm) sendRecv(send bool, buf []byte, count int64, dt algorithms.DType,
 			r.finish(fmt.Errorf("%w (%v)", ErrAborted, failure))
 			return
 		}
-		err := c.execPlan(plan, buf, buf, desc)
-		if err != nil {
-			c.fail(err)
-		}
-		r.finish(err)
+		r.finish(c.execPlan(plan, buf, buf, desc, tag))
 		c.p2p.mu.Lock()
 		if c.p2p.last[key] == r {
 			delete(c.p2p.last, key)

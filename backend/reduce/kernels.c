@@ -108,8 +108,58 @@ static inline uint16_t f2bf(float f) {
 	uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
 	return (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | 0x40u) : (uint16_t)r;
 }
-BIN(sum_bf16, uint16_t, f2bf(bf2f(x) + bf2f(y)))
-BIN(prod_bf16, uint16_t, f2bf(bf2f(x) * bf2f(y)))
+
+// The bfloat16 arithmetic kernels work on pairs of elements as one 32-bit
+// word: the even element shifted up and the odd one masked are the two
+// float32 values, and the two rounded results recombine into one word.
+// No widening or narrowing shuffles: ~25% fewer instructions than the
+// element loop gcc makes of f2bf(bf2f(x) + bf2f(y)).
+typedef uint32_t u32u __attribute__((aligned(1), may_alias));
+
+// bf_round_hi is f2bf's result in the top half of the word (the bottom
+// half is garbage).
+static inline uint32_t bf_round_hi(float f) {
+	uint32_t u = f2u(f);
+	uint32_t r = u + 0x7fffu + ((u >> 16) & 1u);
+	return (u & 0x7fffffffu) > 0x7f800000u ? (u | 0x00400000u) : r;
+}
+// bf_round_hi_exact is bf_round_hi without the NaN case, for results of
+// an add or a multiply of two bfloat16 values (widened exactly). Such a
+// NaN is quiet with its low 16 bits zero (x86 returns a quieted input NaN,
+// whose low bits are those of a bfloat16, or the default NaN 0xffc00000),
+// so adding 0x7fff + lsb cannot carry out of the low half: the top half is
+// the NaN itself, which is what the NaN case returns.
+static inline uint32_t bf_round_hi_exact(float f) {
+	uint32_t u = f2u(f);
+	return u + 0x7fffu + ((u >> 16) & 1u);
+}
+#define BF2(name, ROUND_HI, EXPR)                                               \
+	CLONES static void name(uint16_t *d, const uint16_t *a, const uint16_t *b, size_t n, float c) { \
+		(void)c;                                                                \
+		u32u *d2 = (u32u *)d;                                                   \
+		const u32u *a2 = (const u32u *)a, *b2 = (const u32u *)b;                \
+		size_t n2 = n / 2;                                                      \
+		_Pragma("GCC ivdep") for (size_t i = 0; i < n2; i++) {                  \
+			uint32_t xa = a2[i], xb = b2[i];                                    \
+			float x = u2f(xa << 16), y = u2f(xb << 16);                         \
+			(void)y;                                                            \
+			uint32_t lo = ROUND_HI(EXPR);                                       \
+			x = u2f(xa & 0xffff0000u), y = u2f(xb & 0xffff0000u);               \
+			uint32_t hi = ROUND_HI(EXPR);                                       \
+			d2[i] = (hi & 0xffff0000u) | (lo >> 16);                            \
+		}                                                                       \
+		if (n & 1) {                                                            \
+			float x = bf2f(a[n - 1]), y = bf2f(b[n - 1]);                       \
+			(void)y;                                                            \
+			d[n - 1] = (uint16_t)(bf_round_hi(EXPR) >> 16);                     \
+		}                                                                       \
+	}
+BF2(sum_bf16, bf_round_hi_exact, x + y)
+BF2(prod_bf16, bf_round_hi_exact, x * y)
+// A scalar c (1/nranks, a PremulSum factor) need not be a bfloat16: the
+// NaN case stays.
+BF2(div_bf16, bf_round_hi, x / c)
+BF2(mul_bf16, bf_round_hi, x * c)
 
 // UN defines d[i] = EXPR(x = a[i], c) for a scalar c of type C.
 #define UN(name, T, C, EXPR)                                                    \
@@ -123,8 +173,6 @@ UN(div_f32, float, float, x / c)
 UN(div_f64, double, double, x / c)
 UN(mul_f32, float, float, x * c)
 UN(mul_f64, double, double, x * c)
-UN(div_bf16, uint16_t, float, f2bf(bf2f(x) / c))
-UN(mul_bf16, uint16_t, float, f2bf(bf2f(x) * c))
 // Integer division truncating toward zero. For |x| < 2^31 the quotient
 // rounded to double can never reach the next integer (its error is below
 // 2^-21/n < 1/n, the distance of a non-integer x/n from any integer), so
@@ -314,7 +362,9 @@ int gotree_reduce3(int dt, int op, uintptr_t ud, uintptr_t ua, uintptr_t ub, siz
 	switch (dt * 16 + op) {
 	K(GT_F32, GT_SUM, sum_f32) K(GT_F32, GT_PROD, prod_f32) K(GT_F32, GT_MIN, min_f32) K(GT_F32, GT_MAX, max_f32)
 	K(GT_F64, GT_SUM, sum_f64) K(GT_F64, GT_PROD, prod_f64) K(GT_F64, GT_MIN, min_f64) K(GT_F64, GT_MAX, max_f64)
-	K(GT_BF16, GT_SUM, sum_bf16) K(GT_BF16, GT_PROD, prod_bf16) K(GT_BF16, GT_MIN, min_bf16) K(GT_BF16, GT_MAX, max_bf16)
+	K(GT_BF16, GT_MIN, min_bf16) K(GT_BF16, GT_MAX, max_bf16)
+	case GT_BF16 * 16 + GT_SUM: sum_bf16(d, a, b, n, 0); return 0;
+	case GT_BF16 * 16 + GT_PROD: prod_bf16(d, a, b, n, 0); return 0;
 	K(GT_F16, GT_MIN, min_f16) K(GT_F16, GT_MAX, max_f16)
 	case GT_F16 * 16 + GT_SUM: RUN_H16(sum_f16, d, a, b, n, 0); return 0;
 	case GT_F16 * 16 + GT_PROD: RUN_H16(prod_f16, d, a, b, n, 0); return 0;
@@ -334,13 +384,19 @@ int gotree_reduce3(int dt, int op, uintptr_t ud, uintptr_t ua, uintptr_t ub, siz
 int gotree_avg(int dt, uintptr_t ud, uintptr_t ua, size_t n, int64_t nranks) {
 	void *d = (void *)ud;
 	const void *a = (const void *)ua;
+	if ((nranks & (nranks - 1)) == 0 && dt != GT_I8 && dt != GT_U8 && dt != GT_I16 && dt != GT_I32 && dt != GT_I64) {
+		// x / 2^k and x * 2^-k are the same real number, so they round to
+		// the same float (subnormal results included), and a multiply is
+		// several times cheaper than a divide.
+		return gotree_scale(dt, ud, ua, n, 1.0 / (double)nranks);
+	}
 	switch (dt) {
 	case GT_C64: n *= 2; /* fallthrough */
 	case GT_F32: div_f32(d, a, n, (float)nranks); return 0;
 	case GT_C128: n *= 2; /* fallthrough */
 	case GT_F64: div_f64(d, a, n, (double)nranks); return 0;
 	case GT_F16: RUN_H16(div_f16, d, a, a, n, (float)nranks); return 0;
-	case GT_BF16: div_bf16(d, a, n, (float)nranks); return 0;
+	case GT_BF16: div_bf16(d, a, a, n, (float)nranks); return 0;
 	case GT_I8: div_i8(d, a, n, (double)nranks); return 0;
 	case GT_U8: div_u8(d, a, n, (double)nranks); return 0;
 	case GT_I16: div_i16(d, a, n, (double)nranks); return 0;
@@ -359,7 +415,7 @@ int gotree_scale(int dt, uintptr_t ud, uintptr_t ua, size_t n, double factor) {
 	case GT_C128: n *= 2; /* fallthrough */
 	case GT_F64: mul_f64(d, a, n, factor); return 0;
 	case GT_F16: RUN_H16(mul_f16, d, a, a, n, (float)factor); return 0;
-	case GT_BF16: mul_bf16(d, a, n, (float)factor); return 0;
+	case GT_BF16: mul_bf16(d, a, a, n, (float)factor); return 0;
 	}
 	return -1;
 }
