@@ -130,12 +130,16 @@ func (f *fifo) recv(ctx context.Context) ([]byte, uint32, error) {
 		f.cur = m.b
 		return m.b, m.tag, nil
 	case <-f.done:
-		// Deliver what arrived before the failure first.
-		select {
-		case m := <-f.ready:
-			f.cur = m.b
-			return m.b, m.tag, nil
-		default:
+		// After a plain close, deliver what arrived before it; after an
+		// abort, fail at once.
+		var ra *RemoteAbortError
+		if !errors.As(f.err, &ra) {
+			select {
+			case m := <-f.ready:
+				f.cur = m.b
+				return m.b, m.tag, nil
+			default:
+			}
 		}
 		return nil, 0, f.err
 	case <-ctx.Done():

@@ -345,6 +345,10 @@ func (s *shmConn) wait(ctx context.Context, ready func() bool, w, flag *uint32) 
 	deadline, hasDL := ctx.Deadline()
 	for {
 		if s.failed.Load() {
+			var ra *RemoteAbortError
+			if p := s.failErr.Load(); p != nil && errors.As(*p, &ra) {
+				return errFailed
+			}
 			if ready() {
 				return nil
 			}

@@ -66,17 +66,19 @@ func TestTimeoutAbortsAndTellsPeers(t *testing.T) {
 	err = r.Wait(-1)
 	require.ErrorIs(t, err, ErrTimeout)
 	require.Contains(t, err.Error(), "allreduce #1")
-	// Rank 1 learns of it on its next collective, with rank 0's reason.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	// Rank 1 learns of it within two calls (the first may legitimately
+	// complete from what rank 0 sent before it gave up), with rank 0's
+	// reason, quickly.
+	start := time.Now()
+	var last error
+	for i := 0; i < 2 && last == nil; i++ {
 		r1, err := comms[1].AllReduce(buf, buf, 8, algorithms.Int64, algorithms.Sum)
 		if err == nil {
 			err = r1.Wait(-1)
 		}
-		require.Error(t, err)
-		if time.Now().After(deadline) || err != nil {
-			require.Contains(t, fmt.Sprint(err), "rank 0")
-			break
-		}
+		last = err
 	}
+	require.Error(t, last)
+	require.Contains(t, fmt.Sprint(last), "rank 0")
+	require.Less(t, time.Since(start), 3*time.Second)
 }

@@ -1,0 +1,182 @@
+package main
+
+// The measurement engine shared by `gotree sweep` and `gotree tune`: the
+// parent starts N ranks of this program as child processes (like perf
+// --nproc), each joins a real communicator (pg) and times allreduce calls
+// with perfSize; rank 0 prints the result as JSON on its stdout, which the
+// parent reads. A child recognises itself by GOTREE_BENCH_SPEC.
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"time"
+
+	"github.com/gotree/gotree/algorithms"
+	"github.com/gotree/gotree/pg"
+)
+
+const envBenchSpec = "GOTREE_BENCH_SPEC"
+
+// benchSpec is one measurement run: one communicator of NRanks ranks, one
+// forced algorithm ("ring", "tree" or "auto"), every size Cycles times.
+type benchSpec struct {
+	NRanks  int           `json:"nranks"`
+	Algo    string        `json:"algo"`
+	Sizes   []int64       `json:"sizes"`
+	Iters   []int         `json:"iters"` // per size: timed iterations per cycle
+	Cycles  int           `json:"cycles"`
+	Warmup  int           `json:"warmup"` // per cycle
+	DType   string        `json:"dtype"`
+	Timeout time.Duration `json:"timeout"`
+	// HostIDs, when set, gives every rank its own GOTREE_HOST_ID (ranks
+	// with different ids talk over tcp).
+	HostIDs []string `json:"host_ids,omitempty"`
+}
+
+// benchCycle is one cycle of one size in one placement.
+type benchCycle struct {
+	Bytes   int64     `json:"bytes"`
+	Cycle   int       `json:"cycle"`
+	InPlace bool      `json:"in_place"`
+	Times   []float64 `json:"times_us"` // per iteration, the slowest rank's
+	Wrong   int64     `json:"wrong"`    // -1: not checked in this cycle
+}
+
+type benchResult struct {
+	Spec   benchSpec    `json:"spec"`
+	Cycles []benchCycle `json:"cycles"`
+}
+
+// benchLaunch runs spec in fresh processes and returns rank 0's result.
+func benchLaunch(spec benchSpec, stderr io.Writer) (*benchResult, error) {
+	cfg, err := pg.LoadConfig(os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Timeout = spec.Timeout
+	uid, err := pg.NewUniqueID(cfg)
+	if err != nil {
+		return nil, err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	js, err := json.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	var out bytes.Buffer
+	cmds := make([]*exec.Cmd, spec.NRanks)
+	for r := range cmds {
+		c := exec.Command(self, "sweep")
+		c.Env = append(os.Environ(), envBenchSpec+"="+string(js), envPerfUID+"="+hex.EncodeToString(uid[:]),
+			fmt.Sprintf("%s=%d", envPerfRank, r), fmt.Sprintf("%s=%d", envPerfRanks, spec.NRanks))
+		if r < len(spec.HostIDs) {
+			c.Env = append(c.Env, "GOTREE_HOST_ID="+spec.HostIDs[r])
+		}
+		c.Stderr = stderr
+		if r == 0 {
+			c.Stdout = &out
+		}
+		if err := c.Start(); err != nil {
+			for _, p := range cmds[:r] {
+				p.Process.Kill()
+				p.Wait()
+			}
+			return nil, fmt.Errorf("starting rank %d: %v", r, err)
+		}
+		cmds[r] = c
+	}
+	var firstErr error
+	for r, c := range cmds {
+		if err := c.Wait(); err != nil && firstErr == nil {
+			firstErr = fmt.Errorf("rank %d: %v", r, err)
+		}
+	}
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	var res benchResult
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		return nil, fmt.Errorf("rank 0 printed no result: %v", err)
+	}
+	return &res, nil
+}
+
+// benchChild is a rank started by benchLaunch.
+func benchChild(stdout, stderr io.Writer) int {
+	var spec benchSpec
+	if err := json.Unmarshal([]byte(os.Getenv(envBenchSpec)), &spec); err != nil {
+		fmt.Fprintf(stderr, "gotree bench child: bad %s: %v\n", envBenchSpec, err)
+		return 2
+	}
+	b, err := hex.DecodeString(os.Getenv(envPerfUID))
+	rank, err1 := strconv.Atoi(os.Getenv(envPerfRank))
+	n, err2 := strconv.Atoi(os.Getenv(envPerfRanks))
+	if err != nil || err1 != nil || err2 != nil || len(b) != pg.UniqueIDBytes || len(spec.Iters) != len(spec.Sizes) {
+		fmt.Fprintln(stderr, "gotree bench child: bad environment")
+		return 2
+	}
+	var uid pg.UniqueID
+	copy(uid[:], b)
+	dt, err := algorithms.ParseDType(spec.DType)
+	if err != nil {
+		fmt.Fprintf(stderr, "gotree bench child: %v\n", err)
+		return 2
+	}
+	cfg, err := pg.LoadConfig(os.Getenv)
+	if err != nil {
+		fmt.Fprintf(stderr, "gotree bench child: %v\n", err)
+		return 2
+	}
+	cfg.Timeout = spec.Timeout
+	if spec.Algo != "auto" {
+		cfg.Algo = spec.Algo
+	}
+	comm, err := pg.Init(uid, rank, n, cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "gotree bench child: rank %d: %v\n", rank, err)
+		return 1
+	}
+	defer comm.Destroy()
+	es := int64(dt.Size())
+	var maxB int64
+	for _, s := range spec.Sizes {
+		maxB = max(maxB, s)
+	}
+	send, recv := make([]byte, max(maxB, es)), make([]byte, max(maxB, es))
+	res := benchResult{Spec: spec}
+	for i, size := range spec.Sizes {
+		count := max(size/es, 1)
+		for cyc := 0; cyc < spec.Cycles; cyc++ {
+			for _, inplace := range []bool{false, true} {
+				o := perfOpts{coll: algorithms.AllReduce, dtype: dt, op: algorithms.Sum, iters: spec.Iters[i], warmup: min(spec.Warmup, spec.Iters[i])}
+				if cyc == 0 {
+					o.check = 1
+				}
+				times, wrong, err := perfSize(comm, o, count, send, recv, inplace)
+				if err != nil {
+					fmt.Fprintf(stderr, "gotree bench child: rank %d: %d bytes: %v\n", rank, size, err)
+					return 1
+				}
+				if o.check == 0 {
+					wrong = -1
+				}
+				res.Cycles = append(res.Cycles, benchCycle{Bytes: count * es, Cycle: cyc, InPlace: inplace, Times: times, Wrong: wrong})
+			}
+		}
+	}
+	if rank == 0 {
+		if err := json.NewEncoder(stdout).Encode(res); err != nil {
+			return 1
+		}
+	}
+	return 0
+}
