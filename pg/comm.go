@@ -12,6 +12,8 @@ import (
 
 	"github.com/gotree/gotree/algorithms"
 	"github.com/gotree/gotree/backend"
+	"github.com/gotree/gotree/topology"
+	"github.com/gotree/gotree/topology/discover"
 )
 
 // NewUniqueID makes a communicator id and starts its bootstrap root in
@@ -127,6 +129,7 @@ func Init(id UniqueID, rank, nranks int, cfg Config) (*Comm, error) {
 	c.ctx, c.cancel = context.WithCancelCause(context.Background())
 	c.nodeOf = nodesOf(table)
 	setGOMAXPROCS(table, rank, log)
+	c.loadTopology()
 	if err := c.buildGraph(); err != nil {
 		ln.Close()
 		return nil, err
@@ -191,6 +194,32 @@ func setGOMAXPROCS(table []rankInfo, rank int, log *Logger) {
 		runtime.GOMAXPROCS(n)
 		log.Infof("INIT", "GOMAXPROCS %d (%d CPUs, %d local ranks)", n, ncpu, local)
 	}
+}
+
+// loadTopology reads GOTREE_TOPO_FILE or discovers the machine when a
+// topology file or dump is asked for; the first rank of each host does it
+// and logs what it found. (The CPU data path needs no GPU topology.)
+func (c *Comm) loadTopology() {
+	if c.cfg.TopoFile == "" && c.cfg.TopoDumpFile == "" {
+		return
+	}
+	for r := 0; r < c.rank; r++ {
+		if c.peers[r].HostID == c.peers[c.rank].HostID {
+			return
+		}
+	}
+	logf := func(format string, args ...any) { c.log.Infof("INIT", format, args...) }
+	s, err := topology.LoadSystem(topology.LoadOptions{
+		TopoFile:   c.cfg.TopoFile,
+		DumpFile:   c.cfg.TopoDumpFile,
+		Discoverer: discover.New(discover.Options{Logf: logf}),
+		Logf:       logf,
+	})
+	if err != nil {
+		c.log.Warnf("topology: %v", err)
+		return
+	}
+	c.log.Infof("INIT", "topology: %d GPUs, %d CPUs, %d NICs", s.Count(topology.GPU), s.Count(topology.CPU), s.Count(topology.NIC))
 }
 
 func (c *Comm) buildGraph() error {

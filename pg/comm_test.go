@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -284,4 +285,13 @@ func TestIfaceFilter(t *testing.T) {
 	f = parseIfaceFilter("^=eth0")
 	require.False(t, f.matches("eth0"))
 	require.True(t, f.matches("eth01"))
+}
+
+func TestTopologyDumpAtInit(t *testing.T) {
+	cfg := testConfig()
+	cfg.TopoDumpFile = t.TempDir() + "/topo.json"
+	startComms(t, 2, nil, cfg)
+	b, err := os.ReadFile(cfg.TopoDumpFile)
+	require.NoError(t, err)
+	require.Contains(t, string(b), "cpu")
 }
