@@ -34,7 +34,14 @@
  * library does not reorder them.
  *
  * fork(): the Go runtime inside this library does not survive fork(). A
- * forked child must not call any function of this library.
+ * forked child must not call any function of this library; every function
+ * returns GOTREE_ERR_INVALID_ARGUMENT there, with an explanation from
+ * gotree_error_text.
+ *
+ * Loading: the library binds NVML (through go-nvml) lazily, so some NVML
+ * symbols stay undefined until a GPU query runs. Load it with
+ * dlopen(RTLD_LAZY), or link against it with -Wl,--allow-shlib-undefined;
+ * LD_BIND_NOW=1 and RTLD_NOW are unsupported.
  */
 #ifndef GOTREE_H
 #define GOTREE_H
