@@ -22,7 +22,7 @@ const (
 // tcpConn is a Conn over one TCP socket. A reader goroutine moves incoming
 // messages into the FIFO; Send writes header and payload with one writev.
 type tcpConn struct {
-	c       *net.TCPConn
+	c       net.Conn
 	peer    int
 	channel int
 	rx      *fifo
@@ -37,14 +37,17 @@ type tcpConn struct {
 
 // NewTCPConn wraps an established (and authenticated) socket as a Conn with
 // the given FIFO geometry; slots <= 0 or slotBytes <= 0 pick the defaults.
-func NewTCPConn(c *net.TCPConn, peer, channel, slots, slotBytes int) Conn {
+// Any stream connection works (tests use net.Pipe).
+func NewTCPConn(c net.Conn, peer, channel, slots, slotBytes int) Conn {
 	if slots <= 0 {
 		slots = DefaultSlots
 	}
 	if slotBytes <= 0 {
 		slotBytes = DefaultSlotBytes
 	}
-	_ = c.SetNoDelay(true)
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
 	t := &tcpConn{c: c, peer: peer, channel: channel, rx: newFIFO(slots, slotBytes), maxMsg: slotBytes, closed: make(chan struct{})}
 	t.bufs = make(net.Buffers, 0, 2)
 	go t.readLoop()

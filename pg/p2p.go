@@ -166,7 +166,7 @@ func (c *Comm) acceptP2P(secret [32]byte) {
 	defer c.acceptWG.Done()
 	ln := c.ln.(*net.TCPListener)
 	_ = ln.SetDeadline(time.Time{})
-	sem := make(chan struct{}, 16)
+	sem := make(chan struct{}, 256) // concurrent handshakes; strangers beyond it are refused at once
 	for {
 		conn, err := ln.Accept()
 		if err != nil {
@@ -183,7 +183,7 @@ func (c *Comm) acceptP2P(secret [32]byte) {
 		}
 		go func() {
 			defer func() { <-sem }()
-			h, err := serverHandshake(conn, secret, time.Now().Add(min(c.cfg.Timeout, 10*time.Second)))
+			h, err := serverHandshake(conn, secret, time.Now().Add(min(c.cfg.Timeout, 3*time.Second)))
 			if err != nil || h.Kind != kindData || h.Channel != p2pChannel || int(h.Rank) >= c.rank || h.Rank < 0 {
 				c.log.Warnf("refused a connection from %v: %v", conn.RemoteAddr(), orKind(err, h))
 				conn.Close()

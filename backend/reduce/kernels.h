@@ -1,6 +1,7 @@
 // Reduction kernels of package reduce (gotree/backend/reduce). Internal:
-// only reduce.go calls these. Element counts, not bytes; pointers may be
-// unaligned; d may be identical to a or b but must not partially overlap.
+// only reduce.go calls these. Addresses travel as uintptr_t (see addr in
+// reduce.go) and may be unaligned; counts are elements, not bytes; d may be
+// identical to a or b but must not overlap them partially.
 #ifndef GOTREE_REDUCE_KERNELS_H
 #define GOTREE_REDUCE_KERNELS_H
 #include <stddef.h>
@@ -21,9 +22,9 @@ int gotree_avg(int dt, uintptr_t d, uintptr_t a, size_t n, int64_t nranks);
 // d[i] = a[i] * factor (PremulSum's premultiplication). Returns 0 or -1.
 int gotree_scale(int dt, uintptr_t d, uintptr_t a, size_t n, double factor);
 
-// The instruction-set level the fp16 kernels use: 2 = AVX-512 + F16C,
-// 1 = AVX2 + F16C, 0 = portable C. gotree_reduce_set_level caps it (tests);
-// it returns the level in effect.
+// The version of the kernels in use: 2 = x86-64-v4 (AVX-512), 1 =
+// x86-64-v3 (AVX2, F16C), 0 = portable. gotree_reduce_set_level caps it
+// (tests) and returns the level in effect.
 int gotree_reduce_level(void);
 int gotree_reduce_set_level(int max);
 #endif

@@ -7,9 +7,10 @@
 // package algorithms (ReduceInto, Finalize, ScaleInto): results are
 // bitwise identical, except that where a result is a NaN only its NaN-ness
 // is guaranteed, not its payload. The kernels are C, vectorised for
-// AVX-512, AVX2 or baseline x86-64 (chosen at load time), and reached
-// through cgo; this is the only package of gotree that uses cgo. Slices
-// shorter than a cgo call is worth are handled by the Go reference.
+// AVX-512, AVX2 or baseline x86-64 (chosen from CPUID on first use), and reached
+// through cgo, which stays inside this package (the data plane's other
+// packages are pure Go). Slices shorter than a cgo call is worth are
+// handled by the Go reference.
 //
 // Slices may be Go memory or C memory (tensor storage viewed with
 // unsafe.Slice) and need no particular alignment. The kernels keep no
@@ -31,15 +32,18 @@ import (
 )
 
 // smallBytes is the length in bytes below which Into, Into3, Finalize and
-// Scale run the Go reference instead of calling into C: a cgo call costs
-// ~40 ns here, which the Go reference takes for ~64 bytes of float32 or
-// int64 Sum but only ~8-16 bytes of float16/bfloat16 (BenchmarkSmall,
-// docs/reductions.md).
+// Scale run the Go reference instead of calling into C. A cgo call costs
+// ~45-60 ns here (BenchmarkSmall, docs/reductions.md); the reference
+// matches that at ~64 bytes of int64 or float64, ~32 bytes of float32 or
+// bytes, and only 8-16 bytes of float16/bfloat16.
 func smallBytes(dt algorithms.DType) int {
-	if dt == algorithms.Float16 || dt == algorithms.BFloat16 {
+	switch dt {
+	case algorithms.Float16, algorithms.BFloat16:
 		return 16
+	case algorithms.Float64, algorithms.Int64, algorithms.Complex128:
+		return 64
 	}
-	return 64
+	return 32
 }
 
 // Into computes dst[i] = op(dst[i], src[i]) for the len(dst)/dt.Size()
@@ -162,9 +166,10 @@ func ScaleTo(dst, src []byte, dt algorithms.DType, factor float64) {
 	}
 }
 
-// Level reports the instruction set the fp16 kernels use: 2 for AVX-512 +
-// F16C, 1 for AVX2 + F16C, 0 for portable C. (The other kernels are
-// multiversioned by the compiler and chosen by the dynamic loader.)
+// Level reports which version of the kernels runs: 2 for x86-64-v4
+// (AVX-512), 1 for x86-64-v3 (AVX2, FMA, F16C), 0 for the portable C
+// version (baseline x86-64, or any other architecture). All give the same
+// results; the tests run each version the CPU supports.
 func Level() int { return int(C.gotree_reduce_level()) }
 
 // setLevel caps Level, for tests of the narrower code paths; it returns

@@ -1,0 +1,68 @@
+package pg
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/gotree/gotree/algorithms"
+	"github.com/stretchr/testify/require"
+)
+
+func TestConfigProtoAndTuningFile(t *testing.T) {
+	env := map[string]string{"GOTREE_PROTO": "^LL128", "GOTREE_ALGO": "ring,tree"}
+	get := func(k string) string { return env[k] }
+	c, err := LoadConfig(get)
+	require.NoError(t, err)
+	require.Equal(t, "^LL128", c.Proto)
+	require.Nil(t, c.Tuning)
+	a, err := c.algoFor(algorithms.AllReduce)
+	require.NoError(t, err)
+	require.Nil(t, a, "two algorithms allowed: automatic choice")
+
+	env["GOTREE_PROTO"] = "LL256"
+	_, err = LoadConfig(get)
+	require.ErrorContains(t, err, "GOTREE_PROTO")
+
+	env["GOTREE_PROTO"] = ""
+	env["GOTREE_TUNING_FILE"] = filepath.Join(t.TempDir(), "missing.json")
+	_, err = LoadConfig(get)
+	require.ErrorContains(t, err, "GOTREE_TUNING_FILE")
+
+	tu := algorithms.DefaultTuning()
+	tu.Transports[algorithms.Shm].HopUs[algorithms.Tree][algorithms.Simple] = 0.5
+	data, err := algorithms.MarshalTuning(tu, []algorithms.Transport{algorithms.Shm}, nil)
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "tuning.json")
+	require.NoError(t, os.WriteFile(path, data, 0o644))
+	env["GOTREE_TUNING_FILE"] = path
+	c, err = LoadConfig(get)
+	require.NoError(t, err)
+	require.NotNil(t, c.Tuning)
+	require.Equal(t, 0.5, c.Tuning.Transports[algorithms.Shm].HopUs[algorithms.Tree][algorithms.Simple])
+}
+
+// TestAlgorithmChoice checks the communicator's per-call choice against
+// the cost model directly, and the GOTREE_ALGO override.
+func TestAlgorithmChoice(t *testing.T) {
+	g, err := algorithms.BuildGraph(algorithms.UniformLayout(1, 4, 1, algorithms.BalancedTree))
+	require.NoError(t, err)
+	tu := algorithms.DefaultTuning()
+	// Make the tree win small messages and the ring large ones.
+	tu.Transports[algorithms.Shm].HopUs[algorithms.Tree][algorithms.Simple] = 1
+	tu.Transports[algorithms.Shm].BusGBps[algorithms.Tree][algorithms.Simple] = 0.5
+	cfg := Config{Tuning: tu}.withDefaults()
+	c := &Comm{cfg: cfg, graph: g, nranks: 4, log: NewLogger(cfg, 0)}
+	small := collArgs{coll: algorithms.AllReduce, count: 4, dt: algorithms.Float32}
+	large := collArgs{coll: algorithms.AllReduce, count: 16 << 20, dt: algorithms.Float32}
+	require.Equal(t, algorithms.Tree, c.algorithm(small))
+	require.Equal(t, algorithms.Ring, c.algorithm(large))
+	require.Equal(t, algorithms.Simple, c.choice(small).Proto)
+	// Other collectives have only a ring plan.
+	require.Equal(t, algorithms.Ring, c.algorithm(collArgs{coll: algorithms.AllGather, count: 4, dt: algorithms.Float32}))
+	// GOTREE_ALGO forces.
+	c2 := &Comm{cfg: Config{Tuning: tu, Algo: "allreduce:ring"}.withDefaults(), graph: g, nranks: 4, log: NewLogger(cfg, 0)}
+	require.Equal(t, algorithms.Ring, c2.algorithm(small))
+	c3 := &Comm{cfg: Config{Tuning: tu, Algo: "^ring"}.withDefaults(), graph: g, nranks: 4, log: NewLogger(cfg, 0)}
+	require.Equal(t, algorithms.Tree, c3.algorithm(large))
+}
