@@ -228,9 +228,8 @@ func refInt[T refInteger](a, b T, op Op) T {
 //   - float16, bfloat16: widened to float32, divided by float32(nranks) and
 //     rounded to nearest-even;
 //   - integers: Go's (and C's) integer division, truncating toward zero
-//     (-7 / 2 = -3). torch's own AVG on integer tensors is a true division
-//     followed by a cast to the integer type, which truncates toward zero
-//     too, so the two agree whenever the sum did not wrap.
+//     (-7 / 2 = -3): the same as torch's (sum / n).to(dtype), a true
+//     division followed by a cast, whenever the sum did not wrap.
 //
 // Avg is not defined for bool (Supports rejects it). Finalize panics if
 // nranks < 1, if len(buf) is not a multiple of dt.Size() or if

@@ -8,7 +8,7 @@
 // "default"), done by hand (#pragma GCC target) so that a test can run
 // every version on one machine (gotree_reduce_set_level) instead of only
 // the one the ifunc resolver would pick. The version is chosen from CPUID
-// once (__builtin_cpu_supports("x86-64-v4"), the test target_clones uses).
+// once (__builtin_cpu_supports("x86-64-v4") / ("x86-64-v3")).
 // gcc 12 does not vectorise conversions of _Float16, so the fp16
 // arithmetic kernels are F16C intrinsics, one hand-written function per
 // target. bfloat16 is the top half of a float32: shifts and an integer

@@ -33,17 +33,14 @@ import (
 
 // smallBytes is the length in bytes below which Into, Into3, Finalize and
 // Scale run the Go reference instead of calling into C. A cgo call costs
-// ~45-60 ns here (BenchmarkSmall, docs/reductions.md); the reference
-// matches that at ~64 bytes of int64 or float64, ~32 bytes of float32 or
-// bytes, and only 8-16 bytes of float16/bfloat16.
+// ~45 ns here (BenchmarkSmall, docs/reductions.md); the reference matches
+// that at ~40-64 bytes of float32 or int64 but at only 8-16 bytes of
+// float16/bfloat16.
 func smallBytes(dt algorithms.DType) int {
-	switch dt {
-	case algorithms.Float16, algorithms.BFloat16:
+	if dt == algorithms.Float16 || dt == algorithms.BFloat16 {
 		return 16
-	case algorithms.Float64, algorithms.Int64, algorithms.Complex128:
-		return 64
 	}
-	return 32
+	return 64
 }
 
 // Into computes dst[i] = op(dst[i], src[i]) for the len(dst)/dt.Size()
