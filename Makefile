@@ -13,13 +13,14 @@ NPROC   ?= 4
 BUILD   := build
 LIB     := $(BUILD)/libgotree.so
 CLI     := $(BUILD)/gotree
-GOFILES := $(shell find . -name '*.go' -not -path './$(VENV)/*' -not -path './build/*' 2>/dev/null) $(wildcard capi/*.c capi/*.h backend/reduce/*.c backend/reduce/*.h)
+GOFILES := $(shell find . -name '*.go' -not -path './$(VENV)/*' -not -path './build/*' 2>/dev/null) $(wildcard capi/*.c capi/*.h backend/reduce/*.c backend/reduce/*.h) \
+	$(wildcard cuda/kernels.fatbin cuda/kernels.fatbin.sha256 cuda/kernels/*.cu cuda/kernels/*.cuh)
 
 export CGO_ENABLED := 1
 # go-nvml's bindings name NVML functions deprecated in CUDA 13: quiet, not an error.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all build lib cli venv wheel install demo test test-go test-abi test-python lint bench clean
+.PHONY: all build lib cli venv wheel install demo test test-go test-abi test-python lint bench clean kernels kernels-check
 
 all: build
 
@@ -76,6 +77,13 @@ test-python: install
 lint:
 	test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo 'gofmt needed'; exit 1; }
 	$(GO) vet ./...
+
+# cuda/kernels/*.cu -> cuda/kernels.fatbin (committed, embedded); nvcc from PyPI's CUDA 13.0
+# wheels in build/cuda-venv. kernels-check rebuilds and fails if the committed fatbin is stale.
+kernels:
+	cuda/build_kernels.sh
+kernels-check:
+	cuda/build_kernels.sh --check
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 200ms ./backend/reduce/

@@ -1,0 +1,89 @@
+package cuda
+
+import (
+	"testing"
+
+	"github.com/gotree/gotree/algorithms"
+)
+
+func TestABILayout(t *testing.T) {
+	want := map[string]uintptr{
+		"GtStep": stepBytes, "GtStep.prim": 0, "GtStep.nrecv": 1, "GtStep.nsend": 2, "GtStep.srcBuf": 3,
+		"GtStep.dstBuf": 4, "GtStep.recv": 5, "GtStep.send": 8, "GtStep.srcOff": 16, "GtStep.dstOff": 24,
+		"GtStep.bytes": 32,
+		"GtChannel":    channelBytes, "GtChannel.first": 0, "GtChannel.nsteps": 8, "GtChannel.nstr": 16,
+		"GtChannel.fconn": 20, "GtChannel.nconns": 24,
+		"GtConn": connBytes, "GtConn.simple": 0, "GtConn.ll": 8, "GtConn.tail": 16, "GtConn.head": 24,
+		"GtConn.role": 32, "GtConn.peer": 36,
+		"GtArgs": argsBytes, "GtArgs.in": 0, "GtArgs.out": 8, "GtArgs.steps": 16, "GtArgs.channels": 24,
+		"GtArgs.conns": 32, "GtArgs.err": 40, "GtArgs.abort": 48, "GtArgs.timeout": 56, "GtArgs.slot": 64,
+		"GtArgs.lines": 68, "GtArgs.proto": 72, "GtArgs.group0": 76,
+		"GT_NSLOTS": NSlots, "GT_MAX_PEERS": MaxPeers, "GT_MAX_CONNS": MaxConns, "GT_LL_LINE": LLLineBytes,
+		"GT_SEND": uintptr(algorithms.Send), "GT_RECV": uintptr(algorithms.Recv),
+		"GT_RRS": uintptr(algorithms.RecvReduceSend), "GT_RRCS": uintptr(algorithms.RecvReduceCopySend),
+		"GT_RCS": uintptr(algorithms.RecvCopySend), "GT_COPY": uintptr(algorithms.Copy),
+		"GT_IN": uintptr(algorithms.Input), "GT_OUT": uintptr(algorithms.Output),
+		"GT_PROTO_LL": uintptr(algorithms.LL), "GT_PROTO_SIMPLE": uintptr(algorithms.Simple),
+		"GT_ROLE_SEND": roleSend, "GT_ERR_TIMEOUT": KernelErrTimeout, "GT_ERR_ABORT": KernelErrAbort,
+	}
+	got := cABILayout()
+	for k, v := range want {
+		if g, ok := got[k]; !ok || g != v {
+			t.Errorf("%s: C has %d (present %v), Go encodes %d", k, g, ok, v)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("C layout has %d entries, the test knows %d", len(got), len(want))
+	}
+	if protoOf(algorithms.LL) != protoLL || protoOf(algorithms.Simple) != protoSimple || protoOf(algorithms.LL128) != protoSimple {
+		t.Error("protoOf")
+	}
+}
+
+func TestGroupSplit(t *testing.T) {
+	for _, tc := range []struct {
+		p          algorithms.Protocol
+		threads, n int
+	}{
+		{algorithms.Simple, 512, 320}, // half 256 ≥ 256: +64, NCCL's split
+		{algorithms.Simple, 256, 128},
+		{algorithms.Simple, 64, 32},
+		{algorithms.LL, 512, 352}, // 70% = 358 → whole warps
+		{algorithms.LL, 64, 32},
+	} {
+		if got := GroupSplit(tc.p, tc.threads); got != tc.n {
+			t.Errorf("GroupSplit(%v, %d) = %d, want %d", tc.p, tc.threads, got, tc.n)
+		}
+	}
+}
+
+func TestKernelNames(t *testing.T) {
+	names := map[string]bool{}
+	for dt := algorithms.Float32; dt <= algorithms.Complex128; dt++ {
+		for op := algorithms.Sum; op <= algorithms.PremulSum; op++ {
+			n, err := KernelName(dt, op, true)
+			if (err == nil) != (algorithms.Supports(op, dt) == nil) {
+				t.Errorf("%v %v: KernelName err %v, Supports %v", dt, op, err, algorithms.Supports(op, dt))
+			}
+			if err == nil {
+				names[n] = true
+			}
+			if op == algorithms.Avg && err == nil && FinalizeKernel(dt, op) == "" {
+				t.Errorf("%v avg: no finalize kernel", dt)
+			}
+			if op == algorithms.PremulSum && err == nil && ScaleKernel(dt) == "" {
+				t.Errorf("%v premul_sum: no scale kernel", dt)
+			}
+		}
+	}
+	if len(names) != 49 {
+		t.Errorf("%d distinct reduction kernels, want 49", len(names))
+	}
+	// Every name is defined in the source.
+	src := string(SourceFiles()["gotree.cu"])
+	for n := range names {
+		if !kernelDefined(src, n) {
+			t.Errorf("kernel %s is not defined in gotree.cu", n)
+		}
+	}
+}

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# gotree GPU check: one command, < 8 minutes, on a machine with an NVIDIA
+# GPU (made for one H200, driver 580 / CUDA 13.0), no Go toolchain, no
+# network. It runs the cuda package's tests, built beforehand on a build
+# machine with tests/gpu/prepare.sh (go test -c -o tests/gpu/bin/cuda.test ./cuda/):
+#
+#   1. correctness: every dtype x op (ring, tree; LL, Simple; 2, 4, 8 ranks
+#      as goroutines sharing the GPU, each rank its own stream; in and out
+#      of place; poisoned outputs; fresh random inputs; misaligned buffers);
+#      broadcast, reduce, allgather, reducescatter; float32 allreduce from
+#      4 B to 1 GiB with ring, tree and auto; a kernel timeout; NVRTC.
+#   2. benchmark: allreduce time and busbw per size against the HBM limit
+#      from the device-to-device copy bandwidth measured in the same run.
+#   3. the table, printed last.
+#
+# Environment: GOTREE_GPU_MAXBYTES (default 1 GiB), GOTREE_GPU_RANKS
+# (default 2,4,8), OUT (a folder for logs; default a temporary one).
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+bin="$root/tests/gpu/bin/cuda.test"
+out=${OUT:-$(mktemp -d)}
+mkdir -p "$out"
+start=$(date +%s)
+
+if [[ ! -x "$bin" ]]; then
+  echo "device_check: $bin is missing: run tests/gpu/prepare.sh on a machine with Go first" >&2
+  exit 2
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "device_check: nvidia-smi not found"
+
+export GOTREE_REQUIRE_GPU=1
+export GOTREE_GPU_MAXBYTES=${GOTREE_GPU_MAXBYTES:-1073741824}
+export GOTREE_GPU_RANKS=${GOTREE_GPU_RANKS:-2,4,8}
+export GOTREE_GPU_TIMEOUT=${GOTREE_GPU_TIMEOUT:-20}
+export GOTREE_GPU_REPORT="$out/bench.txt"
+# Load every kernel when the module loads: spinning kernels must never
+# wait for a lazy load.
+export CUDA_MODULE_LOADING=EAGER
+# NVRTC for TestGPUNVRTC: torch's CUDA wheels carry one.
+if [[ -z "${GOTREE_NVRTC:-}" ]]; then
+  nv=$(python3 - <<'PY' 2>/dev/null
+import glob, os
+try:
+    import nvidia
+    for base in nvidia.__path__:
+        for p in sorted(glob.glob(os.path.join(base, "**", "libnvrtc.so*"), recursive=True)):
+            if "builtins" not in p and "alt" not in p:
+                print(p); break
+        else:
+            continue
+        break
+except Exception:
+    pass
+PY
+)
+  [[ -n "$nv" ]] && export GOTREE_NVRTC="$nv" && echo "device_check: NVRTC $nv"
+fi
+
+cd "$root/cuda"   # the tests read testdata/ and build_kernels.sh from here
+rc=0
+echo "== correctness"
+timeout 290 "$bin" -test.v -test.count=1 -test.timeout 285s \
+  -test.run 'TestGPUKernels|TestGPUNVRTC|TestGPUDtypes|TestGPUCollectives|TestGPUSizes|TestGPUTimeout' \
+  >"$out/correctness.log" 2>&1 || rc=1
+grep -E '^(=== RUN|--- |ok|FAIL|PASS)|gpu_test.go' "$out/correctness.log" | grep -v '^=== RUN' | tail -40
+echo "== CPU tests of the package (binding fakes, emulated kernels, fatbin freshness)"
+timeout 60 "$bin" -test.count=1 -test.timeout 55s -test.skip 'TestGPU' \
+  >"$out/cpu.log" 2>&1 || rc=1
+tail -3 "$out/cpu.log"
+echo "== benchmark"
+timeout 150 "$bin" -test.v -test.count=1 -test.timeout 145s -test.run 'TestGPUBench' >"$out/bench.log" 2>&1 || rc=1
+grep -E '^(--- |ok|FAIL)' "$out/bench.log"
+echo "== $(( $(date +%s) - start )) s; logs in $out"
+if [[ -s "$out/bench.txt" ]]; then
+  echo
+  cat "$out/bench.txt"
+else
+  tail -20 "$out/bench.log"
+fi
+[[ $rc == 0 ]] && echo "device_check: PASS" || echo "device_check: FAIL"
+exit $rc
