@@ -1,0 +1,1364 @@
+// gotree_backend.cpp - the torch.distributed backend "gotree": a c10d::Backend
+// and c10d::Work that call libgotree.so through its C ABI (capi/gotree.h).
+//
+// libgotree.so is never linked: it is dlopen()ed with RTLD_LAZY|RTLD_LOCAL
+// from the package folder (Python passes the path) and every gotree_* function
+// is resolved with dlsym. go-nvml leaves NVML symbols unresolved until first
+// use, and Python loads extensions with RTLD_NOW, so a link-time dependency
+// would make `import gotree._C` fail.
+//
+// Threads: collectives are issued from the caller's thread under issueMu_
+// (the library requires one issue order on every rank). One completion
+// thread per backend waits on the issued requests in issue order (the library
+// completes them in that order) and completes each Work and its Future, so
+// DDP's future.then() chains run without anyone calling Work.wait().
+// Work.wait() itself waits on the library directly (lower latency); whichever
+// thread sees the request finish first completes the Work, exactly once.
+//
+// No logic that belongs in Go lives here: this file validates tensors, maps
+// torch types to the ABI, stages non-contiguous tensors, and keeps buffers
+// alive until the library is done with them.
+
+#include <torch/extension.h>
+
+#include <ATen/MemoryOverlap.h>
+#include <ATen/core/ivalue.h>
+#include <c10/util/Exception.h>
+#include <pybind11/chrono.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cctype>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gotree.h"
+
+namespace gotree_ext {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// ---------------------------------------------------------------------------
+// The C ABI, resolved at run time.
+
+struct Api {
+  void* handle = nullptr;
+  std::string path;
+  pid_t pid = 0;  // process that loaded the library (and started Go's runtime)
+  decltype(&gotree_abi_version) abi_version = nullptr;
+  decltype(&gotree_version) version = nullptr;
+  decltype(&gotree_status_string) status_string = nullptr;
+  decltype(&gotree_error_text) error_text = nullptr;
+  decltype(&gotree_get_unique_id) get_unique_id = nullptr;
+  decltype(&gotree_comm_init_rank) comm_init_rank = nullptr;
+  decltype(&gotree_comm_rank) comm_rank = nullptr;
+  decltype(&gotree_comm_size) comm_size = nullptr;
+  decltype(&gotree_comm_destroy) comm_destroy = nullptr;
+  decltype(&gotree_comm_abort) comm_abort = nullptr;
+  decltype(&gotree_allreduce) allreduce = nullptr;
+  decltype(&gotree_broadcast) broadcast = nullptr;
+  decltype(&gotree_allgather) allgather = nullptr;
+  decltype(&gotree_barrier) barrier = nullptr;
+  decltype(&gotree_request_test) request_test = nullptr;
+  decltype(&gotree_request_wait) request_wait = nullptr;
+  decltype(&gotree_request_free) request_free = nullptr;
+};
+
+std::mutex g_api_mu;
+Api* g_api = nullptr;  // set once, never freed (one Go runtime per process)
+
+void checkNotForked(pid_t owner, const char* what) {
+  pid_t now = getpid();
+  TORCH_CHECK(
+      now == owner,
+      "gotree: ", what, " in a forked child process (pid ", now,
+      ") of the process that loaded libgotree.so (pid ", owner,
+      "). The Go runtime inside libgotree.so does not survive fork(), so a "
+      "forked child cannot call gotree. Create the process group in each "
+      "process after it starts (torchrun, or multiprocessing with the "
+      "'spawn' start method); DataLoader workers that never call gotree are "
+      "fine.");
+}
+
+template <typename F>
+void resolve(void* h, const char* name, F& fn, const std::string& path) {
+  dlerror();
+  void* sym = dlsym(h, name);
+  const char* err = dlerror();
+  TORCH_CHECK(
+      sym != nullptr && err == nullptr, "gotree: ", path,
+      " does not export ", name, " (", (err ? err : "null symbol"),
+      "); it is not a matching libgotree.so. Rebuild it (make lib) or "
+      "reinstall the gotree wheel.");
+  fn = reinterpret_cast<F>(sym);
+}
+
+const Api& loadApi(const std::string& path) {
+  std::lock_guard<std::mutex> g(g_api_mu);
+  if (g_api != nullptr) {
+    checkNotForked(g_api->pid, "libgotree.so was used");
+    return *g_api;
+  }
+  void* h = dlopen(path.c_str(), RTLD_LAZY | RTLD_LOCAL);
+  if (h == nullptr) {
+    const char* err = dlerror();
+    TORCH_CHECK(
+        false, "gotree: cannot load the Go library ", path, ": ",
+        (err ? err : "unknown dlopen error"),
+        ". Build it with `make lib` (development checkout) or reinstall the "
+        "gotree wheel. Note: LD_BIND_NOW=1 is not supported (libgotree.so "
+        "binds NVML lazily).");
+  }
+  auto* a = new Api();
+  a->handle = h;
+  a->path = path;
+  a->pid = getpid();
+  try {
+    resolve(h, "gotree_abi_version", a->abi_version, path);
+    int v = a->abi_version();
+    TORCH_CHECK(
+        v == GOTREE_ABI_VERSION, "gotree: ", path, " implements C ABI version ",
+        v, " but this extension was built for version ", GOTREE_ABI_VERSION,
+        "; rebuild the extension and the library together (make wheel).");
+    resolve(h, "gotree_version", a->version, path);
+    resolve(h, "gotree_status_string", a->status_string, path);
+    resolve(h, "gotree_error_text", a->error_text, path);
+    resolve(h, "gotree_get_unique_id", a->get_unique_id, path);
+    resolve(h, "gotree_comm_init_rank", a->comm_init_rank, path);
+    resolve(h, "gotree_comm_rank", a->comm_rank, path);
+    resolve(h, "gotree_comm_size", a->comm_size, path);
+    resolve(h, "gotree_comm_destroy", a->comm_destroy, path);
+    resolve(h, "gotree_comm_abort", a->comm_abort, path);
+    resolve(h, "gotree_allreduce", a->allreduce, path);
+    resolve(h, "gotree_broadcast", a->broadcast, path);
+    resolve(h, "gotree_allgather", a->allgather, path);
+    resolve(h, "gotree_barrier", a->barrier, path);
+    resolve(h, "gotree_request_test", a->request_test, path);
+    resolve(h, "gotree_request_wait", a->request_wait, path);
+    resolve(h, "gotree_request_free", a->request_free, path);
+  } catch (...) {
+    // Keep the library mapped (unloading a Go runtime is not possible), but
+    // do not publish a half-resolved table.
+    delete a;
+    throw;
+  }
+  g_api = a;
+  return *g_api;
+}
+
+const Api& api() {
+  std::lock_guard<std::mutex> g(g_api_mu);
+  TORCH_CHECK(
+      g_api != nullptr,
+      "gotree: libgotree.so is not loaded; call gotree._C.load_library(path) "
+      "first (gotree's backend creator does this).");
+  return *g_api;
+}
+
+std::string errorText(const Api& a, int64_t handle) {
+  std::string buf(512, '\0');
+  size_t n = a.error_text(handle, buf.data(), buf.size());
+  if (n >= buf.size()) {
+    buf.assign(n + 1, '\0');
+    n = a.error_text(handle, buf.data(), buf.size());
+    if (n >= buf.size()) {
+      n = buf.size() - 1;
+    }
+  }
+  buf.resize(n);
+  return buf;
+}
+
+std::string statusName(const Api& a, gotree_status_t st) {
+  const char* s = a.status_string(st);
+  return s ? std::string(s) : std::string("status ") + std::to_string(int(st));
+}
+
+// Error text for a failure: the first non-empty text among the handles.
+std::string describeFailure(
+    const Api& a, gotree_status_t st, std::initializer_list<int64_t> handles) {
+  std::string text;
+  for (int64_t h : handles) {
+    text = errorText(a, h);
+    if (!text.empty()) {
+      break;
+    }
+  }
+  std::string name = statusName(a, st);
+  if (text.empty()) {
+    return name;
+  }
+  // The library's text usually starts with the status name already.
+  if (text.compare(0, name.size(), name) == 0) {
+    return text;
+  }
+  return name + ": " + text;
+}
+
+std::exception_ptr makeDistError(const std::string& msg) {
+  try {
+    C10_THROW_ERROR(DistBackendError, msg);
+  } catch (...) {
+    return std::current_exception();
+  }
+  return nullptr;
+}
+
+[[noreturn]] void throwStatus(gotree_status_t st, const std::string& msg) {
+  if (st == GOTREE_ERR_INVALID_ARGUMENT) {
+    C10_THROW_ERROR(ValueError, msg);
+  }
+  if (st == GOTREE_ERR_NOT_SUPPORTED) {
+    C10_THROW_ERROR(NotImplementedError, msg);
+  }
+  C10_THROW_ERROR(DistBackendError, msg);
+}
+
+// ---------------------------------------------------------------------------
+// Types.
+
+std::string dtypeName(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return "torch.float32";
+    case at::kDouble: return "torch.float64";
+    case at::kHalf: return "torch.float16";
+    case at::kBFloat16: return "torch.bfloat16";
+    case at::kChar: return "torch.int8";
+    case at::kByte: return "torch.uint8";
+    case at::kShort: return "torch.int16";
+    case at::kInt: return "torch.int32";
+    case at::kLong: return "torch.int64";
+    case at::kBool: return "torch.bool";
+    case at::kComplexFloat: return "torch.complex64";
+    case at::kComplexDouble: return "torch.complex128";
+    case at::kComplexHalf: return "torch.complex32";
+    default: {
+      // Python's spelling: UInt16 -> uint16, Float8_e4m3fn -> float8_e4m3fn
+      std::string s = c10::toString(t);
+      for (auto& ch : s) {
+        ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      }
+      return "torch." + s;
+    }
+  }
+}
+
+const char* opName(c10d::ReduceOp::RedOpType op) {
+  switch (op) {
+    case c10d::ReduceOp::SUM: return "ReduceOp.SUM";
+    case c10d::ReduceOp::AVG: return "ReduceOp.AVG";
+    case c10d::ReduceOp::PRODUCT: return "ReduceOp.PRODUCT";
+    case c10d::ReduceOp::MIN: return "ReduceOp.MIN";
+    case c10d::ReduceOp::MAX: return "ReduceOp.MAX";
+    case c10d::ReduceOp::BAND: return "ReduceOp.BAND";
+    case c10d::ReduceOp::BOR: return "ReduceOp.BOR";
+    case c10d::ReduceOp::BXOR: return "ReduceOp.BXOR";
+    case c10d::ReduceOp::PREMUL_SUM: return "ReduceOp.PREMUL_SUM";
+    default: return "ReduceOp.<unknown>";
+  }
+}
+
+const char* kSupportedReduceDtypes =
+    "torch.float32, float64, float16, bfloat16, int8, uint8, int16, int32, "
+    "int64, bool, complex64, complex128 (complex: SUM, AVG, PREMUL_SUM only)";
+
+// Native ABI dtype of a torch dtype; false when the ABI has none.
+bool nativeDtype(at::ScalarType t, gotree_dtype_t* out) {
+  switch (t) {
+    case at::kFloat: *out = GOTREE_FLOAT32; return true;
+    case at::kDouble: *out = GOTREE_FLOAT64; return true;
+    case at::kHalf: *out = GOTREE_FLOAT16; return true;
+    case at::kBFloat16: *out = GOTREE_BFLOAT16; return true;
+    case at::kChar: *out = GOTREE_INT8; return true;
+    case at::kByte: *out = GOTREE_UINT8; return true;
+    case at::kShort: *out = GOTREE_INT16; return true;
+    case at::kInt: *out = GOTREE_INT32; return true;
+    case at::kLong: *out = GOTREE_INT64; return true;
+    default: return false;
+  }
+}
+
+// How one tensor travels for a pure data-movement collective (broadcast,
+// all-gather): its native ABI dtype, else raw bytes (any dtype moves
+// correctly as bytes).
+struct Wire {
+  gotree_dtype_t dtype;
+  uint64_t count;  // elements of `dtype`
+};
+
+Wire moveWire(const at::Tensor& t) {
+  gotree_dtype_t d;
+  if (nativeDtype(t.scalar_type(), &d)) {
+    return {d, static_cast<uint64_t>(t.numel())};
+  }
+  return {GOTREE_UINT8, static_cast<uint64_t>(t.numel()) * t.element_size()};
+}
+
+// How a reduction travels: ABI dtype and op, element count on the wire, and
+// what to do first (PREMUL_SUM's factor) — or a TypeError naming the problem.
+struct ReducePlan {
+  gotree_dtype_t dtype;
+  gotree_op_t op;
+  uint64_t factor_count_mult = 1;  // complex: 2 reals per element
+  bool premul = false;
+  double premul_double = 0.0;
+  at::Tensor premul_tensor;
+};
+
+ReducePlan planReduce(
+    at::ScalarType t, const c10d::ReduceOp& rop, const char* coll) {
+  auto op = rop.op_;
+  ReducePlan p;
+  bool is_float = at::isFloatingType(t);
+  bool is_complex = at::isComplexType(t);
+  bool is_int = at::isIntegralType(t, /*includeBool=*/false);
+  bool is_bool = t == at::kBool;
+
+  if (is_complex) {
+    // Complex numbers reduce as pairs of reals for the element-wise-linear
+    // ops only (MIN/MAX/PRODUCT/bitwise have no such meaning).
+    TORCH_CHECK_TYPE(
+        op == c10d::ReduceOp::SUM || op == c10d::ReduceOp::AVG ||
+            op == c10d::ReduceOp::PREMUL_SUM,
+        "gotree: ", coll, ": ", opName(op), " is not supported for ",
+        dtypeName(t), " tensors (complex tensors support SUM, AVG and "
+        "PREMUL_SUM)");
+    p.dtype = t == at::kComplexFloat ? GOTREE_FLOAT32 : GOTREE_FLOAT64;
+    p.factor_count_mult = 2;
+  } else if (is_bool) {
+    // bool travels as uint8 0/1 with the logical meaning of each op, so the
+    // result is always a valid bool (SUM would otherwise produce 2).
+    p.dtype = GOTREE_UINT8;
+  } else {
+    TORCH_CHECK_TYPE(
+        nativeDtype(t, &p.dtype), "gotree: ", coll, ": dtype ", dtypeName(t),
+        " is not supported for reductions (supported: ",
+        kSupportedReduceDtypes, ")");
+  }
+
+  switch (op) {
+    case c10d::ReduceOp::SUM: p.op = is_bool ? GOTREE_MAX : GOTREE_SUM; break;
+    case c10d::ReduceOp::AVG:
+      TORCH_CHECK_TYPE(
+          !is_bool, "gotree: ", coll,
+          ": ReduceOp.AVG is not supported for torch.bool tensors");
+      p.op = GOTREE_AVG;
+      break;
+    case c10d::ReduceOp::PRODUCT: p.op = is_bool ? GOTREE_MIN : GOTREE_PROD; break;
+    case c10d::ReduceOp::MIN: p.op = GOTREE_MIN; break;
+    case c10d::ReduceOp::MAX: p.op = GOTREE_MAX; break;
+    case c10d::ReduceOp::BAND:
+    case c10d::ReduceOp::BOR:
+    case c10d::ReduceOp::BXOR:
+      TORCH_CHECK_TYPE(
+          is_int || is_bool, "gotree: ", coll, ": ", opName(op),
+          " is only supported for integer and bool tensors, not ",
+          dtypeName(t));
+      if (is_bool) {
+        p.op = op == c10d::ReduceOp::BAND  ? GOTREE_MIN
+            : op == c10d::ReduceOp::BOR    ? GOTREE_MAX
+                                           : GOTREE_BXOR;
+      } else {
+        p.op = op == c10d::ReduceOp::BAND  ? GOTREE_BAND
+            : op == c10d::ReduceOp::BOR    ? GOTREE_BOR
+                                           : GOTREE_BXOR;
+      }
+      break;
+    case c10d::ReduceOp::PREMUL_SUM: {
+      TORCH_CHECK_TYPE(
+          is_float || is_complex, "gotree: ", coll,
+          ": ReduceOp.PREMUL_SUM is only supported for floating-point "
+          "tensors, not ", dtypeName(t));
+      auto* sup = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(
+          rop.supplement_.get());
+      TORCH_CHECK_VALUE(
+          sup != nullptr, "gotree: ", coll,
+          ": ReduceOp.PREMUL_SUM without its factor (create it with "
+          "torch.distributed._make_nccl_premul_sum)");
+      p.premul = true;
+      if (sup->tensor_factor.defined()) {
+        p.premul_tensor = sup->tensor_factor;
+      } else {
+        p.premul_double = sup->double_factor;
+      }
+      p.op = GOTREE_SUM;
+      break;
+    }
+    default:
+      TORCH_CHECK_VALUE(
+          false, "gotree: ", coll, ": unsupported reduction op ",
+          static_cast<int>(op));
+  }
+  return p;
+}
+
+// ---------------------------------------------------------------------------
+// Tensor checks.
+
+void checkTensor(const at::Tensor& t, const char* coll, const std::string& what) {
+  TORCH_CHECK_VALUE(t.defined(), "gotree: ", coll, ": ", what, " is undefined");
+  if (t.device().is_cuda()) {
+    TORCH_CHECK(
+        false, "gotree: CUDA tensors are not supported yet (tensor on ",
+        t.device().str(), "); ", coll, " got ", what, " on ",
+        t.device().str(), ". Use CPU tensors, or backend=\"cpu:gotree,cuda:nccl\".");
+  }
+  TORCH_CHECK(
+      t.device().is_cpu(), "gotree: ", coll, ": ", what, " is on device ",
+      t.device().str(), "; only CPU tensors are supported");
+  TORCH_CHECK(
+      t.layout() == at::kStrided, "gotree: ", coll, ": ", what,
+      " has layout ", t.layout(), "; only dense (strided) tensors are supported");
+  TORCH_CHECK(
+      !t.is_quantized(), "gotree: ", coll, ": ", what,
+      " is quantized; quantized tensors are not supported");
+}
+
+// A tensor the collective writes into must own each of its elements once.
+void checkWritable(const at::Tensor& t, const char* coll, const std::string& what) {
+  TORCH_CHECK_VALUE(
+      at::has_internal_overlap(t) != at::MemOverlap::Yes, "gotree: ", coll,
+      ": ", what, " has overlapping memory (e.g. made by expand()); the "
+      "collective cannot write into it. Pass a tensor that owns its elements "
+      "(.clone() or .contiguous()).");
+}
+
+const at::Tensor& single(
+    const std::vector<at::Tensor>& ts, const char* coll, const char* what) {
+  TORCH_CHECK_VALUE(
+      ts.size() == 1, "gotree: ", coll, ": expected exactly one tensor in ",
+      what, " (one tensor per rank per call, like NCCL), got ", ts.size());
+  return ts[0];
+}
+
+std::string describe(const at::Tensor& t) {
+  std::ostringstream s;
+  s << t.numel() << " x " << dtypeName(t.scalar_type());
+  return s.str();
+}
+
+const char* bytePtr(const at::Tensor& t) {
+  return static_cast<const char*>(t.data_ptr());
+}
+
+// ---------------------------------------------------------------------------
+// Work.
+
+class GotreeBackend;
+
+class GotreeWork : public c10d::Work {
+ public:
+  GotreeWork(
+      int rank, c10d::OpType opType, std::string name, uint64_t seq,
+      std::vector<at::Tensor> outputs, Clock::time_point deadline,
+      milliseconds timeout, bool explicitTimeout)
+      : c10d::Work(rank, opType),
+        name_(std::move(name)),
+        seq_(seq),
+        outputs_(std::move(outputs)),
+        deadline_(deadline),
+        timeout_(timeout),
+        explicitTimeout_(explicitTimeout),
+        pid_(getpid()),
+        future_(c10::make_intrusive<c10::ivalue::Future>(
+            c10::ListType::create(c10::TensorType::get()))) {}
+
+  ~GotreeWork() override {
+    if (getpid() != pid_ || g_api == nullptr) {
+      return;  // forked child: never call into Go
+    }
+    for (auto r : reqs_) {
+      if (r != 0) {
+        g_api->request_free(r);
+      }
+    }
+  }
+
+  bool isCompleted() override {
+    if (completedFlag_.load()) {
+      return true;
+    }
+    if (getpid() != pid_) {
+      return false;
+    }
+    // Poll the library so isCompleted() is true as soon as the data is
+    // there, not only after the completion thread noticed.
+    const Api& a = *g_api;
+    gotree_status_t worst = GOTREE_SUCCESS;
+    int64_t failed = 0;
+    for (auto r : reqs_) {
+      int done = 0;
+      gotree_status_t st = a.request_test(r, &done);
+      if (!done) {
+        return false;
+      }
+      if (st != GOTREE_SUCCESS && worst == GOTREE_SUCCESS) {
+        worst = st;
+        failed = r;
+      }
+    }
+    finishFromStatus(worst, failed);
+    waitCompleted();
+    return true;
+  }
+
+  bool isSuccess() const override {
+    std::lock_guard<std::mutex> g(mutex_);
+    return completed_ && !exception_;
+  }
+
+  std::vector<at::Tensor> result() override {
+    return outputs_;
+  }
+
+  void synchronize() override {}
+
+  bool wait(milliseconds timeout) override {
+    checkNotForked(pid_, "Work.wait() was called");
+    if (!completedFlag_.load()) {
+      const Api& a = *g_api;
+      bool user = timeout != ::kNoTimeout;
+      auto deadline = user ? Clock::now() + timeout : deadline_;
+      for (auto r : reqs_) {
+        gotree_status_t st;
+        for (;;) {
+          auto left = std::chrono::duration_cast<milliseconds>(
+                          deadline - Clock::now())
+                          .count();
+          st = a.request_wait(r, left > 0 ? left : 0);
+          if (st != GOTREE_ERR_TIMEOUT) {
+            break;
+          }
+          int done = 0;
+          st = a.request_test(r, &done);
+          if (done) {
+            break;
+          }
+          if (user) {
+            C10_THROW_ERROR(
+                DistBackendError,
+                c10::str(
+                    "gotree: Work.wait(timeout=", timeout.count(), " ms) ran out: ",
+                    label(), " has not finished (the operation continues; "
+                    "wait again or destroy the process group)"));
+          }
+          // Past the operation's own deadline: the completion thread's
+          // watchdog fails the work; wait for it to do so.
+          if (completedFlag_.load()) {
+            break;
+          }
+          std::this_thread::sleep_for(milliseconds(10));
+        }
+        if (completedFlag_.load()) {
+          break;
+        }
+        if (st != GOTREE_SUCCESS) {
+          finishFromStatus(st, r);
+          break;
+        }
+      }
+      if (!completedFlag_.load()) {
+        finishFromStatus(GOTREE_SUCCESS, 0);
+      }
+    }
+    waitCompleted();
+    std::lock_guard<std::mutex> g(mutex_);
+    if (exception_) {
+      std::rethrow_exception(exception_);
+    }
+    return true;
+  }
+
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    return future_;
+  }
+
+  std::string label() const {
+    return c10::str("gotree ", name_, " #", seq_, detail_.empty() ? "" : " (",
+                    detail_, detail_.empty() ? "" : ")");
+  }
+
+  // Completes the work once, from whichever thread saw it finish.
+  // Returns false when another thread already did.
+  bool finish(std::exception_ptr ex) {
+    if (claimed_.exchange(true)) {
+      return false;
+    }
+    if (!ex && post_) {
+      try {
+        post_();
+      } catch (...) {
+        ex = std::current_exception();
+      }
+    }
+    post_ = nullptr;  // keepalive_ is released by the completion thread
+    {
+      std::lock_guard<std::mutex> g(mutex_);
+      completed_ = true;
+      exception_ = ex;
+    }
+    completedFlag_.store(true);
+    cv_.notify_all();
+    if (ex) {
+      future_->setError(ex);
+    } else {
+      future_->markCompleted(c10::IValue(outputs_));
+    }
+    return true;
+  }
+
+  bool finishFromStatus(gotree_status_t st, int64_t failedReq) {
+    if (st == GOTREE_SUCCESS) {
+      return finish(nullptr);
+    }
+    const Api& a = *g_api;
+    std::string msg = c10::str(
+        label(), " failed: ", describeFailure(a, st, {failedReq, comm_, 0}));
+    return finish(makeDistError(msg));
+  }
+
+  void waitCompleted() {
+    std::unique_lock<std::mutex> g(mutex_);
+    cv_.wait(g, [&] { return completed_; });
+  }
+
+  const std::string name_;
+  uint64_t seq_;
+  std::string detail_;
+  std::vector<at::Tensor> outputs_;
+  std::vector<at::Tensor> keepalive_;  // inputs and staging buffers
+  std::function<void()> post_;         // copy-out after success
+  std::vector<gotree_request_t> reqs_;
+  gotree_comm_t comm_ = 0;
+  const Clock::time_point deadline_;
+  const milliseconds timeout_;
+  const bool explicitTimeout_;
+  const pid_t pid_;
+  std::atomic<bool> claimed_{false};
+  std::atomic<bool> completedFlag_{false};
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+// ---------------------------------------------------------------------------
+// Backend.
+
+class GotreeBackend : public c10d::Backend {
+ public:
+  GotreeBackend(
+      const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+      milliseconds timeout)
+      : c10d::Backend(rank, size), timeout_(timeout), pid_(getpid()) {
+    init();
+    const Api& a = api();
+    checkNotForked(a.pid, "a gotree process group was created");
+    TORCH_CHECK_VALUE(
+        size >= 1 && rank >= 0 && rank < size, "gotree: invalid rank ", rank,
+        " for group size ", size);
+    if (timeout_.count() <= 0) {
+      timeout_ = kBackendDefaultTimeout;
+    }
+
+    // Bootstrap like NCCL: rank 0 makes the unique id and publishes it in
+    // the (per-group prefixed) store. A generation number from an atomic
+    // counter keeps a re-created group (same prefix, same store) from
+    // reading the previous group's id: all ranks of one generation add
+    // before any of them can finish init, so generations never interleave.
+    int64_t ticket = store->add("gotree/join", 1);
+    int64_t gen = (ticket - 1) / size;
+    std::string key = c10::str("gotree/uid/", gen);
+    gotree_unique_id_t id;
+    std::memset(&id, 0, sizeof(id));
+    if (rank == 0) {
+      gotree_status_t st = a.get_unique_id(&id);
+      if (st != GOTREE_SUCCESS) {
+        throwStatus(
+            st, c10::str("gotree: rank 0 could not create the unique id: ",
+                         describeFailure(a, st, {0})));
+      }
+      std::vector<uint8_t> bytes(
+          reinterpret_cast<uint8_t*>(&id),
+          reinterpret_cast<uint8_t*>(&id) + sizeof(id));
+      store->set(key, bytes);
+    } else {
+      try {
+        store->wait({key}, timeout_);
+      } catch (const std::exception& e) {
+        C10_THROW_ERROR(
+            DistBackendError,
+            c10::str("gotree: rank ", rank, " of ", size,
+                     " timed out after ", timeout_.count(),
+                     " ms waiting for rank 0 to publish the unique id (store key '",
+                     key, "'); is rank 0 running and using backend gotree? (",
+                     e.what(), ")"));
+      }
+      std::vector<uint8_t> bytes = store->get(key);
+      TORCH_CHECK(
+          bytes.size() == sizeof(id), "gotree: the unique id in the store (key '",
+          key, "') has ", bytes.size(), " bytes, expected ", sizeof(id));
+      std::memcpy(&id, bytes.data(), sizeof(id));
+    }
+
+    gotree_options_t opts;
+    std::memset(&opts, 0, sizeof(opts));
+    opts.struct_size = sizeof(opts);
+    opts.timeout_ms = timeout_.count();
+    opts.host_id = nullptr;
+    gotree_comm_t comm = 0;
+    gotree_status_t st = a.comm_init_rank(&comm, &id, rank, size, &opts);
+    if (st != GOTREE_SUCCESS) {
+      throwStatus(
+          st, c10::str("gotree: rank ", rank, " of ", size,
+                       " could not join the communicator: ",
+                       describeFailure(a, st, {comm, 0})));
+    }
+    comm_ = comm;
+    completer_ = std::thread([this] { completionLoop(); });
+  }
+
+  ~GotreeBackend() override {
+    try {
+      stop(/*abort=*/false);
+    } catch (...) {
+    }
+  }
+
+  const std::string getBackendName() const override {
+    return "gotree";
+  }
+
+  bool supportsSplitting() const override {
+    return false;
+  }
+
+  c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() override {
+    return c10::make_intrusive<c10d::Backend::Options>("gotree", timeout_);
+  }
+
+  void setTimeout(milliseconds timeout) override {
+    timeout_ = timeout.count() > 0 ? timeout : kBackendDefaultTimeout;
+  }
+
+  void setSequenceNumberForGroup() override {
+    seq_ = 0;
+  }
+
+  uint64_t getSequenceNumberForGroup() override {
+    return seq_;
+  }
+
+  void abort() override {
+    stop(/*abort=*/true);
+  }
+
+  void shutdown() override {
+    stop(/*abort=*/false);
+  }
+
+  // -- collectives -------------------------------------------------------
+
+  c10::intrusive_ptr<c10d::Work> allreduce(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceOptions& opts) override {
+    const char* coll = "allreduce";
+    checkUsable(coll);
+    const at::Tensor& t = single(tensors, coll, "tensors");
+    checkTensor(t, coll, "the tensor");
+    checkWritable(t, coll, "the tensor");
+    TORCH_CHECK_VALUE(
+        !opts.sparseIndices.has_value(), "gotree: sparse allreduce is not supported");
+    ReducePlan p = planReduce(t.scalar_type(), opts.reduceOp, coll);
+    auto work = makeWork(c10d::OpType::ALLREDUCE, coll, {t}, opts.timeout);
+    work->detail_ = c10::str(describe(t), ", ", opName(opts.reduceOp.op_));
+    issueLocked(work, [&](std::vector<std::function<gotree_status_t(gotree_request_t*)>>& calls) {
+      addAllreduce(work, t, p, calls);
+    });
+    return work;
+  }
+
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceCoalescedOptions& opts) override {
+    const char* coll = "allreduce_coalesced";
+    checkUsable(coll);
+    std::vector<ReducePlan> plans;
+    for (size_t i = 0; i < tensors.size(); i++) {
+      std::string what = c10::str("tensors[", i, "]");
+      checkTensor(tensors[i], coll, what);
+      checkWritable(tensors[i], coll, what);
+      plans.push_back(planReduce(tensors[i].scalar_type(), opts.reduceOp, coll));
+    }
+    auto work = makeWork(
+        c10d::OpType::ALLREDUCE_COALESCED, coll, tensors, opts.timeout);
+    work->detail_ = c10::str(tensors.size(), " tensors, ", opName(opts.reduceOp.op_));
+    issueLocked(work, [&](auto& calls) {
+      for (size_t i = 0; i < tensors.size(); i++) {
+        addAllreduce(work, tensors[i], plans[i], calls);
+      }
+    });
+    return work;
+  }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(
+      std::vector<at::Tensor>& tensors,
+      const c10d::BroadcastOptions& opts) override {
+    const char* coll = "broadcast";
+    checkUsable(coll);
+    const at::Tensor& t = single(tensors, coll, "tensors");
+    checkTensor(t, coll, "the tensor");
+    checkRoot(opts.rootRank, coll);
+    TORCH_CHECK_VALUE(
+        opts.rootTensor == 0, "gotree: broadcast: root tensor index ",
+        opts.rootTensor, " is invalid (one tensor per rank, index 0)");
+    if (getRank() != opts.rootRank) {
+      checkWritable(t, coll, "the tensor");
+    }
+    auto work = makeWork(c10d::OpType::BROADCAST, coll, {t}, opts.timeout);
+    work->detail_ = c10::str(describe(t), ", root ", opts.rootRank);
+    int root = static_cast<int>(opts.rootRank);
+    issueLocked(work, [&](auto& calls) {
+      at::Tensor buf = t;
+      if (!t.is_contiguous()) {
+        buf = t.contiguous();
+        if (getRank() != root) {
+          work->post_ = chainPost(work->post_, [t, buf]() mutable { t.copy_(buf); });
+        }
+      }
+      work->keepalive_.push_back(buf);
+      Wire w = moveWire(buf);
+      void* ptr = buf.numel() ? buf.data_ptr() : nullptr;
+      gotree_comm_t comm = comm_;
+      const Api* a = &api();
+      calls.push_back([=](gotree_request_t* r) {
+        return a->broadcast(comm, ptr, ptr, w.count, w.dtype, GOTREE_SUM, root,
+                            GOTREE_DEVICE_CPU, nullptr, r);
+      });
+    });
+    return work;
+  }
+
+  c10::intrusive_ptr<c10d::Work> allgather(
+      std::vector<std::vector<at::Tensor>>& outputTensors,
+      std::vector<at::Tensor>& inputTensors,
+      const c10d::AllgatherOptions& opts) override {
+    const char* coll = "allgather";
+    checkUsable(coll);
+    const at::Tensor& in = single(inputTensors, coll, "input_tensors");
+    checkTensor(in, coll, "the input tensor");
+    TORCH_CHECK_VALUE(
+        outputTensors.size() == 1, "gotree: allgather: expected exactly one "
+        "output list (one tensor per rank per call), got ", outputTensors.size());
+    std::vector<at::Tensor>& outs = outputTensors[0];
+    TORCH_CHECK_VALUE(
+        static_cast<int>(outs.size()) == getSize(), "gotree: allgather: the "
+        "output list has ", outs.size(), " tensors, expected ", getSize(),
+        " (the group size)");
+    for (size_t i = 0; i < outs.size(); i++) {
+      std::string what = c10::str("output_tensors[0][", i, "]");
+      checkTensor(outs[i], coll, what);
+      checkWritable(outs[i], coll, what);
+      TORCH_CHECK_TYPE(
+          outs[i].scalar_type() == in.scalar_type(), "gotree: allgather: ",
+          what, " has dtype ", dtypeName(outs[i].scalar_type()),
+          ", expected ", dtypeName(in.scalar_type()), " (the input's)");
+      TORCH_CHECK_VALUE(
+          outs[i].numel() == in.numel(), "gotree: allgather: ", what, " has ",
+          outs[i].numel(), " elements (sizes ", outs[i].sizes(), "), expected ",
+          in.numel(), " (the input's, sizes ", in.sizes(), ")");
+    }
+    auto work = makeWork(c10d::OpType::ALLGATHER, coll, outs, opts.timeout);
+    work->detail_ = describe(in);
+    issueLocked(work, [&](auto& calls) {
+      const int64_t nbytes = in.numel() * in.element_size();
+      // Directly into the outputs when they are consecutive pieces of one
+      // buffer (e.g. list(flat.chunk(world))), else through a staging buffer.
+      bool flat = true;
+      for (size_t i = 0; i < outs.size() && flat; i++) {
+        flat = outs[i].is_contiguous() &&
+            (nbytes == 0 ||
+             bytePtr(outs[i]) == bytePtr(outs[0]) + i * nbytes);
+      }
+      at::Tensor recv;
+      char* recvPtr = nullptr;
+      if (flat) {
+        recvPtr = nbytes ? const_cast<char*>(bytePtr(outs[0])) : nullptr;
+        work->keepalive_.insert(work->keepalive_.end(), outs.begin(), outs.end());
+      } else {
+        recv = at::empty({getSize() * in.numel()}, in.options());
+        recvPtr = nbytes ? static_cast<char*>(recv.data_ptr()) : nullptr;
+        work->keepalive_.push_back(recv);
+        auto outsCopy = outs;
+        int64_t n = in.numel();
+        work->post_ = [outsCopy, recv, n]() mutable {
+          for (size_t i = 0; i < outsCopy.size(); i++) {
+            outsCopy[i].view({-1}).copy_(recv.narrow(0, i * n, n));
+          }
+        };
+      }
+      addAllgather(work, in, recvPtr, nbytes, calls);
+    });
+    return work;
+  }
+
+  c10::intrusive_ptr<c10d::Work> _allgather_base(
+      at::Tensor& output, at::Tensor& input,
+      const c10d::AllgatherOptions& opts) override {
+    const char* coll = "all_gather_into_tensor";
+    checkUsable(coll);
+    checkAllgatherBase(output, input, coll, "");
+    auto work = makeWork(c10d::OpType::_ALLGATHER_BASE, coll, {output}, opts.timeout);
+    work->detail_ = describe(input);
+    issueLocked(work, [&](auto& calls) { addAllgatherBase(work, output, input, calls); });
+    return work;
+  }
+
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override {
+    const char* coll = "allgather_into_tensor_coalesced";
+    checkUsable(coll);
+    TORCH_CHECK_VALUE(
+        outputs.size() == inputs.size(), "gotree: ", coll, ": ",
+        outputs.size(), " outputs for ", inputs.size(), " inputs");
+    for (size_t i = 0; i < inputs.size(); i++) {
+      checkAllgatherBase(outputs[i], inputs[i], coll, c10::str("[", i, "]"));
+    }
+    auto work = makeWork(c10d::OpType::COALESCED, coll, outputs, opts.timeout);
+    work->detail_ = c10::str(inputs.size(), " tensors");
+    issueLocked(work, [&](auto& calls) {
+      for (size_t i = 0; i < inputs.size(); i++) {
+        addAllgatherBase(work, outputs[i], inputs[i], calls);
+      }
+    });
+    return work;
+  }
+
+  c10::intrusive_ptr<c10d::Work> barrier(
+      const c10d::BarrierOptions& opts) override {
+    const char* coll = "barrier";
+    checkUsable(coll);
+    auto work = makeWork(c10d::OpType::BARRIER, coll, {}, opts.timeout);
+    issueLocked(work, [&](auto& calls) {
+      gotree_comm_t comm = comm_;
+      const Api* a = &api();
+      calls.push_back([=](gotree_request_t* r) { return a->barrier(comm, r); });
+    });
+    return work;
+  }
+
+ private:
+  using Call = std::function<gotree_status_t(gotree_request_t*)>;
+
+  static std::function<void()> chainPost(
+      std::function<void()> first, std::function<void()> second) {
+    if (!first) {
+      return second;
+    }
+    return [first, second]() {
+      first();
+      second();
+    };
+  }
+
+  void checkUsable(const char* coll) {
+    checkNotForked(pid_, c10::str("collective ", coll, " was called").c_str());
+    TORCH_CHECK(
+        !stopped_.load(), "gotree: ", coll, " on a process group that was ",
+        abortedByUser_ ? "aborted" : "shut down",
+        "; create a new process group");
+    if (failed_.load()) {
+      std::lock_guard<std::mutex> g(queueMu_);
+      C10_THROW_ERROR(
+          DistBackendError,
+          c10::str("gotree: ", coll, " on a communicator that was aborted after "
+                   "an earlier failure: ", firstFailure_));
+    }
+  }
+
+  void checkRoot(int64_t root, const char* coll) {
+    TORCH_CHECK_VALUE(
+        root >= 0 && root < getSize(), "gotree: ", coll, ": root rank ", root,
+        " is outside the group (valid: 0 to ", getSize() - 1, ")");
+  }
+
+  void checkAllgatherBase(
+      const at::Tensor& out, const at::Tensor& in, const char* coll,
+      const std::string& idx) {
+    checkTensor(in, coll, "the input tensor" + idx);
+    checkTensor(out, coll, "the output tensor" + idx);
+    checkWritable(out, coll, "the output tensor" + idx);
+    TORCH_CHECK_TYPE(
+        out.scalar_type() == in.scalar_type(), "gotree: ", coll,
+        ": the output tensor", idx, " has dtype ", dtypeName(out.scalar_type()),
+        ", the input ", dtypeName(in.scalar_type()), "; they must match");
+    TORCH_CHECK_VALUE(
+        out.numel() == in.numel() * getSize(), "gotree: ", coll,
+        ": the output tensor", idx, " has ", out.numel(), " elements, expected ",
+        in.numel() * getSize(), " (group size ", getSize(), " x input ",
+        in.numel(), ")");
+  }
+
+  c10::intrusive_ptr<GotreeWork> makeWork(
+      c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
+      milliseconds opTimeout) {
+    bool explicitTimeout = opTimeout != c10d::kUnsetTimeout && opTimeout.count() > 0;
+    milliseconds to = explicitTimeout ? opTimeout : timeout_;
+    auto work = c10::make_intrusive<GotreeWork>(
+        getRank(), type, name, 0, std::move(outputs), Clock::now() + to, to,
+        explicitTimeout && to < timeout_);
+    work->comm_ = comm_;
+    return work;
+  }
+
+  // Builds the library calls of one work (may stage buffers and set the
+  // copy-out), then issues them under issueMu_ and queues the work. All
+  // validation happened before, so a failure here is the library's.
+  template <typename Builder>
+  void issueLocked(const c10::intrusive_ptr<GotreeWork>& work, Builder&& build) {
+    std::vector<Call> calls;
+    build(calls);
+    std::lock_guard<std::mutex> issue(issueMu_);
+    work->seq_ = ++seq_;
+    gotree_status_t st = GOTREE_SUCCESS;
+    for (auto& call : calls) {
+      gotree_request_t r = 0;
+      st = call(&r);
+      if (st != GOTREE_SUCCESS) {
+        break;
+      }
+      work->reqs_.push_back(r);
+    }
+    if (st != GOTREE_SUCCESS) {
+      const Api& a = api();
+      std::string msg = c10::str(
+          work->label(), " could not be issued: ",
+          describeFailure(a, st, {comm_, 0}));
+      if (work->reqs_.empty()) {
+        throwStatus(st, msg);
+      }
+      // Part of a coalesced work was issued: let the completion thread
+      // retire those requests, and fail the work.
+      work->finish(makeDistError(msg));
+      enqueue(work);
+      throwStatus(st, msg);
+    }
+    enqueue(work);
+  }
+
+  void enqueue(const c10::intrusive_ptr<GotreeWork>& work) {
+    {
+      std::lock_guard<std::mutex> g(queueMu_);
+      queue_.push_back(work);
+    }
+    queueCv_.notify_one();
+  }
+
+  void addAllreduce(
+      const c10::intrusive_ptr<GotreeWork>& work, const at::Tensor& t,
+      const ReducePlan& p, std::vector<Call>& calls) {
+    at::Tensor buf = t;
+    if (!t.is_contiguous()) {
+      // Staged: reduce a contiguous copy, copy back on success.
+      buf = t.contiguous();
+      at::Tensor dst = t;
+      work->post_ = chainPost(work->post_, [dst, buf]() mutable { dst.copy_(buf); });
+    }
+    if (p.premul) {
+      // The result overwrites the tensor anyway: scale it in place.
+      if (p.premul_tensor.defined()) {
+        buf.mul_(p.premul_tensor.to(buf.device()));
+      } else {
+        buf.mul_(p.premul_double);
+      }
+    }
+    at::Tensor wire = buf;
+    if (at::isComplexType(buf.scalar_type())) {
+      wire = at::view_as_real(buf);
+    }
+    work->keepalive_.push_back(buf);
+    uint64_t count = static_cast<uint64_t>(buf.numel()) * p.factor_count_mult;
+    void* ptr = count ? wire.data_ptr() : nullptr;
+    gotree_comm_t comm = comm_;
+    const Api* a = &api();
+    gotree_dtype_t dt = p.dtype;
+    gotree_op_t op = p.op;
+    calls.push_back([=](gotree_request_t* r) {
+      return a->allreduce(comm, ptr, ptr, count, dt, op, 0, GOTREE_DEVICE_CPU,
+                          nullptr, r);
+    });
+  }
+
+  // sendbuf: the input (staged when non-contiguous or when it overlaps the
+  // output anywhere but its own slot); recvPtr: size x nbytes.
+  void addAllgather(
+      const c10::intrusive_ptr<GotreeWork>& work, const at::Tensor& in,
+      char* recvPtr, int64_t nbytes, std::vector<Call>& calls) {
+    at::Tensor send = in.is_contiguous() ? in : in.contiguous();
+    const char* sendPtr = nbytes ? bytePtr(send) : nullptr;
+    if (nbytes && recvPtr) {
+      const char* lo = recvPtr;
+      const char* hi = recvPtr + getSize() * nbytes;
+      bool overlaps = sendPtr < hi && sendPtr + nbytes > lo;
+      bool ownSlot = sendPtr == recvPtr + getRank() * nbytes;
+      if (overlaps && !ownSlot) {
+        send = in.clone(at::MemoryFormat::Contiguous);
+        sendPtr = bytePtr(send);
+      }
+    }
+    work->keepalive_.push_back(send);
+    Wire w = moveWire(send);
+    gotree_comm_t comm = comm_;
+    const Api* a = &api();
+    const void* sp = sendPtr;
+    void* rp = recvPtr;
+    calls.push_back([=](gotree_request_t* r) {
+      return a->allgather(comm, sp, rp, w.count, w.dtype, GOTREE_SUM, 0,
+                          GOTREE_DEVICE_CPU, nullptr, r);
+    });
+  }
+
+  void addAllgatherBase(
+      const c10::intrusive_ptr<GotreeWork>& work, const at::Tensor& out,
+      const at::Tensor& in, std::vector<Call>& calls) {
+    const int64_t nbytes = in.numel() * in.element_size();
+    at::Tensor recv = out;
+    if (!out.is_contiguous()) {
+      recv = at::empty({out.numel()}, out.options());
+      at::Tensor dst = out;
+      work->post_ = chainPost(work->post_, [dst, recv]() mutable {
+        dst.copy_(recv.view(dst.sizes()));
+      });
+    }
+    work->keepalive_.push_back(recv);
+    char* recvPtr = nbytes ? static_cast<char*>(recv.data_ptr()) : nullptr;
+    addAllgather(work, in, recvPtr, nbytes, calls);
+  }
+
+  // One thread per backend retires requests in issue order.
+  void completionLoop() {
+    const Api& a = *g_api;
+    for (;;) {
+      c10::intrusive_ptr<GotreeWork> work;
+      {
+        std::unique_lock<std::mutex> g(queueMu_);
+        queueCv_.wait(g, [&] { return !queue_.empty() || stopping_; });
+        if (queue_.empty()) {
+          return;  // stopping and drained
+        }
+        work = queue_.front();
+      }
+      retire(a, work);
+      {
+        std::lock_guard<std::mutex> g(queueMu_);
+        queue_.pop_front();
+      }
+    }
+  }
+
+  void retire(const Api& a, const c10::intrusive_ptr<GotreeWork>& work) {
+    // The library's own communicator timeout normally fails a stuck request
+    // first (with a message naming the peer); the watchdog is a backstop,
+    // and enforces per-operation timeouts shorter than the group's.
+    // Every request is waited for even when Work.wait() already completed
+    // the work: the buffers it uses (keepalive_) are released only here,
+    // once the library is done with all of them.
+    auto grace = work->explicitTimeout_ ? milliseconds(0) : milliseconds(2000);
+    auto watchdog = work->deadline_ + grace;
+    bool allDone = true;
+    for (auto r : work->reqs_) {
+      for (;;) {
+        auto left = std::chrono::duration_cast<milliseconds>(watchdog - Clock::now());
+        int64_t slice = std::max<int64_t>(0, std::min<int64_t>(left.count(), 200));
+        gotree_status_t st = a.request_wait(r, slice);
+        int done = 1;
+        if (st == GOTREE_ERR_TIMEOUT) {
+          st = a.request_test(r, &done);
+        }
+        if (done) {
+          if (st != GOTREE_SUCCESS) {
+            work->finishFromStatus(st, r);
+            recordFailure(work, st, r);
+          }
+          break;
+        }
+        if (Clock::now() >= watchdog) {
+          std::string msg = c10::str(
+              work->label(), " timed out after ", work->timeout_.count(),
+              " ms", work->explicitTimeout_ ? " (its timeout argument)" : " (the group timeout)",
+              "; the communicator was aborted. A rank that never issued this "
+              "collective, or issued a different one, is the usual cause.");
+          setFailure(msg);
+          if (!aborted_.exchange(true)) {
+            a.comm_abort(comm_);
+          }
+          // After the abort every request should finish promptly; the
+          // buffers must outlive it, so wait (bounded) before failing the work.
+          int d = 0;
+          for (int i = 0; i < 20 && !d; i++) {
+            a.request_wait(r, 500);
+            a.request_test(r, &d);
+          }
+          work->finish(makeDistError(msg));
+          if (!d) {
+            allDone = false;
+          }
+          break;
+        }
+      }
+    }
+    work->finish(nullptr);  // no-op when already completed
+    if (allDone) {
+      work->keepalive_.clear();
+    } else {
+      // The library never released a request even after abort: never free
+      // memory it might still write (leak instead of use-after-free).
+      new std::vector<at::Tensor>(std::move(work->keepalive_));
+      new std::vector<at::Tensor>(work->outputs_);
+    }
+  }
+
+  void recordFailure(const c10::intrusive_ptr<GotreeWork>& work,
+                     gotree_status_t st, int64_t r) {
+    if (st == GOTREE_ERR_ABORTED || st == GOTREE_ERR_REMOTE ||
+        st == GOTREE_ERR_TIMEOUT || st == GOTREE_ERR_SYSTEM ||
+        st == GOTREE_ERR_INTERNAL) {
+      const Api& a = *g_api;
+      setFailure(c10::str(work->label(), " failed: ",
+                          describeFailure(a, st, {r, comm_, 0})));
+    }
+  }
+
+  void setFailure(const std::string& msg) {
+    std::lock_guard<std::mutex> g(queueMu_);
+    if (firstFailure_.empty()) {
+      firstFailure_ = msg;
+    }
+    failed_.store(true);
+  }
+
+  void stop(bool abort) {
+    if (stopped_.exchange(true)) {
+      return;
+    }
+    abortedByUser_ = abort;
+    if (getpid() != pid_) {
+      // Forked child: the thread does not exist here and Go must not run.
+      if (completer_.joinable()) {
+        completer_.detach();
+      }
+      return;
+    }
+    auto body = [&] {
+      const Api& a = *g_api;
+      if (comm_ != 0) {
+        if (abort) {
+          if (!aborted_.exchange(true)) {
+            a.comm_abort(comm_);
+          }
+        } else if (failed_.load()) {
+          // A collective already failed: peers may be gone, so do not wait
+          // for the issued collectives (destroy would, up to the timeout).
+          if (!aborted_.exchange(true)) {
+            a.comm_abort(comm_);
+          }
+        } else if (!aborted_.load()) {
+          // Waits for the issued collectives, then releases.
+          a.comm_destroy(comm_);
+        }
+      }
+      {
+        std::lock_guard<std::mutex> g(queueMu_);
+        stopping_ = true;
+      }
+      queueCv_.notify_all();
+      if (completer_.joinable()) {
+        if (completer_.get_id() == std::this_thread::get_id()) {
+          completer_.detach();  // last reference dropped by a future callback
+        } else {
+          completer_.join();
+        }
+      }
+    };
+    // The completion thread may run Python future callbacks that need the
+    // GIL: never block on it while holding the GIL.
+    if (Py_IsInitialized() && PyGILState_Check()) {
+      pybind11::gil_scoped_release nogil;
+      body();
+    } else {
+      body();
+    }
+  }
+
+  milliseconds timeout_;
+  const pid_t pid_;
+  gotree_comm_t comm_ = 0;
+  uint64_t seq_ = 0;
+  std::mutex issueMu_;
+  std::mutex queueMu_;
+  std::condition_variable queueCv_;
+  std::deque<c10::intrusive_ptr<GotreeWork>> queue_;
+  bool stopping_ = false;
+  std::atomic<bool> stopped_{false};
+  std::atomic<bool> aborted_{false};
+  std::atomic<bool> failed_{false};
+  bool abortedByUser_ = false;
+  std::string firstFailure_;
+  std::thread completer_;
+};
+
+}  // namespace gotree_ext
+
+namespace py = pybind11;
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  using gotree_ext::GotreeBackend;
+  m.doc() = "gotree's torch.distributed backend (loads libgotree.so at run time)";
+  m.attr("ABI_VERSION") = GOTREE_ABI_VERSION;
+
+  m.def(
+      "load_library",
+      [](const std::string& path) {
+        const auto& a = gotree_ext::loadApi(path);
+        char buf[256];
+        a.version(buf, sizeof(buf));
+        return std::string(buf);
+      },
+      py::arg("path"),
+      "dlopen libgotree.so (RTLD_LAZY|RTLD_LOCAL), resolve the C ABI, check "
+      "its version; returns the library's version string. Idempotent: the "
+      "first path loaded wins (one Go runtime per process).");
+
+  m.def("loaded_library_path", []() -> py::object {
+    std::lock_guard<std::mutex> g(gotree_ext::g_api_mu);
+    if (gotree_ext::g_api == nullptr) {
+      return py::none();
+    }
+    return py::str(gotree_ext::g_api->path);
+  });
+
+  py::class_<GotreeBackend, c10d::Backend, c10::intrusive_ptr<GotreeBackend>>(
+      m, "GotreeBackend")
+      .def(
+          py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                      int size, std::chrono::milliseconds timeout) {
+            return c10::make_intrusive<GotreeBackend>(store, rank, size, timeout);
+          }),
+          py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
+          py::call_guard<py::gil_scoped_release>(),
+          "Joins the gotree communicator of this group (blocks until every "
+          "rank joined or the timeout passes).");
+}

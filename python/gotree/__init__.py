@@ -1,0 +1,138 @@
+"""gotree: a torch.distributed backend whose core is a Go library.
+
+    import torch.distributed as dist
+    dist.init_process_group(backend="gotree")   # under torchrun
+
+Installing the wheel registers the backend automatically when torch is
+imported (entry point group "torch.backends"); `import gotree` does the same
+explicitly. The backend is registered for devices "cpu" and "cuda" with the
+plain creator signature (store, rank, size, timeout); CUDA tensors are refused
+with a clear error until the CUDA path lands.
+
+Nothing here starts the Go runtime: libgotree.so is loaded by the first
+process group that is created, so processes that never create one (and their
+forked children) are unaffected.
+
+Semantics (CPU tensors):
+
+* collectives: allreduce (SUM, AVG, PRODUCT, MIN, MAX, BAND/BOR/BXOR for
+  integers and bool, PREMUL_SUM for floating point), allreduce_coalesced,
+  broadcast, all_gather (list form), all_gather_into_tensor, its coalesced
+  form, barrier. One tensor per rank per call (like NCCL).
+* dtypes: float32/64, float16, bfloat16, int8/16/32/64, uint8, bool, and
+  complex64/128 (as pairs of reals: SUM, AVG, PREMUL_SUM). bool reduces
+  logically (SUM/MAX/BOR = any, PRODUCT/MIN/BAND = all, BXOR = parity).
+  broadcast and all_gather move any dtype (unknown ones as raw bytes).
+  Integer AVG truncates toward zero.
+* non-contiguous tensors are staged through a contiguous copy and copied
+  back when the collective succeeds; tensors with overlapping memory (from
+  expand()) are refused for output.
+* errors: bad arguments raise ValueError/TypeError/RuntimeError naming the
+  problem before anything is sent; a failed or timed-out collective raises
+  torch.distributed.DistBackendError (from Work.wait() and from the Work's
+  future); a forked child that calls gotree gets a RuntimeError.
+* LD_BIND_NOW=1 is not supported (libgotree.so binds NVML lazily).
+* $GOTREE_LIBRARY overrides the path of libgotree.so.
+"""
+
+import os
+import threading
+import warnings
+
+__version__ = "0.1.0"
+__all__ = ["BACKEND_NAME", "register", "library_path", "load_library", "is_registered"]
+
+BACKEND_NAME = "gotree"
+
+_lock = threading.RLock()
+_registered = False
+_registration_error = None
+
+
+def library_path():
+    """Path of libgotree.so: $GOTREE_LIBRARY if set, else the package folder."""
+    override = os.environ.get("GOTREE_LIBRARY")
+    if override:
+        return os.path.abspath(override)
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "libgotree.so")
+
+
+def load_library():
+    """Loads libgotree.so (idempotent) and returns its version string.
+
+    Imports torch.distributed first: the extension's backend class derives
+    from torch._C._distributed_c10d.Backend, which must be registered with
+    pybind11 before the extension module loads.
+    """
+    import torch.distributed  # noqa: F401  (see docstring)
+
+    path = library_path()
+    if not os.path.exists(path):
+        raise RuntimeError(
+            "gotree: the Go library is missing: {} does not exist. In a source checkout run "
+            "`make lib` (or `python setup.py build_ext --inplace`); otherwise reinstall the "
+            "gotree wheel.".format(path)
+        )
+    from gotree import _C
+
+    return _C.load_library(path)
+
+
+def _create_backend(store, rank, size, timeout):
+    """Creator for Backend.register_backend (plain signature)."""
+    load_library()
+    from gotree import _C
+
+    return _C.GotreeBackend(store, rank, size, timeout)
+
+
+def is_registered():
+    import torch.distributed as dist
+
+    return BACKEND_NAME.upper() in getattr(dist.Backend, "_plugins", {})
+
+
+def register():
+    """Registers backend "gotree" for cpu and cuda with torch.distributed.
+
+    Idempotent: a second call (autoload plus explicit import, or a name
+    registered by someone else first) does nothing.
+    """
+    global _registered
+    if _registered:
+        return
+    # Import torch before taking the lock: when `import gotree` comes first,
+    # importing torch runs the torch.backends entry point, which calls back
+    # into register() on this same thread.
+    import torch.distributed as dist
+
+    with _lock:
+        if _registered:
+            return
+        if not dist.is_available():
+            raise RuntimeError("gotree: this torch build has no torch.distributed")
+        if not is_registered():
+            dist.Backend.register_backend(
+                BACKEND_NAME, _create_backend, extended_api=False, devices=["cpu", "cuda"]
+            )
+        _registered = True
+
+
+def _autoload():
+    """Entry point of group "torch.backends", run by `import torch`.
+
+    Must never raise: an exception here would break `import torch` itself.
+    Registration only; the Go library loads when a group is created.
+    """
+    global _registration_error
+    try:
+        register()
+    except BaseException as e:  # noqa: BLE001 - see docstring
+        _registration_error = e
+
+
+try:
+    register()
+except Exception as _e:  # noqa: BLE001 - importing gotree must not fail either
+    _registration_error = _e
+    warnings.warn("gotree: could not register the torch.distributed backend: {!r}".format(_e))

@@ -1,0 +1,97 @@
+"""Builds the gotree wheel: the Go library (libgotree.so) and the thin C++
+torch extension (gotree._C) that loads it at run time, both shipped inside the
+`gotree` package folder.
+
+    python -m pip wheel . -w dist --no-build-isolation   # torch must be importable
+    python setup.py build_ext --inplace                   # development: into python/gotree/
+
+Go (1.22 or newer) must be on PATH, or named by $GO. GOTREE_SKIP_GO=1 skips the
+Go build (then libgotree.so must already be in place).
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+
+from setuptools import setup
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+try:
+    import torch
+    from torch.utils.cpp_extension import BuildExtension, CppExtension
+except ImportError as e:  # pragma: no cover - build-time message
+    sys.exit(
+        "gotree: building needs torch importable at build time ({}). Install torch, then "
+        "build with `python -m pip wheel . -w dist --no-build-isolation`.".format(e)
+    )
+
+VERSION = "0.1.0"
+TORCH_MM = ".".join(torch.__version__.split("+")[0].split(".")[:2])
+
+
+def find_go():
+    go = os.environ.get("GO") or shutil.which("go")
+    if not go and os.path.exists("/usr/local/go/bin/go"):
+        go = "/usr/local/go/bin/go"
+    if not go:
+        sys.exit(
+            "gotree: the Go toolchain is needed to build libgotree.so but `go` is not on PATH "
+            "(nor $GO, nor /usr/local/go/bin/go). Install Go 1.22+ (https://go.dev/dl) and retry."
+        )
+    return go
+
+
+class BuildGotree(BuildExtension):
+    """build_ext that first builds libgotree.so into the package folder."""
+
+    def run(self):
+        self.build_go_library()
+        super().run()
+
+    def build_go_library(self):
+        if self.inplace:
+            dest = os.path.join(ROOT, "python", "gotree")
+        else:
+            dest = os.path.join(os.path.abspath(self.build_lib), "gotree")
+        os.makedirs(dest, exist_ok=True)
+        out = os.path.join(dest, "libgotree.so")
+        if os.environ.get("GOTREE_SKIP_GO") == "1":
+            if not os.path.exists(out):
+                print("gotree: warning: GOTREE_SKIP_GO=1 and {} does not exist".format(out))
+            return
+        go = find_go()
+        cmd = [go, "build", "-buildmode=c-shared", "-trimpath", "-o", out, "./capi"]
+        print("gotree: building the Go library: {} (in {})".format(" ".join(cmd), ROOT), flush=True)
+        subprocess.check_call(cmd, cwd=ROOT)
+        # c-shared also writes the cgo-generated header next to the library;
+        # the public header is capi/gotree.h, so do not ship the generated one.
+        gen_header = os.path.join(dest, "libgotree.h")
+        if os.path.exists(gen_header):
+            os.remove(gen_header)
+
+
+ext = CppExtension(
+    name="gotree._C",
+    sources=["python/csrc/gotree_backend.cpp"],
+    include_dirs=[os.path.join(ROOT, "capi")],
+    extra_compile_args={"cxx": ["-O2", "-std=c++17", "-fvisibility=hidden"]},
+    libraries=["dl"],
+)
+
+setup(
+    name="gotree",
+    version=VERSION,
+    description="gotree: a torch.distributed backend whose core is a Go library",
+    packages=["gotree"],
+    package_dir={"": "python"},
+    ext_modules=[ext],
+    cmdclass={"build_ext": BuildGotree},
+    python_requires=">=3.9",
+    # The C++ Backend API is not a stable ABI: the extension matches the torch
+    # it was built with (same major.minor).
+    install_requires=["torch=={}.*".format(TORCH_MM)],
+    entry_points={"torch.backends": ["gotree = gotree:_autoload"]},
+    zip_safe=False,
+)

@@ -1,0 +1,226 @@
+"""Packaging: registration, the autoload hook, the library loader's errors, and the
+wheel installed into a fresh virtual environment working from another directory."""
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import REPO, assert_checks, run_command, torchrun, worker_env
+
+
+def run_py(code, env=None, cwd=None, timeout=120):
+    return run_command([sys.executable, "-c", textwrap.dedent(code)], timeout, env=env or worker_env(), cwd=cwd)
+
+
+def test_register_is_idempotent_and_autoload_never_raises(built):
+    rc, out = run_py(
+        """
+        import torch, torch.distributed as dist
+        import gotree
+        gotree.register(); gotree.register()          # twice: no error
+        gotree._autoload(); gotree._autoload()         # the entry-point hook, twice
+        assert gotree.is_registered()
+        assert dist.Backend.backend_capability["gotree"] == ["cpu", "cuda"], dist.Backend.backend_capability
+        assert dist.Backend.GOTREE == "gotree"
+        # a failing registration must not escape the hook
+        real = dist.Backend.register_backend
+        gotree._registered = False
+        def boom(*a, **k):
+            raise RuntimeError("boom")
+        dist.Backend.register_backend = boom
+        dist.Backend._plugins.pop("GOTREE")
+        gotree._autoload()
+        assert isinstance(gotree._registration_error, RuntimeError)
+        dist.Backend.register_backend = real
+        gotree._autoload()
+        assert gotree.is_registered()
+        print("REGISTER-OK")
+        """
+    )
+    assert rc == 0 and "REGISTER-OK" in out, out
+
+
+def test_missing_library_is_a_clear_error(built, tmp_path):
+    env = worker_env({"GOTREE_LIBRARY": str(tmp_path / "nope" / "libgotree.so")})
+    rc, out = run_py(
+        """
+        import gotree
+        try:
+            gotree.load_library()
+        except RuntimeError as e:
+            print("ERR", e)
+        """,
+        env=env,
+    )
+    assert rc == 0 and "ERR gotree: the Go library is missing" in out and "make lib" in out, out
+    # a file that is not a library: dlopen's reason is in the message
+    bad = tmp_path / "libgotree.so"
+    bad.write_text("not a library")
+    rc, out = run_py(
+        """
+        import gotree
+        try:
+            gotree.load_library()
+        except RuntimeError as e:
+            print("ERR", e)
+        """,
+        env=worker_env({"GOTREE_LIBRARY": str(bad)}),
+    )
+    assert rc == 0 and "ERR gotree: cannot load the Go library" in out, out
+
+
+LOAD_AND_PRINT = """
+import gotree
+try:
+    gotree.load_library()
+    print("LOADED")
+except RuntimeError as e:
+    print("ERR", e)
+"""
+
+
+@pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None, reason="needs a C compiler")
+def test_wrong_abi_version_and_missing_symbols_are_clear_errors(built, tmp_path):
+    cc = shutil.which("cc") or shutil.which("gcc")
+    wrong = tmp_path / "wrong" / "libgotree.so"
+    wrong.parent.mkdir()
+    src = tmp_path / "wrong.c"
+    src.write_text("int gotree_abi_version(void) { return 99; }\n")
+    subprocess.check_call([cc, "-shared", "-fPIC", "-o", str(wrong), str(src)])
+    rc, out = run_py(LOAD_AND_PRINT, env=worker_env({"GOTREE_LIBRARY": str(wrong)}))
+    assert rc == 0 and "implements C ABI version 99 but this extension was built for version 1" in out, out
+
+    partial = tmp_path / "partial" / "libgotree.so"
+    partial.parent.mkdir()
+    src.write_text("int gotree_abi_version(void) { return 1; }\n")
+    subprocess.check_call([cc, "-shared", "-fPIC", "-o", str(partial), str(src)])
+    rc, out = run_py(LOAD_AND_PRINT, env=worker_env({"GOTREE_LIBRARY": str(partial)}))
+    assert rc == 0 and "does not export gotree_version" in out, out
+
+
+def test_single_process_group_without_torchrun(built):
+    """world_size 1 with an explicit store, inside one plain Python process."""
+    rc, out = run_py(
+        """
+        import datetime, torch, torch.distributed as dist
+        import gotree
+        print("version:", gotree.load_library())
+        store = dist.HashStore()
+        dist.init_process_group("gotree", store=store, rank=0, world_size=1, timeout=datetime.timedelta(seconds=60))
+        t = torch.arange(10.0)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        assert torch.equal(t, torch.arange(10.0))
+        out = torch.empty(10)
+        dist.all_gather_into_tensor(out, t)
+        assert torch.equal(out, t)
+        dist.barrier()
+        dist.destroy_process_group()
+        print("SINGLE-OK")
+        """
+    )
+    assert rc == 0 and "SINGLE-OK" in out, out
+
+
+@pytest.mark.slow
+def test_wheel_in_fresh_venv_from_another_directory(built, tmp_path):
+    """`pip wheel` builds dist/gotree-*.whl; installed into a new venv (torch made visible
+    through a .pth file, gotree only from the wheel) backend gotree works under torchrun
+    from an unrelated directory, found through the torch.backends entry point."""
+    wheel_dir = tmp_path / "dist"
+    env = dict(os.environ, MAX_JOBS=os.environ.get("MAX_JOBS", "1"))
+    import importlib.util
+
+    import setuptools
+
+    st_version = tuple(int(x) for x in setuptools.__version__.split(".")[:2])
+    if importlib.util.find_spec("wheel") is None and st_version < (70, 1):
+        # setuptools < 70.1 needs the `wheel` package to build wheels without isolation
+        rc, out = run_command([sys.executable, "-m", "pip", "install", "-q", "wheel"], 300, env=dict(os.environ))
+        assert rc == 0, "could not install the `wheel` package:\n" + out[-3000:]
+    rc, out = run_command(
+        [sys.executable, "-m", "pip", "wheel", str(REPO), "-w", str(wheel_dir), "--no-build-isolation", "--no-deps"],
+        900,
+        env=env,
+        cwd=REPO,
+    )
+    assert rc == 0, out[-6000:]
+    wheels = glob.glob(str(wheel_dir / "gotree-*.whl"))
+    assert len(wheels) == 1, out[-3000:]
+    # the wheel ships both libraries and the entry point
+    import zipfile
+
+    names = zipfile.ZipFile(wheels[0]).namelist()
+    assert "gotree/libgotree.so" in names, names
+    assert any(n.startswith("gotree/_C") and n.endswith(".so") for n in names), names
+    ep = [n for n in names if n.endswith("entry_points.txt")]
+    assert ep and "gotree = gotree:_autoload" in zipfile.ZipFile(wheels[0]).read(ep[0]).decode()
+
+    venv = tmp_path / "venv"
+    rc, out = run_command([sys.executable, "-m", "venv", str(venv)], 300, env=dict(os.environ))
+    assert rc == 0, out
+    vpy = venv / "bin" / "python"
+    # torch comes from this interpreter's site-packages (no multi-GB download in tests);
+    # gotree must come from the wheel only.
+    site = subprocess.check_output([str(vpy), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True).strip()
+    torch_site = os.path.dirname(os.path.dirname(__import__("torch").__file__))
+    with open(os.path.join(site, "_torch_from_dev_venv.pth"), "w") as f:
+        f.write(torch_site + "\n")
+    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GOTREE_LIBRARY", "VIRTUAL_ENV")}
+    clean["OMP_NUM_THREADS"] = "1"
+    rc, out = run_command([str(vpy), "-m", "pip", "install", "--no-deps", "--no-index", wheels[0]], 300, env=clean)
+    assert rc == 0, out[-3000:]
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    script = elsewhere / "user_script.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import os, sys
+            import torch, torch.distributed as dist   # no `import gotree`: the entry point registers it
+            dist.init_process_group(backend="gotree")
+            import gotree
+            assert os.path.realpath(gotree.__file__).startswith(os.path.realpath(sys.prefix)), gotree.__file__
+            r, n = dist.get_rank(), dist.get_world_size()
+            t = torch.full((1000,), float(r + 1))
+            dist.all_reduce(t)
+            ok = torch.equal(t, torch.full((1000,), float(n * (n + 1) // 2)))
+            outs = [torch.empty(3, dtype=torch.int64) for _ in range(n)]
+            dist.all_gather(outs, torch.full((3,), r))
+            ok = ok and all(torch.equal(o, torch.full((3,), i)) for i, o in enumerate(outs))
+            print(f"GOTREE-CHECKS wheel rank={r} world={n} passed={2 if ok else 0} failed={0 if ok else 1} {'OK' if ok else 'FAILED'}", flush=True)
+            dist.destroy_process_group()
+            """
+        )
+    )
+    rc, out = run_command(
+        [str(vpy), "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=3", str(script)],
+        300,
+        env=clean,
+        cwd=elsewhere,
+    )
+    assert_checks(rc, out, 3, min_passed=2)
+
+    # `import gotree` before torch: importing torch then runs the entry point, which
+    # re-enters gotree's registration on the same thread (this once deadlocked)
+    rc, out = run_command(
+        [str(vpy), "-c", "import gotree, torch, torch.distributed as d; assert gotree.is_registered(); print('ORDER-OK')"],
+        120,
+        env=clean,
+        cwd=elsewhere,
+    )
+    assert rc == 0 and "ORDER-OK" in out, out[-3000:]
+    # the demo module as `make demo` runs it (small sizes)
+    rc, out = run_command(
+        [str(vpy), "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+         "-m", "gotree.demo", "--max-bytes", "64K", "--iters", "3"],
+        300,
+        env=clean,
+        cwd=elsewhere,
+    )
+    assert rc == 0 and ": all correct" in out and "gloo/gotree" in out, out[-4000:]

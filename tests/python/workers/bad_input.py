@@ -1,0 +1,250 @@
+"""torchrun worker: bad input gives a Python exception naming the problem, and the
+group keeps working afterwards (no crash, no hang, no desync)."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torch.distributed import ReduceOp  # noqa: E402
+
+from _common import Checker  # noqa: E402
+
+
+def fake_cuda_tensor(*shape):
+    """A tensor that reports device cuda:0 without a GPU (FakeTensor: no storage).
+
+    The backend must refuse it by device before touching data, so this exercises the
+    real check on machines without CUDA."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        return torch.empty(*shape, device="cuda")
+
+
+def still_works(c, n, what):
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    c.check(torch.equal(t, torch.full((3,), float(n))), f"group still works after {what}")
+
+
+def main():
+    dist.init_process_group(backend="gotree")
+    c = Checker("bad_input")
+    rank, n = dist.get_rank(), dist.get_world_size()
+    pg = dist.group.WORLD
+    be = pg._get_backend(torch.device("cpu"))
+    c.check(type(be).__name__ == "GotreeBackend", f"cpu backend is GotreeBackend (got {type(be).__name__})")
+
+    # --- CUDA tensors (refused by device, before any data is touched)
+    cuda = fake_cuda_tensor(4)
+    opts = dist.AllreduceOptions()
+    c.expect_raises(
+        lambda: be.allreduce([cuda], opts),
+        "gotree: CUDA tensors are not supported yet (tensor on cuda:0)",
+        "allreduce of a CUDA tensor",
+    )
+    bo = dist.BroadcastOptions()
+    c.expect_raises(
+        lambda: be.broadcast([cuda], bo),
+        "gotree: CUDA tensors are not supported yet (tensor on cuda:0)",
+        "broadcast of a CUDA tensor",
+    )
+    c.expect_raises(
+        lambda: be._allgather_base(fake_cuda_tensor(4 * n), torch.zeros(4)),
+        "gotree: CUDA tensors are not supported yet (tensor on cuda:0)",
+        "all_gather_into_tensor into a CUDA tensor",
+    )
+    still_works(c, n, "CUDA tensors")
+
+    # --- unsupported dtype / op (named)
+    c.expect_raises(
+        lambda: dist.all_reduce(torch.zeros(3, dtype=torch.uint16)),
+        ["gotree: allreduce: dtype torch.uint16 is not supported for reductions", "supported:"],
+        "allreduce of uint16",
+        (TypeError,),
+    )
+    c.expect_raises(
+        lambda: dist.all_reduce(torch.zeros(3, dtype=torch.float8_e4m3fn)),
+        "dtype torch.float8_e4m3fn is not supported for reductions",
+        "allreduce of float8",
+        (TypeError,),
+    )
+    c.expect_raises(
+        lambda: dist.all_reduce(torch.zeros(3), op=ReduceOp.BAND),
+        "ReduceOp.BAND is only supported for integer and bool tensors, not torch.float32",
+        "BAND on float32",
+        (TypeError,),
+    )
+    c.expect_raises(
+        lambda: dist.all_reduce(torch.zeros(3, dtype=torch.float64), op=ReduceOp.BXOR),
+        "ReduceOp.BXOR is only supported for integer and bool tensors, not torch.float64",
+        "BXOR on float64",
+        (TypeError,),
+    )
+    c.expect_raises(
+        lambda: dist.all_reduce(torch.zeros(3, dtype=torch.bool), op=ReduceOp.AVG),
+        "ReduceOp.AVG is not supported for torch.bool tensors",
+        "AVG on bool",
+        (TypeError,),
+    )
+    mx = dist.AllreduceOptions()
+    mx.reduceOp = ReduceOp.MAX
+    c.expect_raises(
+        lambda: be.allreduce([torch.zeros(3, dtype=torch.complex64)], mx),
+        "ReduceOp.MAX is not supported for torch.complex64 tensors",
+        "MAX on complex64",
+        (TypeError,),
+    )
+    c.expect_raises(
+        lambda: dist.all_reduce(torch.zeros(3, dtype=torch.int32), op=dist._make_nccl_premul_sum(2.0)),
+        "ReduceOp.PREMUL_SUM is only supported for floating-point tensors, not torch.int32",
+        "PREMUL_SUM on int32",
+        (TypeError,),
+    )
+    still_works(c, n, "unsupported dtypes and ops")
+
+    # --- memory the collective cannot write (expanded: one element seen many times)
+    c.expect_raises(
+        lambda: dist.all_reduce(torch.zeros(1).expand(4)),
+        ["gotree: allreduce: the tensor has overlapping memory", "expand()"],
+        "allreduce into an expanded tensor",
+        (ValueError,),
+    )
+    # non-contiguous tensors are staged and copied back (documented), so they work:
+    base = torch.ones(4, 2)
+    dist.all_reduce(base[:, 0])
+    c.check(torch.equal(base[:, 0], torch.full((4,), float(n))) and torch.equal(base[:, 1], torch.ones(4)),
+            "non-contiguous allreduce is staged and copied back")
+
+    # --- output list of the wrong length; mismatched sizes and dtypes within a call
+    c.expect_raises(
+        lambda: dist.all_gather([torch.zeros(3) for _ in range(n + 1)], torch.zeros(3)),
+        f"gotree: allgather: the output list has {n + 1} tensors, expected {n} (the group size)",
+        "all_gather with too many outputs",
+        (ValueError,),
+    )
+    if n > 1:
+        c.expect_raises(
+            lambda: dist.all_gather([torch.zeros(3) for _ in range(n - 1)], torch.zeros(3)),
+            f"the output list has {n - 1} tensors, expected {n}",
+            "all_gather with too few outputs",
+            (ValueError,),
+        )
+    outs = [torch.zeros(3) for _ in range(n)]
+    outs[-1] = torch.zeros(5)
+    c.expect_raises(
+        lambda: dist.all_gather(outs, torch.zeros(3)),
+        f"gotree: allgather: output_tensors[0][{n - 1}] has 5 elements",
+        "all_gather with a wrong-sized output",
+        (ValueError,),
+    )
+    outs = [torch.zeros(3) for _ in range(n)]
+    outs[0] = torch.zeros(3, dtype=torch.float64)
+    c.expect_raises(
+        lambda: be.allgather([outs], [torch.zeros(3)], dist.distributed_c10d.AllgatherOptions()),
+        "output_tensors[0][0] has dtype torch.float64, expected torch.float32",
+        "all_gather with a wrong-dtype output",
+        (TypeError,),
+    )
+    c.expect_raises(
+        lambda: dist.all_gather_into_tensor(torch.zeros(3 * n + 1), torch.zeros(3)),
+        f"the output tensor has {3 * n + 1} elements, expected {3 * n}",
+        "all_gather_into_tensor with a wrong-sized output",
+        (ValueError,),
+    )
+    c.expect_raises(
+        lambda: dist.all_gather_into_tensor(torch.zeros(3 * n, dtype=torch.int32), torch.zeros(3)),
+        "has dtype torch.int32, the input torch.float32",
+        "all_gather_into_tensor with mismatched dtypes",
+        (TypeError,),
+    )
+    still_works(c, n, "bad all_gather arguments")
+
+    # --- more than one tensor per call (like NCCL: exactly one)
+    c.expect_raises(
+        lambda: be.allreduce([torch.zeros(2), torch.zeros(2)], dist.AllreduceOptions()),
+        "expected exactly one tensor in tensors (one tensor per rank per call, like NCCL), got 2",
+        "allreduce of two tensors",
+        (ValueError,),
+    )
+    c.expect_raises(
+        lambda: be.broadcast([], dist.BroadcastOptions()),
+        "expected exactly one tensor in tensors",
+        "broadcast of no tensor",
+        (ValueError,),
+    )
+
+    # --- root outside the group
+    bo = dist.BroadcastOptions()
+    bo.rootRank = n
+    c.expect_raises(
+        lambda: be.broadcast([torch.zeros(2)], bo),
+        f"gotree: broadcast: root rank {n} is outside the group (valid: 0 to {n - 1})",
+        "broadcast root == size",
+        (ValueError,),
+    )
+    bo.rootRank = -1
+    c.expect_raises(
+        lambda: be.broadcast([torch.zeros(2)], bo),
+        "root rank -1 is outside the group",
+        "broadcast root -1",
+        (ValueError,),
+    )
+    # through the public API torch may refuse first; either way an exception names it
+    c.expect_raises(lambda: dist.broadcast(torch.zeros(2), src=n + 3), str(n + 3), "dist.broadcast(src=size+3)")
+    still_works(c, n, "bad roots")
+
+    # --- a forked child must get a clear error, not a hang; the parent keeps working
+    r_fd, w_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: never touch Go
+        os.close(r_fd)
+        msg = b"no error"
+        try:
+            dist.all_reduce(torch.ones(2))
+        except Exception as e:  # noqa: BLE001
+            msg = f"{type(e).__name__}: {e}".encode()
+        os.write(w_fd, msg[:4000])
+        os._exit(0)
+    os.close(w_fd)
+    data = b""
+    while True:
+        chunk = os.read(r_fd, 4096)
+        if not chunk:
+            break
+        data += chunk
+    os.close(r_fd)
+    os.waitpid(pid, 0)
+    text = data.decode(errors="replace")
+    c.check("forked child" in text and "fork()" in text, f"forked child gets a clear error (got {text[:300]!r})")
+    still_works(c, n, "a forked child")
+
+    # --- Work.wait(timeout) that runs out raises, and the work still completes later
+    import datetime
+    import time
+
+    if rank == n - 1 and n > 1:
+        time.sleep(2.0)
+    t = torch.ones(4)
+    w = dist.all_reduce(t, async_op=True)
+    if rank == 0 and n > 1:
+        c.expect_raises(
+            lambda: w.wait(timeout=datetime.timedelta(milliseconds=300)),
+            ["Work.wait(timeout=300 ms) ran out", "has not finished"],
+            "Work.wait with a short timeout",
+        )
+    c.check(w.wait() is True and torch.equal(t, torch.full((4,), float(n))), "the work completes after a timed-out wait")
+    still_works(c, n, "a timed-out wait")
+
+    # --- after shutdown: a clear error
+    g = dist.new_group(backend="gotree")
+    dist.destroy_process_group(g)
+    c.check(True, "destroying a gotree sub-group works")
+    c.finish()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""torchrun worker (2 ranks): failures end in an exception within the group timeout,
+never a hang. Scenario from argv[1]:
+
+  timeout   rank 1 skips a collective (but stays alive): rank 0 must fail within the
+            group timeout (5 s here) with an error, not wait forever.
+  peer_exit rank 1 exits without calling the collective: rank 0 must fail.
+  mismatch  ranks issue allreduces of different lengths: both must fail (or, at the
+            least, not hang and not report success with wrong data).
+  op_timeout an allreduce with its own 1 s timeout (shorter than the group's): the
+            watchdog fails it promptly and aborts; later collectives fail fast.
+  reinit    destroy the group and create it again in the same processes (same store
+            prefix): the second group must not reuse the first one's unique id.
+"""
+
+import datetime
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+
+from _common import Checker  # noqa: E402
+
+TIMEOUT_S = 5
+
+
+def main():
+    scenario = sys.argv[1]
+    dist.init_process_group(backend="gotree", timeout=datetime.timedelta(seconds=TIMEOUT_S))
+    c = Checker("failures-" + scenario)
+    rank, n = dist.get_rank(), dist.get_world_size()
+    t = torch.ones(8)
+    dist.all_reduce(t)
+    c.check(torch.equal(t, torch.full((8,), float(n))), "warm-up allreduce")
+
+    if scenario == "timeout":
+        if rank == 0:
+            start = time.monotonic()
+            e = c.expect_raises(lambda: dist.all_reduce(torch.ones(8)), "gotree", "allreduce with a missing peer")
+            took = time.monotonic() - start
+            c.check(took < TIMEOUT_S + 20, f"failed within the timeout (took {took:.1f} s)")
+            print(f"[rank 0] error after {took:.1f} s: {e}", flush=True)
+        else:
+            time.sleep(TIMEOUT_S + 8)
+        c.exit_now()  # the communicator is broken: skip teardown
+
+    if scenario == "op_timeout":
+        # a per-operation timeout shorter than the group's: the backend's watchdog fails
+        # the work and aborts the communicator; later collectives fail fast, naming why
+        if rank == 0:
+            be = dist.group.WORLD._get_backend(torch.device("cpu"))
+            opts = dist.AllreduceOptions()
+            opts.timeout = datetime.timedelta(seconds=1)
+            start = time.monotonic()
+            w = be.allreduce([torch.ones(8)], opts)
+            c.expect_raises(w.wait, ["timed out after 1000 ms (its timeout argument)", "aborted"], "op timeout")
+            took = time.monotonic() - start
+            c.check(took < 4, f"op timeout fired promptly (took {took:.1f} s)")
+            c.check(w.is_completed(), "the timed-out work is completed")
+            fut = w.get_future()
+            c.expect_raises(fut.wait, "timed out after 1000 ms", "the future carries the error")
+            c.expect_raises(
+                lambda: dist.all_reduce(torch.ones(2)),
+                "on a communicator that was aborted after an earlier failure",
+                "a later collective fails fast",
+            )
+        else:
+            time.sleep(TIMEOUT_S + 3)
+        c.exit_now()
+
+    if scenario == "peer_exit":
+        if rank == 0:
+            time.sleep(1)
+            start = time.monotonic()
+            e = c.expect_raises(lambda: dist.all_reduce(torch.ones(8)), "gotree", "allreduce after the peer exited")
+            took = time.monotonic() - start
+            c.check(took < TIMEOUT_S + 20, f"failed within the timeout (took {took:.1f} s)")
+            print(f"[rank 0] error after {took:.1f} s: {e}", flush=True)
+        c.exit_now()
+
+    if scenario == "mismatch":
+        x = torch.ones(100 if rank == 0 else 37)
+        start = time.monotonic()
+        try:
+            dist.all_reduce(x)
+            ok = False
+            text = "no error; result " + str(x[:4].tolist())
+        except Exception as e:  # noqa: BLE001
+            ok = True
+            text = f"{type(e).__name__}: {e}"
+        took = time.monotonic() - start
+        c.check(ok, f"mismatched lengths raise (got {text[:300]})")
+        c.check(took < TIMEOUT_S + 20, f"mismatch detected within the timeout (took {took:.1f} s)")
+        print(f"[rank {rank}] mismatch -> {text[:300]}", flush=True)
+        c.exit_now()
+
+    if scenario == "reinit":
+        for round_ in range(3):
+            dist.destroy_process_group()
+            dist.init_process_group(backend="gotree", timeout=datetime.timedelta(seconds=30))
+            t = torch.full((5,), float(rank + round_))
+            dist.all_reduce(t)
+            c.check(torch.equal(t, torch.full((5,), float(sum(range(n)) + n * round_))), f"re-created group {round_}")
+        c.finish()
+
+    raise SystemExit(f"unknown scenario {scenario}")
+
+
+if __name__ == "__main__":
+    main()
