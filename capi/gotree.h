@@ -187,7 +187,8 @@ gotree_status_t gotree_broadcast(gotree_comm_t comm, const void *sendbuf, void *
                                  gotree_request_t *request);
 
 /* recvbuf[r*count .. (r+1)*count) = rank r's sendbuf (count elements per
- * rank; recvbuf holds nranks*count). op and root are ignored. */
+ * rank; recvbuf holds nranks*count). op and root are ignored. In place:
+ * sendbuf == recvbuf + rank*count elements (NCCL's form). */
 gotree_status_t gotree_allgather(gotree_comm_t comm, const void *sendbuf, void *recvbuf,
                                  uint64_t count, gotree_dtype_t dtype, gotree_op_t op,
                                  int root, int device, void *stream,
