@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,6 +17,24 @@ import (
 
 	"github.com/gotree/gotree/algorithms"
 )
+
+// syncBuffer is a bytes.Buffer safe for a writer goroutine and a reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
 
 // A child rank process (see TestMain): joins the communicator named in the
 // environment and runs allreduces until it fails, then prints the error.
@@ -69,7 +88,7 @@ func TestKilledPeer(t *testing.T) {
 			require.NoError(t, err)
 			const n = 3
 			cmds := make([]*exec.Cmd, n)
-			outs := make([]*bytes.Buffer, n)
+			outs := make([]*syncBuffer, n)
 			for r := 0; r < n; r++ {
 				host := "same"
 				if transport == "tcp" {
@@ -78,7 +97,7 @@ func TestKilledPeer(t *testing.T) {
 				cmds[r] = exec.Command(os.Args[0], "-test.run=^$")
 				cmds[r].Env = append(os.Environ(), "GOTREE_TEST_UID="+hex.EncodeToString(uid[:]),
 					fmt.Sprintf("GOTREE_TEST_RANK=%d", r), fmt.Sprintf("GOTREE_TEST_NRANKS=%d", n), "GOTREE_TEST_HOST="+host)
-				outs[r] = &bytes.Buffer{}
+				outs[r] = &syncBuffer{}
 				cmds[r].Stdout = outs[r]
 				cmds[r].Stderr = outs[r]
 				require.NoError(t, cmds[r].Start())
