@@ -41,6 +41,16 @@ type Conn interface {
 	Close() error
 }
 
+// DirectSender is a Conn whose outgoing FIFO slots the executor may write
+// in place: Acquire waits for a free slot and returns n bytes of it, Post
+// publishes them. It saves the copy from a scratch buffer when a reduction
+// result goes straight to one peer (RecvReduceSend). Each Acquire must be
+// followed by exactly one Post before the next Send or Acquire.
+type DirectSender interface {
+	Acquire(ctx context.Context, n int) ([]byte, error)
+	Post(tag uint32, n int)
+}
+
 // RemoteAbortError is the reason a peer gave when it aborted.
 type RemoteAbortError struct{ Reason string }
 

@@ -177,14 +177,28 @@ func (x *executor) runStream(ctx context.Context, ch int, steps algorithms.Strea
 				payload = dst[off:end]
 			case algorithms.RecvReduceSend, algorithms.RecvReduceCopySend:
 				acc := dst
+				var direct DirectSender
 				if st.Prim == algorithms.RecvReduceSend {
-					acc = scratch[:end-off]
+					// Reduce straight into the peer's FIFO slot when the
+					// link allows it: no scratch copy.
+					if ds, ok := sends[0].(DirectSender); ok && len(sends) == 1 {
+						slot, err := ds.Acquire(ctx, int(end-off))
+						if err != nil {
+							return err
+						}
+						acc, direct = slot, ds
+					} else {
+						acc = scratch[:end-off]
+					}
 				} else {
 					acc = dst[off:end]
 				}
 				for j, c := range recvs {
 					b, err := x.recvExact(ctx, c, st.RecvFrom[j], ch, end-off)
 					if err != nil {
+						if direct != nil {
+							direct.Post(0, 0) // hand the slot back as an empty message; the link is failing anyway
+						}
 						return err
 					}
 					if j == 0 {
@@ -196,6 +210,10 @@ func (x *executor) runStream(ctx context.Context, ch int, steps algorithms.Strea
 				}
 				if len(recvs) == 0 {
 					copy(acc, src[off:end])
+				}
+				if direct != nil {
+					direct.Post(x.tag, len(acc))
+					continue
 				}
 				payload = acc
 			default:

@@ -380,31 +380,49 @@ func (s *shmConn) wait(ctx context.Context, ready func() bool, w, flag *uint32) 
 var errFailed = errors.New("link failed")
 
 func (s *shmConn) Send(ctx context.Context, tag uint32, p []byte) error {
-	if len(p) > s.maxMsg {
-		return &PeerError{s.peer, s.channel, "send", fmt.Errorf("message of %d bytes exceeds the %d-byte slot", len(p), s.maxMsg)}
+	buf, err := s.Acquire(ctx, len(p))
+	if err != nil {
+		return err
+	}
+	copy(buf, p)
+	s.Post(tag, len(p))
+	return nil
+}
+
+// Acquire waits for a free slot of the peer's FIFO and returns it, so that
+// an executor can reduce straight into it; Post publishes it. Between the
+// two the link is held as in flight.
+func (s *shmConn) Acquire(ctx context.Context, n int) ([]byte, error) {
+	if n > s.maxMsg {
+		return nil, &PeerError{s.peer, s.channel, "send", fmt.Errorf("message of %d bytes exceeds the %d-byte slot", n, s.maxMsg)}
 	}
 	if !s.enter() {
-		return s.err("send")
+		return nil, s.err("send")
 	}
-	defer s.exit()
 	tail := atomic.LoadUint64(s.tx.u64(offTail))
 	head := s.tx.u64(offHead)
 	ready := func() bool { return tail-atomic.LoadUint64(head) < uint64(s.tx.slots) }
 	if err := s.wait(ctx, ready, s.tx.u32(offHead), s.tx.u32(offTxWait)); err != nil {
+		s.exit()
 		if err == errFailed {
-			return s.err("send")
+			return nil, s.err("send")
 		}
-		return &PeerError{s.peer, s.channel, "send", err}
+		return nil, &PeerError{s.peer, s.channel, "send", err}
 	}
+	return s.tx.slot(int(tail % uint64(s.tx.slots)))[:n:n], nil
+}
+
+// Post publishes the slot returned by the last Acquire with n bytes.
+func (s *shmConn) Post(tag uint32, n int) {
+	tail := atomic.LoadUint64(s.tx.u64(offTail))
 	i := int(tail % uint64(s.tx.slots))
-	copy(s.tx.slot(i), p)
-	atomic.StoreUint32(s.tx.size(i), uint32(len(p)))
+	atomic.StoreUint32(s.tx.size(i), uint32(n))
 	atomic.StoreUint32(s.tx.tag(i), tag)
 	atomic.StoreUint64(s.tx.u64(offTail), tail+1)
 	if atomic.LoadUint32(s.tx.u32(offRxWait)) != 0 {
 		futexWake(s.tx.u32(offTail))
 	}
-	return nil
+	s.exit()
 }
 
 func (s *shmConn) Recv(ctx context.Context) ([]byte, uint32, error) {

@@ -255,9 +255,12 @@ gotree_status_t gotree_barrier(gotree_comm_t comm, gotree_request_t *request);
  * Returns the request's error status once finished, else GOTREE_SUCCESS. */
 gotree_status_t gotree_request_test(gotree_request_t request, int *done);
 
-/* Blocks until the request finishes or timeout_ms passes (< 0: wait up to
- * the communicator's timeout). Returns the request's status, or
- * GOTREE_ERR_TIMEOUT when the wait ran out (the request stays valid). */
+/* Blocks until the request finishes or timeout_ms passes (< 0: the
+ * communicator's timeout plus 2 s, so that the operation's own deadline,
+ * which aborts the communicator with a precise error, fires first).
+ * Returns the request's status, or GOTREE_ERR_TIMEOUT when the wait ran
+ * out (the request stays valid and keeps running; gotree_request_test tells
+ * the two apart). */
 gotree_status_t gotree_request_wait(gotree_request_t request, int64_t timeout_ms);
 
 /* Releases a request handle. Freeing an unfinished request waits for it

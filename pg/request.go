@@ -40,8 +40,12 @@ func (r *Request) Test() (bool, error) {
 	}
 }
 
+// waitGrace is how much longer than the communicator's timeout a default
+// Wait lasts.
+const waitGrace = 2 * time.Second
+
 // Wait blocks until the request finishes or timeout passes; timeout < 0
-// means the communicator's timeout. A wait that runs out returns an error
+// means the communicator's timeout plus waitGrace. A wait that runs out returns an error
 // wrapping ErrTimeout and leaves the request running.
 func (r *Request) Wait(timeout time.Duration) error {
 	select {
@@ -50,7 +54,10 @@ func (r *Request) Wait(timeout time.Duration) error {
 	default:
 	}
 	if timeout < 0 {
-		timeout = r.timeout
+		// The operation's own deadline (the communicator's timeout, counted
+		// from when it starts) fires first and aborts the communicator with
+		// a precise error; this is only the backstop.
+		timeout = r.timeout + waitGrace
 	}
 	t := time.NewTimer(timeout)
 	defer t.Stop()
