@@ -69,6 +69,9 @@ func parseSize(s string) (int64, error) {
 }
 
 func runPerf(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && (args[0] == "--sweep" || args[0] == "-sweep") {
+		return runSweep(args[1:], stdout, stderr) // gotree perf --sweep [sweep flags] = gotree sweep
+	}
 	fs := flag.NewFlagSet("perf", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var o perfOpts

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gotree/gotree/algorithms"
@@ -37,10 +38,23 @@ type benchSpec struct {
 	// HostIDs, when set, gives every rank its own GOTREE_HOST_ID (ranks
 	// with different ids talk over tcp).
 	HostIDs []string `json:"host_ids,omitempty"`
+	// Paired, when set, replaces Algo: the ranks join one communicator per
+	// algorithm and time them in alternating cycles (ABBA: cycle c runs
+	// the list forwards when c is even, backwards when odd), so that both
+	// see the same machine.
+	Paired []string `json:"paired,omitempty"`
+}
+
+func (s benchSpec) algos() []string {
+	if len(s.Paired) > 0 {
+		return s.Paired
+	}
+	return []string{s.Algo}
 }
 
 // benchCycle is one cycle of one size in one placement.
 type benchCycle struct {
+	Algo    string    `json:"algo"`
 	Bytes   int64     `json:"bytes"`
 	Cycle   int       `json:"cycle"`
 	InPlace bool      `json:"in_place"`
@@ -60,9 +74,13 @@ func benchLaunch(spec benchSpec, stderr io.Writer) (*benchResult, error) {
 		return nil, err
 	}
 	cfg.Timeout = spec.Timeout
-	uid, err := pg.NewUniqueID(cfg)
-	if err != nil {
-		return nil, err
+	var uids []string
+	for range spec.algos() {
+		uid, err := pg.NewUniqueID(cfg)
+		if err != nil {
+			return nil, err
+		}
+		uids = append(uids, hex.EncodeToString(uid[:]))
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -76,7 +94,7 @@ func benchLaunch(spec benchSpec, stderr io.Writer) (*benchResult, error) {
 	cmds := make([]*exec.Cmd, spec.NRanks)
 	for r := range cmds {
 		c := exec.Command(self, "sweep")
-		c.Env = append(os.Environ(), envBenchSpec+"="+string(js), envPerfUID+"="+hex.EncodeToString(uid[:]),
+		c.Env = append(os.Environ(), envBenchSpec+"="+string(js), envPerfUID+"="+strings.Join(uids, ","),
 			fmt.Sprintf("%s=%d", envPerfRank, r), fmt.Sprintf("%s=%d", envPerfRanks, spec.NRanks))
 		if r < len(spec.HostIDs) {
 			c.Env = append(c.Env, "GOTREE_HOST_ID="+spec.HostIDs[r])
@@ -117,15 +135,14 @@ func benchChild(stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "gotree bench child: bad %s: %v\n", envBenchSpec, err)
 		return 2
 	}
-	b, err := hex.DecodeString(os.Getenv(envPerfUID))
 	rank, err1 := strconv.Atoi(os.Getenv(envPerfRank))
 	n, err2 := strconv.Atoi(os.Getenv(envPerfRanks))
-	if err != nil || err1 != nil || err2 != nil || len(b) != pg.UniqueIDBytes || len(spec.Iters) != len(spec.Sizes) {
+	hexes := strings.Split(os.Getenv(envPerfUID), ",")
+	algos := spec.algos()
+	if err1 != nil || err2 != nil || len(hexes) != len(algos) || len(spec.Iters) != len(spec.Sizes) {
 		fmt.Fprintln(stderr, "gotree bench child: bad environment")
 		return 2
 	}
-	var uid pg.UniqueID
-	copy(uid[:], b)
 	dt, err := algorithms.ParseDType(spec.DType)
 	if err != nil {
 		fmt.Fprintf(stderr, "gotree bench child: %v\n", err)
@@ -137,15 +154,25 @@ func benchChild(stdout, stderr io.Writer) int {
 		return 2
 	}
 	cfg.Timeout = spec.Timeout
-	if spec.Algo != "auto" {
-		cfg.Algo = spec.Algo
+	comms := make([]*pg.Comm, len(algos))
+	for i, a := range algos {
+		b, err := hex.DecodeString(hexes[i])
+		if err != nil || len(b) != pg.UniqueIDBytes {
+			fmt.Fprintln(stderr, "gotree bench child: bad unique id")
+			return 2
+		}
+		var uid pg.UniqueID
+		copy(uid[:], b)
+		c := cfg
+		if a != "auto" {
+			c.Algo = a
+		}
+		if comms[i], err = pg.Init(uid, rank, n, c); err != nil {
+			fmt.Fprintf(stderr, "gotree bench child: rank %d: %v\n", rank, err)
+			return 1
+		}
+		defer comms[i].Destroy()
 	}
-	comm, err := pg.Init(uid, rank, n, cfg)
-	if err != nil {
-		fmt.Fprintf(stderr, "gotree bench child: rank %d: %v\n", rank, err)
-		return 1
-	}
-	defer comm.Destroy()
 	es := int64(dt.Size())
 	var maxB int64
 	for _, s := range spec.Sizes {
@@ -156,20 +183,15 @@ func benchChild(stdout, stderr io.Writer) int {
 	for i, size := range spec.Sizes {
 		count := max(size/es, 1)
 		for cyc := 0; cyc < spec.Cycles; cyc++ {
-			for _, inplace := range []bool{false, true} {
-				o := perfOpts{coll: algorithms.AllReduce, dtype: dt, op: algorithms.Sum, iters: spec.Iters[i], warmup: min(spec.Warmup, spec.Iters[i])}
-				if cyc == 0 {
-					o.check = 1
+			for k := range algos {
+				ai := k
+				if cyc%2 == 1 {
+					ai = len(algos) - 1 - k
 				}
-				times, wrong, err := perfSize(comm, o, count, send, recv, inplace)
-				if err != nil {
+				if err := benchCycleRun(&res, comms[ai], algos[ai], spec, i, cyc, count, dt, send, recv); err != nil {
 					fmt.Fprintf(stderr, "gotree bench child: rank %d: %d bytes: %v\n", rank, size, err)
 					return 1
 				}
-				if o.check == 0 {
-					wrong = -1
-				}
-				res.Cycles = append(res.Cycles, benchCycle{Bytes: count * es, Cycle: cyc, InPlace: inplace, Times: times, Wrong: wrong})
 			}
 		}
 	}
@@ -179,4 +201,25 @@ func benchChild(stdout, stderr io.Writer) int {
 		}
 	}
 	return 0
+}
+
+// benchCycleRun times one cycle of one size, out of place then in place;
+// the first cycle is checked.
+func benchCycleRun(res *benchResult, comm *pg.Comm, algo string, spec benchSpec, i, cyc int, count int64, dt algorithms.DType, send, recv []byte) error {
+	es := int64(dt.Size())
+	for _, inplace := range []bool{false, true} {
+		o := perfOpts{coll: algorithms.AllReduce, dtype: dt, op: algorithms.Sum, iters: spec.Iters[i], warmup: min(spec.Warmup, spec.Iters[i])}
+		if cyc == 0 {
+			o.check = 1
+		}
+		times, wrong, err := perfSize(comm, o, count, send, recv, inplace)
+		if err != nil {
+			return err
+		}
+		if o.check == 0 {
+			wrong = -1
+		}
+		res.Cycles = append(res.Cycles, benchCycle{Algo: algo, Bytes: count * es, Cycle: cyc, InPlace: inplace, Times: times, Wrong: wrong})
+	}
+	return nil
 }

@@ -1,0 +1,517 @@
+package algorithms
+
+import (
+	"fmt"
+	"math/bits"
+)
+
+// This file is gotree's α-β cost model with the structure of NCCL's
+// tuning (src/graph/tuning.cc): the predicted time of a collective is a
+// latency (a per-call base plus a per-hop cost times the number of hops on
+// the algorithm's critical path) plus the bytes divided by the algorithm
+// bandwidth (the bus bandwidth of the links scaled by what the algorithm
+// moves per byte). Auto selection picks the (algorithm, protocol) with the
+// smallest prediction. The constants for GPU links are NCCL's published
+// defaults; those for the CPU transports (shm, tcp) are calibrated by
+// `gotree tune` and loaded from a tuning file (cost_file.go). The
+// GOTREE_ALGO / GOTREE_PROTO syntax is parsed in cost_env.go.
+
+// Transport is the kind of link a hop crosses.
+type Transport int
+
+const (
+	// NVLink, PCI and Net are GPU links with NCCL's constants.
+	NVLink Transport = iota
+	PCI
+	Net
+	// Shm and TCP are the CPU executor's transports (same host and across
+	// hosts), calibrated on the machine.
+	Shm
+	TCP
+	numTransports
+)
+
+var transportNames = [...]string{"nvlink", "pci", "net", "shm", "tcp"}
+
+func (t Transport) String() string {
+	if t < 0 || t >= numTransports {
+		return fmt.Sprintf("transport(%d)", int(t))
+	}
+	return transportNames[t]
+}
+
+// ParseTransport maps "nvlink", "pci", "net", "shm" or "tcp" to a Transport.
+func ParseTransport(s string) (Transport, error) {
+	for i, n := range transportNames {
+		if n == s {
+			return Transport(i), nil
+		}
+	}
+	return 0, fmt.Errorf("gotree/algorithms: unknown transport %q (want nvlink, pci, net, shm or tcp)", s)
+}
+
+// NumAlgorithms and NumProtocols size the per-(algorithm, protocol) tables.
+const (
+	NumAlgorithms = 2 // Ring, Tree
+	NumProtocols  = 3 // LL, LL128, Simple
+)
+
+// AlgoProto holds one number per algorithm (Ring, Tree) and protocol (LL,
+// LL128, Simple). A bandwidth of 0 marks a combination the transport does
+// not support.
+type AlgoProto [NumAlgorithms][NumProtocols]float64
+
+// At returns the entry of (a, p), 0 when out of range.
+func (t AlgoProto) At(a Algorithm, p Protocol) float64 {
+	if a < 0 || int(a) >= NumAlgorithms || p < 0 || int(p) >= NumProtocols {
+		return 0
+	}
+	return t[a][p]
+}
+
+// TransportCost is the calibration of one transport.
+type TransportCost struct {
+	// BaseUs is the fixed cost of one call in µs (NCCL's baseLat: kernel
+	// launch and setup; for the CPU executor: enqueue, plan lookup and
+	// the wake-up of the worker). The base of the intra-node transport is
+	// used (of the inter-node one when every node has one rank).
+	BaseUs AlgoProto
+	// HopUs is the cost of one hop on the critical path in µs (NCCL's
+	// hwLat).
+	HopUs AlgoProto
+	// BusGBps is the bus bandwidth in GB/s (1e9 bytes per second) per
+	// channel when PerChannel, else in total, with the protocol's and
+	// algorithm's efficiency already applied. 0: not supported.
+	BusGBps AlgoProto
+	// PerChannel: the bandwidth grows with the number of channels (GPU
+	// links: each channel has its own SMs and connections). CPU links
+	// share the host's cores and memory: their bandwidth is a total.
+	PerChannel bool
+	// SharesCPU: the ranks of a node drive this transport with the
+	// node's CPU cores; with more ranks than Tuning.Cores, hop latency
+	// grows and bandwidth shrinks by ranksPerNode/Cores (oversubscription).
+	SharesCPU bool
+	// Correction multiplies the α-β time of a message of about 2^k bytes
+	// (k = floor(log2 bytes)); 0 means no correction. Like NCCL's per-size
+	// tree correction factors it captures what a straight line cannot
+	// (pipeline fill, wake-ups); `gotree tune` fits it from measured times.
+	// Buckets without a value take the nearest bucket's.
+	Correction [NumAlgorithms][NumProtocols][CorrectionBuckets]float64
+}
+
+// CorrectionBuckets is the number of log2 size buckets of a correction
+// table (1 B .. 2^40 B).
+const CorrectionBuckets = 41
+
+// correction returns the factor for (a, p) at bytes, 1 without a table.
+func (tc *TransportCost) correction(a Algorithm, p Protocol, bytes int64) float64 {
+	if a < 0 || int(a) >= NumAlgorithms || p < 0 || int(p) >= NumProtocols {
+		return 1
+	}
+	tab := &tc.Correction[a][p]
+	k := min(log2Floor(int(max(bytes, 1))), CorrectionBuckets-1)
+	for d := 0; d < CorrectionBuckets; d++ {
+		if k-d >= 0 && tab[k-d] > 0 {
+			return tab[k-d]
+		}
+		if k+d < CorrectionBuckets && tab[k+d] > 0 {
+			return tab[k+d]
+		}
+	}
+	return 1
+}
+
+// LocalCost is a transport calibrated for one number of ranks per node
+// (CPU transports: measured with that many ranks sharing the cores). It
+// replaces the transport's cost, oversubscription included, when a
+// communicator has exactly that many ranks per node.
+type LocalCost struct {
+	Transport    Transport
+	RanksPerNode int
+	Cost         TransportCost
+}
+
+// Tuning is a complete calibration: every transport's cost and what the
+// machine it came from looks like. DefaultTuning gives built-in values;
+// `gotree tune` measures the CPU transports and writes a file that
+// ParseTuning reads.
+type Tuning struct {
+	// Source says where the numbers come from (free text).
+	Source string
+	// Cores is the number of CPU cores a node's ranks share (0: not
+	// limited). Used by transports with SharesCPU.
+	Cores int
+	// Transports is indexed by Transport.
+	Transports [numTransports]TransportCost
+	// Local holds calibrations for particular ranks-per-node counts.
+	Local []LocalCost
+}
+
+// cost returns the calibration of transport tr for ranks per node, and
+// whether it was measured for exactly that count.
+func (t *Tuning) cost(tr Transport, ranksPerNode int) (*TransportCost, bool) {
+	for i := range t.Local {
+		if l := &t.Local[i]; l.Transport == tr && l.RanksPerNode == ranksPerNode {
+			return &l.Cost, true
+		}
+	}
+	return &t.Transports[tr], false
+}
+
+// Latency constants from NCCL's tuning (µs), per algorithm {Ring, Tree}
+// and protocol {LL, LL128, Simple}.
+var (
+	ncclBaseLat = AlgoProto{{6.6, 14, 8.4}, {6.8, 14, 8.4}}
+	ncclHwLat   = [3]AlgoProto{
+		NVLink: {{.6, 1.9, 3.4}, {.6, 1.25, 28}},
+		PCI:    {{1, 2.5, 5.7}, {1, 1.9, 28}},
+		Net:    {{2.7, 4, 14}, {5, 8.5, 28}},
+	}
+)
+
+// ncclBus returns the per-channel bus bandwidth table of a GPU link of
+// bw GB/s per channel with NCCL's protocol and algorithm factors: LL moves
+// half (ring) or 1/3.8 (tree) of the bandwidth, LL128 92%, and the tree
+// allreduce 92% of the ring's.
+func ncclBus(bw float64) AlgoProto {
+	const tree = 0.92
+	return AlgoProto{
+		{bw / 2, bw * 0.92, bw},
+		{bw * tree / 3.8, bw * tree * 0.92, bw * tree},
+	}
+}
+
+// Default per-channel GPU link speeds (GB/s): an H100 NVLink channel, a
+// PCIe Gen4 x16 link, a 100 Gb/s NIC.
+const (
+	DefaultNVLinkGBps = 20.6
+	DefaultPCIGBps    = 24
+	DefaultNetGBps    = 12.5
+)
+
+// Built-in values for the CPU transports, rounded from `gotree tune` on
+// the development machine (2 vCPUs; docs/cost-model.md): the tree's bus
+// bandwidth is twice the ring's because on 2 ranks both move the same
+// bytes per rank and the tree's busbw counts the message twice. A tuning
+// file replaces them.
+var (
+	defaultShm = TransportCost{
+		BaseUs:    AlgoProto{{0, 0, 3}, {0, 0, 3}},
+		HopUs:     AlgoProto{{0, 0, 10}, {0, 0, 12}},
+		BusGBps:   AlgoProto{{0, 0, 3}, {0, 0, 6}},
+		SharesCPU: true,
+	}
+	defaultTCP = TransportCost{
+		BaseUs:    AlgoProto{{0, 0, 3}, {0, 0, 3}},
+		HopUs:     AlgoProto{{0, 0, 25}, {0, 0, 25}},
+		BusGBps:   AlgoProto{{0, 0, 1.2}, {0, 0, 2.4}},
+		SharesCPU: true,
+	}
+)
+
+// DefaultTuning is the calibration used without a tuning file: NCCL's
+// constants for NVLink, PCI and Net, and gotree's built-in measurements
+// for shm and tcp on a 2-core machine.
+func DefaultTuning() *Tuning {
+	t := &Tuning{Source: "built-in defaults", Cores: 2}
+	for tr, bw := range map[Transport]float64{NVLink: DefaultNVLinkGBps, PCI: DefaultPCIGBps, Net: DefaultNetGBps} {
+		t.Transports[tr] = TransportCost{BaseUs: ncclBaseLat, HopUs: ncclHwLat[tr], BusGBps: ncclBus(bw), PerChannel: true}
+	}
+	t.Transports[Shm] = defaultShm
+	t.Transports[TCP] = defaultTCP
+	return t
+}
+
+// CostTopo is what the cost model needs to know about a communicator.
+type CostTopo struct {
+	NRanks       int
+	NNodes       int
+	RanksPerNode int // the most ranks on one node
+	Intra, Inter Transport
+	Channels     int // channels of the graph (the most a call may use)
+}
+
+// TopoOfGraph describes g for the cost model with the given link kinds.
+func TopoOfGraph(g *Graph, intra, inter Transport) CostTopo {
+	t := CostTopo{NRanks: g.NRanks, NNodes: max(1, g.NNodes), Intra: intra, Inter: inter, Channels: max(1, g.Channels)}
+	count := map[int]int{}
+	for _, nd := range g.NodeOf {
+		count[nd]++
+		t.RanksPerNode = max(t.RanksPerNode, count[nd])
+	}
+	if t.RanksPerNode == 0 {
+		t.RanksPerNode = divUpInt(t.NRanks, t.NNodes)
+	}
+	return t
+}
+
+func divUpInt(a, b int) int { return (a + b - 1) / b }
+
+func (t CostTopo) check() error {
+	if t.NRanks < 1 || t.NNodes < 1 || t.NNodes > t.NRanks || t.RanksPerNode < 1 || t.Channels < 1 {
+		return fmt.Errorf("gotree/algorithms: cost: bad topology %+v", t)
+	}
+	if t.Intra < 0 || t.Intra >= numTransports || t.Inter < 0 || t.Inter >= numTransports {
+		return fmt.Errorf("gotree/algorithms: cost: bad transports %v/%v", t.Intra, t.Inter)
+	}
+	return nil
+}
+
+// log2Floor is floor(log2 n) for n >= 1.
+func log2Floor(n int) int { return bits.Len(uint(max(n, 1))) - 1 }
+
+// Prediction is the model's estimate for one call.
+type Prediction struct {
+	Coll      Collective
+	Algo      Algorithm
+	Proto     Protocol
+	Channels  int
+	Bytes     int64   // nccl-tests size: the buffer (allgather/reducescatter: all ranks' blocks)
+	Hops      float64 // intra-node hops plus inter-node hops on the critical path
+	LatencyUs float64
+	BusGBps   float64
+	AlgGBps   float64
+	TimeUs    float64
+}
+
+func (p Prediction) String() string {
+	return fmt.Sprintf("%v %v/%v %dB ch=%d: %.1f us (lat %.1f us, algbw %.3g GB/s)", p.Coll, p.Algo, p.Proto, p.Bytes, p.Channels, p.TimeUs, p.LatencyUs, p.AlgGBps)
+}
+
+// ChannelsFor is the number of channels a call of bytes (traffic) uses
+// out of avail: NCCL's rule that PartitionMessage applies (one channel
+// fewer while bytes < channels × threads × threshold, at least 512 bytes
+// per channel).
+func ChannelsFor(a Algorithm, p Protocol, nRanks int, bytes int64, avail int) int {
+	nc := int64(max(avail, 1))
+	nt, th := ncclThreads(p), ncclThreadThreshold(a, p, max(1, nRanks))
+	for nc >= 2 && bytes < nc*nt*th {
+		nc--
+	}
+	return int(max(1, min(nc, bytes/MinChannelBytes)))
+}
+
+// ringSteps returns the hops on a ring collective's critical path and
+// how many of them cross nodes.
+func ringSteps(c Collective, nRanks, nNodes int) (steps, inter int) {
+	steps = nRanks - 1
+	if c == AllReduce {
+		steps = 2 * (nRanks - 1)
+	}
+	if nNodes > 1 {
+		// The ring crosses nNodes node boundaries per round; allreduce
+		// goes round twice.
+		inter = nNodes
+		if c == AllReduce {
+			inter = 2 * nNodes
+		}
+		inter = min(inter, steps)
+	}
+	return steps, inter
+}
+
+// Predict returns the model's time for one call of coll moving bytes
+// (nccl-tests size) with algorithm a and protocol p on channels channels
+// (0: as many as the partition rule gives for topo.Channels). It fails for
+// combinations the topology's transports do not support (bandwidth 0) and
+// for tree on anything but allreduce.
+func (t *Tuning) Predict(coll Collective, a Algorithm, p Protocol, topo CostTopo, bytes int64, channels int) (Prediction, error) {
+	if err := topo.check(); err != nil {
+		return Prediction{}, err
+	}
+	if a == Tree && coll != AllReduce {
+		return Prediction{}, fmt.Errorf("%w: %v has no %v plan", ErrAlgoNotSupported, coll, a)
+	}
+	if a < 0 || int(a) >= NumAlgorithms || p < 0 || int(p) >= NumProtocols {
+		return Prediction{}, fmt.Errorf("gotree/algorithms: cost: unknown %v/%v", a, p)
+	}
+	if channels <= 0 {
+		channels = ChannelsFor(a, p, topo.NRanks, bytes, topo.Channels)
+	}
+	pr := Prediction{Coll: coll, Algo: a, Proto: p, Channels: channels, Bytes: bytes}
+	intra, intraLocal := t.cost(topo.Intra, topo.RanksPerNode)
+	inter, interLocal := t.cost(topo.Inter, topo.RanksPerNode)
+	multiNode := topo.NNodes > 1
+	singleRankNodes := topo.RanksPerNode == 1
+	// Oversubscription of CPU transports: more ranks than cores on a node
+	// (already in the numbers of a calibration for this many ranks).
+	over := func(tc *TransportCost) float64 {
+		if (tc == intra && intraLocal) || (tc == inter && interLocal) {
+			return 1
+		}
+		if tc.SharesCPU && t.Cores > 0 && topo.RanksPerNode > t.Cores {
+			return float64(topo.RanksPerNode) / float64(t.Cores)
+		}
+		return 1
+	}
+	base := intra.BaseUs.At(a, p) * over(intra)
+	if singleRankNodes && multiNode {
+		base = inter.BaseUs.At(a, p) * over(inter)
+	}
+	hopIntra := intra.HopUs.At(a, p) * over(intra)
+	hopInter := inter.HopUs.At(a, p) * over(inter)
+	bw := func(tc *TransportCost) float64 {
+		b := tc.BusGBps.At(a, p) / over(tc)
+		if tc.PerChannel {
+			b *= float64(channels)
+		}
+		return b
+	}
+	var busBw float64
+	switch {
+	case !multiNode:
+		busBw = bw(intra)
+	case singleRankNodes:
+		busBw = bw(inter)
+	default:
+		busBw = min(bw(intra), bw(inter))
+	}
+	if busBw <= 0 {
+		return Prediction{}, fmt.Errorf("%w: %v/%v over %v/%v", ErrAlgoNotSupported, a, p, topo.Intra, topo.Inter)
+	}
+	n := topo.NRanks
+	if n == 1 {
+		pr.LatencyUs = base
+		pr.BusGBps, pr.AlgGBps = busBw, busBw
+		pr.TimeUs = base
+		return pr, nil
+	}
+	var ratio float64
+	switch a {
+	case Ring:
+		steps, nInter := ringSteps(coll, n, topo.NNodes)
+		pr.Hops = float64(steps)
+		pr.LatencyUs = base + float64(steps-nInter)*hopIntra + float64(nInter)*hopInter
+		switch coll {
+		case AllReduce:
+			ratio = float64(n) / float64(2*(n-1))
+		case AllGather, ReduceScatter:
+			ratio = float64(n) / float64(n-1)
+		default:
+			ratio = 1
+		}
+	case Tree:
+		up := float64(topo.RanksPerNode-1)*hopIntra + float64(log2Floor(topo.NNodes))*hopInter
+		pr.Hops = 2 * float64(topo.RanksPerNode-1+log2Floor(topo.NNodes))
+		pr.LatencyUs = base + 2*up
+		ratio = 0.5
+	}
+	pr.BusGBps = busBw
+	pr.AlgGBps = busBw * ratio
+	pr.TimeUs = pr.LatencyUs + float64(bytes)/(1e3*pr.AlgGBps)
+	// Per-size corrections of a single-transport topology.
+	switch {
+	case !multiNode:
+		pr.TimeUs *= intra.correction(a, p, bytes)
+	case singleRankNodes:
+		pr.TimeUs *= inter.correction(a, p, bytes)
+	}
+	return pr, nil
+}
+
+// AlgoSet and ProtoSet are sets of allowed algorithms and protocols.
+type (
+	AlgoSet  uint8
+	ProtoSet uint8
+)
+
+const (
+	AllAlgos  AlgoSet  = 1<<NumAlgorithms - 1
+	AllProtos ProtoSet = 1<<NumProtocols - 1
+)
+
+// Has reports whether a is in the set.
+func (s AlgoSet) Has(a Algorithm) bool { return a >= 0 && int(a) < NumAlgorithms && s&(1<<a) != 0 }
+
+// Has reports whether p is in the set.
+func (s ProtoSet) Has(p Protocol) bool { return p >= 0 && int(p) < NumProtocols && s&(1<<p) != 0 }
+
+// Only returns the single member of s, if it has exactly one.
+func (s AlgoSet) Only() (Algorithm, bool) {
+	if bits.OnesCount8(uint8(s)) != 1 {
+		return 0, false
+	}
+	return Algorithm(bits.TrailingZeros8(uint8(s))), true
+}
+
+// Constraints limit the automatic choice (GOTREE_ALGO, GOTREE_PROTO,
+// GOTREE_MIN_NCHANNELS, GOTREE_MAX_NCHANNELS). The zero value allows
+// everything.
+type Constraints struct {
+	Algos       AlgoSet  // 0: all
+	Protos      ProtoSet // 0: all
+	MinChannels int      // 0: 1
+	MaxChannels int      // 0: topo.Channels
+}
+
+// ErrNoChoice is returned when the constraints leave nothing to run.
+var ErrNoChoice = fmt.Errorf("%w: no allowed algorithm and protocol", ErrAlgoNotSupported)
+
+// Choose returns the prediction with the smallest time among the allowed
+// algorithms and protocols that the collective and the transports
+// support. Ties go to the earlier algorithm (ring) and protocol order
+// (LL, LL128, Simple), so the choice is deterministic.
+func (t *Tuning) Choose(coll Collective, topo CostTopo, bytes int64, c Constraints) (Prediction, error) {
+	algos, protos := c.Algos, c.Protos
+	if algos == 0 {
+		algos = AllAlgos
+	}
+	if protos == 0 {
+		protos = AllProtos
+	}
+	maxCh := topo.Channels
+	if c.MaxChannels > 0 {
+		maxCh = min(maxCh, c.MaxChannels)
+	}
+	minCh := max(1, min(c.MinChannels, maxCh))
+	var best Prediction
+	found := false
+	for a := Ring; int(a) < NumAlgorithms; a++ {
+		if !algos.Has(a) {
+			continue
+		}
+		for p := LL; int(p) < NumProtocols; p++ {
+			if !protos.Has(p) {
+				continue
+			}
+			ch := ChannelsFor(a, p, topo.NRanks, bytes, maxCh)
+			ch = max(ch, minCh)
+			pr, err := t.Predict(coll, a, p, topo, bytes, ch)
+			if err != nil {
+				continue
+			}
+			if !found || pr.TimeUs < best.TimeUs {
+				best, found = pr, true
+			}
+		}
+	}
+	if !found {
+		return Prediction{}, fmt.Errorf("%w for %v over %v/%v", ErrNoChoice, coll, topo.Intra, topo.Inter)
+	}
+	return best, nil
+}
+
+// Crossover is a size range with one predicted winner.
+type Crossover struct {
+	From, To int64 // bytes, inclusive
+	Algo     Algorithm
+	Proto    Protocol
+}
+
+// Crossovers runs Choose over sizes (ascending) and merges consecutive
+// sizes with the same choice.
+func (t *Tuning) Crossovers(coll Collective, topo CostTopo, sizes []int64, c Constraints) ([]Crossover, error) {
+	var out []Crossover
+	for _, s := range sizes {
+		pr, err := t.Choose(coll, topo, s, c)
+		if err != nil {
+			return nil, err
+		}
+		if k := len(out) - 1; k >= 0 && out[k].Algo == pr.Algo && out[k].Proto == pr.Proto {
+			out[k].To = s
+			continue
+		}
+		out = append(out, Crossover{From: s, To: s, Algo: pr.Algo, Proto: pr.Proto})
+	}
+	return out, nil
+}

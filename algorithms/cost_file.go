@@ -1,0 +1,268 @@
+package algorithms
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"sort"
+)
+
+// This file is the tuning file: JSON written by `gotree tune` and loaded
+// by the library through GOTREE_TUNING_FILE (pg reads the file, ParseTuning
+// the bytes). A file only needs the transports it calibrates; the others
+// keep DefaultTuning's values. Example:
+//
+//	{
+//	  "version": 1,
+//	  "source": "gotree tune on host x, 2026-11-30",
+//	  "cores": 2,
+//	  "transports": {
+//	    "shm": {
+//	      "base_us":  {"ring": {"Simple": 14}, "tree": {"Simple": 14}},
+//	      "hop_us":   {"ring": {"Simple": 9},  "tree": {"Simple": 9}},
+//	      "bus_gbps": {"ring": {"Simple": 2},  "tree": {"Simple": 2}},
+//	      "shares_cpu": true,
+//	      "correction": {"ring": {"Simple": {"12": 1.4, "20": 1.1}}}
+//	    }
+//	  },
+//	  "local": [{"transport": "shm", "ranks_per_node": 4, "base_us": ..., ...}],
+//	  "measurements": [...]
+//	}
+//
+// "correction" maps log2(bytes) buckets to time factors; "local" entries
+// calibrate a transport for one number of ranks per node (see LocalCost).
+// "measurements" (any JSON) keeps the raw data the fit came from; the
+// library ignores it.
+
+// TuningVersion is the version of the tuning file format.
+const TuningVersion = 1
+
+type algoProtoJSON map[string]map[string]float64
+
+func (t AlgoProto) toJSON() algoProtoJSON {
+	out := algoProtoJSON{}
+	for a := 0; a < NumAlgorithms; a++ {
+		for p := 0; p < NumProtocols; p++ {
+			if t[a][p] == 0 {
+				continue
+			}
+			an := Algorithm(a).String()
+			if out[an] == nil {
+				out[an] = map[string]float64{}
+			}
+			out[an][Protocol(p).String()] = t[a][p]
+		}
+	}
+	return out
+}
+
+func (j algoProtoJSON) toTable(what string) (AlgoProto, error) {
+	var t AlgoProto
+	for an, protos := range j {
+		a := -1
+		for i := 0; i < NumAlgorithms; i++ {
+			if Algorithm(i).String() == an {
+				a = i
+			}
+		}
+		if a < 0 {
+			return t, fmt.Errorf("%s: unknown algorithm %q", what, an)
+		}
+		for pn, v := range protos {
+			p := -1
+			for i := 0; i < NumProtocols; i++ {
+				if Protocol(i).String() == pn {
+					p = i
+				}
+			}
+			if p < 0 {
+				return t, fmt.Errorf("%s: unknown protocol %q", what, pn)
+			}
+			if v < 0 || v != v {
+				return t, fmt.Errorf("%s: %s/%s = %v is not a non-negative number", what, an, pn, v)
+			}
+			t[a][p] = v
+		}
+	}
+	return t, nil
+}
+
+type transportJSON struct {
+	BaseUs     algoProtoJSON `json:"base_us"`
+	HopUs      algoProtoJSON `json:"hop_us"`
+	BusGBps    algoProtoJSON `json:"bus_gbps"`
+	PerChannel bool          `json:"per_channel,omitempty"`
+	SharesCPU  bool          `json:"shares_cpu,omitempty"`
+	// Correction: algorithm -> protocol -> log2(bytes) -> factor.
+	Correction map[string]map[string]map[string]float64 `json:"correction,omitempty"`
+}
+
+type localJSON struct {
+	Transport    string `json:"transport"`
+	RanksPerNode int    `json:"ranks_per_node"`
+	transportJSON
+}
+
+func transportToJSON(tc *TransportCost) transportJSON {
+	j := transportJSON{BaseUs: tc.BaseUs.toJSON(), HopUs: tc.HopUs.toJSON(), BusGBps: tc.BusGBps.toJSON(), PerChannel: tc.PerChannel, SharesCPU: tc.SharesCPU}
+	for a := 0; a < NumAlgorithms; a++ {
+		for p := 0; p < NumProtocols; p++ {
+			for k, v := range tc.Correction[a][p] {
+				if v == 0 {
+					continue
+				}
+				if j.Correction == nil {
+					j.Correction = map[string]map[string]map[string]float64{}
+				}
+				an, pn := Algorithm(a).String(), Protocol(p).String()
+				if j.Correction[an] == nil {
+					j.Correction[an] = map[string]map[string]float64{}
+				}
+				if j.Correction[an][pn] == nil {
+					j.Correction[an][pn] = map[string]float64{}
+				}
+				j.Correction[an][pn][fmt.Sprint(k)] = v
+			}
+		}
+	}
+	return j
+}
+
+func transportFromJSON(tj transportJSON, what string) (TransportCost, error) {
+	var tc TransportCost
+	var err error
+	if tc.BaseUs, err = tj.BaseUs.toTable(what + ".base_us"); err != nil {
+		return tc, err
+	}
+	if tc.HopUs, err = tj.HopUs.toTable(what + ".hop_us"); err != nil {
+		return tc, err
+	}
+	if tc.BusGBps, err = tj.BusGBps.toTable(what + ".bus_gbps"); err != nil {
+		return tc, err
+	}
+	tc.PerChannel, tc.SharesCPU = tj.PerChannel, tj.SharesCPU
+	for an, protos := range tj.Correction {
+		a := indexOf(an, NumAlgorithms, func(i int) string { return Algorithm(i).String() })
+		if a < 0 {
+			return tc, fmt.Errorf("%s.correction: unknown algorithm %q", what, an)
+		}
+		for pn, buckets := range protos {
+			p := indexOf(pn, NumProtocols, func(i int) string { return Protocol(i).String() })
+			if p < 0 {
+				return tc, fmt.Errorf("%s.correction: unknown protocol %q", what, pn)
+			}
+			for ks, v := range buckets {
+				var k int
+				if _, err := fmt.Sscan(ks, &k); err != nil || k < 0 || k >= CorrectionBuckets || fmt.Sprint(k) != ks {
+					return tc, fmt.Errorf("%s.correction: bucket %q is not an integer in [0, %d)", what, ks, CorrectionBuckets)
+				}
+				if !(v > 0) {
+					return tc, fmt.Errorf("%s.correction: %s/%s/%s = %v is not positive", what, an, pn, ks, v)
+				}
+				tc.Correction[a][p][k] = v
+			}
+		}
+	}
+	return tc, nil
+}
+
+func indexOf(name string, n int, nameOf func(int) string) int {
+	for i := 0; i < n; i++ {
+		if nameOf(i) == name {
+			return i
+		}
+	}
+	return -1
+}
+
+type tuningJSON struct {
+	Version      int                      `json:"version"`
+	Source       string                   `json:"source,omitempty"`
+	Cores        int                      `json:"cores"`
+	Transports   map[string]transportJSON `json:"transports"`
+	Local        []localJSON              `json:"local,omitempty"`
+	Measurements json.RawMessage          `json:"measurements,omitempty"`
+}
+
+// MarshalTuning writes t as a tuning file with the transports named in
+// only (all when empty) and the raw measurements (any JSON value, may be
+// nil). The output is deterministic.
+func MarshalTuning(t *Tuning, only []Transport, measurements any) ([]byte, error) {
+	if len(only) == 0 {
+		for tr := Transport(0); tr < numTransports; tr++ {
+			only = append(only, tr)
+		}
+	}
+	j := tuningJSON{Version: TuningVersion, Source: t.Source, Cores: t.Cores, Transports: map[string]transportJSON{}}
+	for _, tr := range only {
+		j.Transports[tr.String()] = transportToJSON(&t.Transports[tr])
+	}
+	for i := range t.Local {
+		l := &t.Local[i]
+		j.Local = append(j.Local, localJSON{Transport: l.Transport.String(), RanksPerNode: l.RanksPerNode, transportJSON: transportToJSON(&l.Cost)})
+	}
+	if measurements != nil {
+		raw, err := json.Marshal(measurements)
+		if err != nil {
+			return nil, err
+		}
+		j.Measurements = raw
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(j); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// ParseTuning reads a tuning file. Transports it does not name keep
+// DefaultTuning's values; a named transport is replaced as a whole.
+func ParseTuning(data []byte) (*Tuning, error) {
+	var j tuningJSON
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&j); err != nil {
+		return nil, fmt.Errorf("gotree/algorithms: tuning file: %v", err)
+	}
+	if j.Version != TuningVersion {
+		return nil, fmt.Errorf("gotree/algorithms: tuning file: version %d, want %d", j.Version, TuningVersion)
+	}
+	if j.Cores < 0 {
+		return nil, fmt.Errorf("gotree/algorithms: tuning file: cores %d < 0", j.Cores)
+	}
+	t := DefaultTuning()
+	t.Source, t.Cores = j.Source, j.Cores
+	names := make([]string, 0, len(j.Transports))
+	for n := range j.Transports {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		tr, err := ParseTransport(n)
+		if err != nil {
+			return nil, fmt.Errorf("gotree/algorithms: tuning file: %v", err)
+		}
+		tc, err := transportFromJSON(j.Transports[n], "gotree/algorithms: tuning file: "+n)
+		if err != nil {
+			return nil, err
+		}
+		t.Transports[tr] = tc
+	}
+	for i, lj := range j.Local {
+		tr, err := ParseTransport(lj.Transport)
+		if err != nil {
+			return nil, fmt.Errorf("gotree/algorithms: tuning file: local[%d]: %v", i, err)
+		}
+		if lj.RanksPerNode < 1 {
+			return nil, fmt.Errorf("gotree/algorithms: tuning file: local[%d]: ranks_per_node %d < 1", i, lj.RanksPerNode)
+		}
+		tc, err := transportFromJSON(lj.transportJSON, fmt.Sprintf("gotree/algorithms: tuning file: local[%d]", i))
+		if err != nil {
+			return nil, err
+		}
+		t.Local = append(t.Local, LocalCost{Transport: tr, RanksPerNode: lj.RanksPerNode, Cost: tc})
+	}
+	return t, nil
+}

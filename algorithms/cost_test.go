@@ -1,0 +1,292 @@
+package algorithms
+
+import (
+	"errors"
+	"math"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs(b)) }
+
+// TestPredictHandComputed checks the model against times worked out by
+// hand from NCCL's constants (not from the code's tables).
+func TestPredictHandComputed(t *testing.T) {
+	tu := DefaultTuning()
+	oneNode4 := CostTopo{NRanks: 4, NNodes: 1, RanksPerNode: 4, Intra: NVLink, Inter: Net, Channels: 2}
+	twoNodes8 := CostTopo{NRanks: 8, NNodes: 2, RanksPerNode: 4, Intra: NVLink, Inter: Net, Channels: 2}
+	shm4 := CostTopo{NRanks: 4, NNodes: 1, RanksPerNode: 4, Intra: Shm, Inter: TCP, Channels: 2}
+	tcp2 := CostTopo{NRanks: 2, NNodes: 2, RanksPerNode: 1, Intra: Shm, Inter: TCP, Channels: 2}
+	for _, tc := range []struct {
+		name  string
+		topo  CostTopo
+		coll  Collective
+		algo  Algorithm
+		proto Protocol
+		bytes int64
+		ch    int
+		want  float64 // µs
+	}{
+		// 4-rank ring, Simple, NVLink: 6 hops of 3.4 µs after 8.4 µs;
+		// 2 channels × 20.6 GB/s bus, algbw = bus × 4/6.
+		{"ring4 nvlink 1MiB", oneNode4, AllReduce, Ring, Simple, 1 << 20, 2, 8.4 + 6*3.4 + 1048576/(1e3*41.2*4/6)},
+		// Same with LL: 0.6 µs hops after 6.6 µs, half the bandwidth.
+		{"ring4 nvlink LL 4KiB", oneNode4, AllReduce, Ring, LL, 4096, 1, 6.6 + 6*0.6 + 4096/(1e3*10.3*4/6)},
+		// Tree in one node of 4: a chain of 3 hops up and 3 down at 28 µs.
+		{"tree4 nvlink", oneNode4, AllReduce, Tree, Simple, 1 << 20, 2, 8.4 + 2*3*28 + 1048576/(1e3*41.2*0.92/2)},
+		// Two nodes of 4: ring 14 steps, 4 of them over the network
+		// (2.7/4/14 µs), bus limited by the NIC (2 × 12.5 GB/s).
+		{"ring8 2 nodes", twoNodes8, AllReduce, Ring, Simple, 1 << 20, 2, 8.4 + 10*3.4 + 4*14 + 1048576/(1e3*25*8/14)},
+		// Tree over 2 nodes: 2 × (3 intra + log2(2) inter) hops at 28 µs.
+		{"tree8 2 nodes", twoNodes8, AllReduce, Tree, Simple, 1 << 20, 2, 8.4 + 2*(3*28+28) + 1048576/(1e3*25*0.92/2)},
+		// Allgather ring on 4: 3 steps, algbw = bus × 4/3.
+		{"allgather4", oneNode4, AllGather, Ring, Simple, 1 << 20, 2, 8.4 + 3*3.4 + 1048576/(1e3*41.2*4/3)},
+		// shm with 4 ranks on 2 cores: base, hops and bandwidth scaled by 2.
+		{"shm4 oversubscribed", shm4, AllReduce, Ring, Simple, 1 << 20, 2, 3*2 + 6*10*2 + 1048576/(1e3*(3.0/2)*4/6)},
+		// Two single-rank nodes over tcp: base and 2 hops of tcp.
+		{"tcp2", tcp2, AllReduce, Ring, Simple, 1 << 20, 1, 3 + 2*25 + 1048576/(1e3*1.2*2/2)},
+		{"tcp2 tree", tcp2, AllReduce, Tree, Simple, 1 << 20, 1, 3 + 2*25 + 1048576/(1e3*2.4/2)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := tu.Predict(tc.coll, tc.algo, tc.proto, tc.topo, tc.bytes, tc.ch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !near(got.TimeUs, tc.want) {
+				t.Errorf("time %.6f us, want %.6f (%v)", got.TimeUs, tc.want, got)
+			}
+		})
+	}
+}
+
+func TestPredictUnsupported(t *testing.T) {
+	tu := DefaultTuning()
+	shm := CostTopo{NRanks: 2, NNodes: 1, RanksPerNode: 2, Intra: Shm, Inter: TCP, Channels: 2}
+	if _, err := tu.Predict(AllReduce, Ring, LL, shm, 8, 1); !errors.Is(err, ErrAlgoNotSupported) {
+		t.Errorf("LL over shm: %v, want ErrAlgoNotSupported", err)
+	}
+	if _, err := tu.Predict(AllGather, Tree, Simple, shm, 8, 1); !errors.Is(err, ErrAlgoNotSupported) {
+		t.Errorf("tree allgather: %v, want ErrAlgoNotSupported", err)
+	}
+	if _, err := tu.Predict(AllReduce, Ring, Simple, CostTopo{}, 8, 1); err == nil {
+		t.Error("empty topology accepted")
+	}
+}
+
+func TestChooseCrossoverNVLink(t *testing.T) {
+	tu := DefaultTuning()
+	// One node of 8 GPUs: LL ring for tiny messages, Simple ring for large.
+	topo := CostTopo{NRanks: 8, NNodes: 1, RanksPerNode: 8, Intra: NVLink, Inter: Net, Channels: 16}
+	small, err := tu.Choose(AllReduce, topo, 1024, Constraints{})
+	if err != nil || small.Algo != Ring || small.Proto != LL {
+		t.Errorf("1 KiB: %v %v, want ring/LL", small, err)
+	}
+	large, err := tu.Choose(AllReduce, topo, 1<<30, Constraints{})
+	if err != nil || large.Algo != Ring || large.Proto != Simple {
+		t.Errorf("1 GiB: %v %v, want ring/Simple", large, err)
+	}
+	// Many nodes of 8: tree's log2 latency wins for small messages.
+	topo = CostTopo{NRanks: 8 * 256, NNodes: 256, RanksPerNode: 8, Intra: NVLink, Inter: Net, Channels: 16}
+	small, err = tu.Choose(AllReduce, topo, 1024, Constraints{})
+	if err != nil || small.Algo != Tree {
+		t.Errorf("256 nodes 1 KiB: %v %v, want tree", small, err)
+	}
+	// Constraints: only Simple, only tree.
+	pr, err := tu.Choose(AllReduce, topo, 1024, Constraints{Algos: 1 << Tree, Protos: 1 << Simple})
+	if err != nil || pr.Algo != Tree || pr.Proto != Simple {
+		t.Errorf("forced tree/Simple: %v %v", pr, err)
+	}
+	// MinChannels raises the channel count of a small message.
+	pr, err = tu.Choose(AllReduce, topo, 1<<20, Constraints{Protos: 1 << Simple, MinChannels: 8})
+	if err != nil || pr.Channels < 8 {
+		t.Errorf("min channels 8: %v %v", pr, err)
+	}
+	pr, err = tu.Choose(AllReduce, topo, 1<<30, Constraints{Protos: 1 << Simple, MaxChannels: 2})
+	if err != nil || pr.Channels != 2 {
+		t.Errorf("max channels 2: %v %v", pr, err)
+	}
+	if _, err := tu.Choose(AllGather, topo, 8, Constraints{Algos: 1 << Tree}); !errors.Is(err, ErrNoChoice) {
+		t.Errorf("tree-only allgather: %v, want ErrNoChoice", err)
+	}
+}
+
+func TestChooseDeterministic(t *testing.T) {
+	tu := DefaultTuning()
+	topo := CostTopo{NRanks: 3, NNodes: 1, RanksPerNode: 3, Intra: Shm, Inter: TCP, Channels: 2}
+	var sizes []int64
+	for s := int64(4); s <= 1<<30; s *= 2 {
+		sizes = append(sizes, s)
+	}
+	a, err := tu.Crossovers(AllReduce, topo, sizes, Constraints{Protos: 1 << Simple})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		b, _ := tu.Crossovers(AllReduce, topo, sizes, Constraints{Protos: 1 << Simple})
+		if len(a) != len(b) {
+			t.Fatal("crossovers differ between runs")
+		}
+		for k := range a {
+			if a[k] != b[k] {
+				t.Fatal("crossovers differ between runs")
+			}
+		}
+	}
+	if a[0].From != 4 || a[len(a)-1].To != 1<<30 {
+		t.Errorf("crossovers do not cover the sizes: %+v", a)
+	}
+}
+
+func TestChannelsForMatchesPartition(t *testing.T) {
+	for _, bytes := range []int64{4, 512, 4096, 32 << 10, 64 << 10, 65 << 10, 1 << 20, 64 << 20} {
+		for _, a := range []Algorithm{Ring, Tree} {
+			for _, p := range []Protocol{LL, LL128, Simple} {
+				part, err := PartitionMessage(PartitionSpec{Count: bytes / 4, ElemSize: 4, NRanks: 4, Algo: a, Proto: p, MaxChannels: 8})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := ChannelsFor(a, p, 4, bytes, 8); got != part.Channels() {
+					t.Errorf("%v/%v %d B: ChannelsFor %d, PartitionMessage %d", a, p, bytes, got, part.Channels())
+				}
+			}
+		}
+	}
+}
+
+func TestParseSpecs(t *testing.T) {
+	for _, tc := range []struct {
+		spec string
+		coll Collective
+		want AlgoSet
+		err  string
+	}{
+		{"", AllReduce, AllAlgos, ""},
+		{"auto", AllReduce, AllAlgos, ""},
+		{"ring", AllReduce, 1 << Ring, ""},
+		{"Tree", AllReduce, 1 << Tree, ""},
+		{"ring,tree", AllReduce, AllAlgos, ""},
+		{"^tree", AllReduce, 1 << Ring, ""},
+		{"^ring", AllReduce, 1 << Tree, ""},
+		{"tree,nvls", AllReduce, 1 << Tree, ""},
+		{"allreduce:tree;allgather:ring", AllReduce, 1 << Tree, ""},
+		{"allreduce:tree;allgather:ring", AllGather, 1 << Ring, ""},
+		{"allreduce:tree;allgather:ring", Broadcast, AllAlgos, ""},
+		{"allreduce:^ring", AllReduce, 1 << Tree, ""},
+		{"bogus", AllReduce, 0, "unknown algorithm"},
+		{"^ring,tree", AllReduce, 0, "nothing"},
+		{"nvls", AllReduce, 0, "nothing"},
+		{"allreduce", AllReduce, AllAlgos, "unknown algorithm"},
+		{"allreduce:tree;bogus:ring", AllReduce, 0, "unknown collective"},
+	} {
+		got, err := ParseAlgoSpec(tc.spec, tc.coll)
+		switch {
+		case tc.err != "":
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("ParseAlgoSpec(%q, %v) = %v, %v; want error %q", tc.spec, tc.coll, got, err, tc.err)
+			}
+		case err != nil || got != tc.want:
+			t.Errorf("ParseAlgoSpec(%q, %v) = %b, %v; want %b", tc.spec, tc.coll, got, err, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		spec string
+		want ProtoSet
+		err  bool
+	}{
+		{"", AllProtos, false},
+		{"Simple", 1 << Simple, false},
+		{"LL,LL128", 1<<LL | 1<<LL128, false},
+		{"^LL128", 1<<LL | 1<<Simple, false},
+		{"allreduce:simple", 1 << Simple, false},
+		{"LL256", 0, true},
+	} {
+		got, err := ParseProtoSpec(tc.spec, AllReduce)
+		if (err != nil) != tc.err || (!tc.err && got != tc.want) {
+			t.Errorf("ParseProtoSpec(%q) = %b, %v; want %b (error %v)", tc.spec, got, err, tc.want, tc.err)
+		}
+	}
+	if err := CheckSpecs("allreduce:tree;allgather:ring", "^LL"); err != nil {
+		t.Error(err)
+	}
+	if err := CheckSpecs("", "bogus"); err == nil {
+		t.Error("bad protocol accepted")
+	}
+}
+
+func TestTuningFileRoundTrip(t *testing.T) {
+	tu := DefaultTuning()
+	tu.Source, tu.Cores = "test", 8
+	tu.Transports[Shm].HopUs[Ring][Simple] = 3.25
+	tu.Transports[TCP].BusGBps[Tree][Simple] = 0.75
+	tu.Transports[Shm].Correction[Tree][Simple][12] = 1.25
+	local := tu.Transports[Shm]
+	local.HopUs[Ring][Simple] = 40
+	tu.Local = []LocalCost{{Transport: Shm, RanksPerNode: 4, Cost: local}}
+	data, err := MarshalTuning(tu, []Transport{Shm, TCP}, map[string]int{"runs": 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := MarshalTuning(tu, []Transport{Shm, TCP}, map[string]int{"runs": 3})
+	if err != nil || string(again) != string(data) {
+		t.Fatal("MarshalTuning is not deterministic")
+	}
+	got, err := ParseTuning(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Cores != 8 || got.Source != "test" || !reflect.DeepEqual(got, tu) {
+		t.Errorf("round trip changed the tuning:\n got %+v\nwant %+v", got, tu)
+	}
+	for _, bad := range []string{
+		`{"version": 2, "transports": {}}`,
+		`{"version": 1, "transports": {"warp": {}}}`,
+		`{"version": 1, "transports": {"shm": {"hop_us": {"ring": {"Fast": 1}}}}}`,
+		`{"version": 1, "transports": {"shm": {"hop_us": {"ring": {"Simple": -1}}}}}`,
+		`{"version": 1, "bogus": 1}`,
+		`{"version": 1, "transports": {"shm": {"correction": {"ring": {"Simple": {"x": 1}}}}}}`,
+		`{"version": 1, "transports": {"shm": {"correction": {"ring": {"Simple": {"3": 0}}}}}}`,
+		`{"version": 1, "transports": {}, "local": [{"transport": "shm", "ranks_per_node": 0}]}`,
+		`not json`,
+	} {
+		if _, err := ParseTuning([]byte(bad)); err == nil {
+			t.Errorf("ParseTuning(%s) accepted", bad)
+		}
+	}
+}
+
+// TestCorrectionAndLocal: a local calibration replaces the transport (no
+// oversubscription scaling) and corrections scale the time per log2
+// bucket, the nearest bucket standing in for missing ones.
+func TestCorrectionAndLocal(t *testing.T) {
+	tu := DefaultTuning()
+	shm4 := CostTopo{NRanks: 4, NNodes: 1, RanksPerNode: 4, Intra: Shm, Inter: TCP, Channels: 2}
+	local := TransportCost{BaseUs: AlgoProto{{0, 0, 10}, {0, 0, 10}}, HopUs: AlgoProto{{0, 0, 5}, {0, 0, 5}}, BusGBps: AlgoProto{{0, 0, 1}, {0, 0, 1}}, SharesCPU: true}
+	local.Correction[Ring][Simple][10] = 2 // 1 KiB .. 2 KiB-1
+	local.Correction[Ring][Simple][20] = 0.5
+	tu.Local = []LocalCost{{Transport: Shm, RanksPerNode: 4, Cost: local}}
+	for _, tc := range []struct {
+		bytes int64
+		want  float64
+	}{
+		{1024, 2 * (10 + 6*5 + 1024/(1e3*1*4/6.0))},
+		{16, 2 * (10 + 6*5 + 16/(1e3*1*4/6.0))},             // below: nearest bucket 10
+		{1 << 16, 0.5 * (10 + 6*5 + 65536/(1e3*1*4/6.0))},   // bucket 16: bucket 20 (4 away) is nearer than 10 (6 away)
+		{1 << 30, 0.5 * (10 + 6*5 + (1<<30)/(1e3*1*4/6.0))}, // above: nearest bucket 20
+	} {
+		got, err := tu.Predict(AllReduce, Ring, Simple, shm4, tc.bytes, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !near(got.TimeUs, tc.want) {
+			t.Errorf("%d B: %.4f us, want %.4f", tc.bytes, got.TimeUs, tc.want)
+		}
+	}
+	// 3 ranks per node: no local entry, the oversubscribed default.
+	shm3 := CostTopo{NRanks: 3, NNodes: 1, RanksPerNode: 3, Intra: Shm, Inter: TCP, Channels: 2}
+	got, _ := tu.Predict(AllReduce, Ring, Simple, shm3, 1<<20, 1)
+	want := 1.5*3 + 4*10*1.5 + (1<<20)/(1e3*(3.0/1.5)*3/4.0)
+	if !near(got.TimeUs, want) {
+		t.Errorf("3 ranks: %.4f us, want %.4f", got.TimeUs, want)
+	}
+}

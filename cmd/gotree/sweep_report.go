@@ -1,0 +1,430 @@
+package main
+
+// The analysis of a sweep: per-group statistics, pooled points, the
+// interval table with the tie rule, the auto check, and the reports
+// (groups.csv, crossover.md; the plot is in sweep_plot.go).
+
+import (
+	"encoding/csv"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/gotree/gotree/algorithms"
+	"github.com/gotree/gotree/pg"
+)
+
+// sweepGroup is the statistics of one (run, N, algorithm, size, placement).
+type sweepGroup struct {
+	Run          string
+	Seq          int
+	N            int
+	Algo         string
+	Bytes        int64
+	InPlace      bool
+	Cycles       int
+	Iters        int
+	CycleMedians []float64
+	Median       float64 // over every iteration of every cycle
+	P95          float64
+	CV           float64 // of the cycle medians
+	Wrong        int64
+}
+
+func sweepGroups(ss []sweepSample) []sweepGroup {
+	type key struct {
+		run     string
+		seq, n  int
+		algo    string
+		bytes   int64
+		inPlace bool
+	}
+	idx := map[key]int{}
+	var gs []sweepGroup
+	var all [][]float64
+	for _, s := range ss {
+		k := key{s.Run, s.Seq, s.N, s.Algo, s.Bytes, s.InPlace}
+		i, ok := idx[k]
+		if !ok {
+			i = len(gs)
+			idx[k] = i
+			gs = append(gs, sweepGroup{Run: s.Run, Seq: s.Seq, N: s.N, Algo: s.Algo, Bytes: s.Bytes, InPlace: s.InPlace, Iters: len(s.Times)})
+			all = append(all, nil)
+		}
+		g := &gs[i]
+		med, _, _ := stats(s.Times)
+		g.CycleMedians = append(g.CycleMedians, med)
+		g.Cycles++
+		if s.Wrong > 0 {
+			g.Wrong += s.Wrong
+		}
+		all[i] = append(all[i], s.Times...)
+	}
+	for i := range gs {
+		gs[i].Median, gs[i].P95, _ = stats(all[i])
+		_, _, gs[i].CV = stats(gs[i].CycleMedians)
+	}
+	return gs
+}
+
+// sweepPoint is the pooled result of one (N, algorithm, size): the median
+// of the cycle medians of every run (mirrored passes and re-measurements).
+type sweepPoint struct {
+	Median float64
+	MaxCV  float64
+	Runs   int
+}
+
+// sweepAutoFunc returns the algorithm auto picks for N local ranks and a size.
+type sweepAutoFunc func(n int, bytes int64) string
+
+// sweepAuto is the choice pg makes for local ranks under cfg: the same
+// graph (one node, cfg's channels) and the same cost model.
+func sweepAuto(cfg pg.Config) sweepAutoFunc {
+	tu := cfg.Tuning
+	if tu == nil {
+		tu = algorithms.DefaultTuning()
+	}
+	return func(n int, bytes int64) string {
+		g, err := algorithms.BuildGraph(algorithms.UniformLayout(1, n, max(1, cfg.MaxChannels/2), algorithms.BalancedTree))
+		if err != nil {
+			return "?"
+		}
+		algos, err := algorithms.ParseAlgoSpec(cfg.Algo, algorithms.AllReduce)
+		if err != nil {
+			return "?"
+		}
+		pr, err := tu.Choose(algorithms.AllReduce, algorithms.TopoOfGraph(g, algorithms.Shm, algorithms.TCP), bytes,
+			algorithms.Constraints{Algos: algos, Protos: 1 << algorithms.Simple, MinChannels: cfg.MinChannels, MaxChannels: cfg.MaxChannels})
+		if err != nil {
+			return "?"
+		}
+		return pr.Algo.String()
+	}
+}
+
+// sweepReport is everything the outputs show.
+type sweepReport struct {
+	groups  []sweepGroup
+	ns      []int
+	algos   []string
+	sizes   map[int][]int64
+	points  map[int]map[string]map[int64]sweepPoint // N -> algo -> bytes
+	auto    sweepAutoFunc
+	wrong   int64
+	cmdline string
+	when    string
+	machine string
+}
+
+func analyseSweep(ss []sweepSample, auto sweepAutoFunc) *sweepReport {
+	r := &sweepReport{groups: sweepGroups(ss), sizes: map[int][]int64{}, points: map[int]map[string]map[int64]sweepPoint{}, auto: auto}
+	pool := map[int]map[string]map[int64][]float64{}
+	cvs := map[int]map[string]map[int64]float64{}
+	runs := map[int]map[string]map[int64]int{}
+	seenN, seenA := map[int]bool{}, map[string]bool{}
+	for _, g := range r.groups {
+		r.wrong += g.Wrong
+		if g.InPlace {
+			continue
+		}
+		if !seenN[g.N] {
+			seenN[g.N] = true
+			r.ns = append(r.ns, g.N)
+			pool[g.N], cvs[g.N], runs[g.N] = map[string]map[int64][]float64{}, map[string]map[int64]float64{}, map[string]map[int64]int{}
+		}
+		if !seenA[g.Algo] {
+			seenA[g.Algo] = true
+			r.algos = append(r.algos, g.Algo)
+		}
+		if pool[g.N][g.Algo] == nil {
+			pool[g.N][g.Algo], cvs[g.N][g.Algo], runs[g.N][g.Algo] = map[int64][]float64{}, map[int64]float64{}, map[int64]int{}
+		}
+		pool[g.N][g.Algo][g.Bytes] = append(pool[g.N][g.Algo][g.Bytes], g.CycleMedians...)
+		cvs[g.N][g.Algo][g.Bytes] = max(cvs[g.N][g.Algo][g.Bytes], g.CV)
+		runs[g.N][g.Algo][g.Bytes]++
+	}
+	sort.Ints(r.ns)
+	sort.Strings(r.algos)
+	for n, byAlgo := range pool {
+		r.points[n] = map[string]map[int64]sweepPoint{}
+		seen := map[int64]bool{}
+		for a, bySize := range byAlgo {
+			r.points[n][a] = map[int64]sweepPoint{}
+			for b, meds := range bySize {
+				m, _, _ := stats(meds)
+				r.points[n][a][b] = sweepPoint{Median: m, MaxCV: cvs[n][a][b], Runs: runs[n][a][b]}
+				if !seen[b] {
+					seen[b] = true
+					r.sizes[n] = append(r.sizes[n], b)
+				}
+			}
+		}
+		sort.Slice(r.sizes[n], func(i, j int) bool { return r.sizes[n][i] < r.sizes[n][j] })
+	}
+	return r
+}
+
+// forced lists the forced algorithms (not "auto") measured for N.
+func (r *sweepReport) forced(n int) []string {
+	var out []string
+	for _, a := range r.algos {
+		if a != "auto" && r.points[n][a] != nil {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// verdict compares the forced algorithms at one size: the winner (or
+// "tie"), the best time and the margin loser/winner - 1.
+func (r *sweepReport) verdict(n int, b int64) (winner string, best, margin float64, ok bool) {
+	type at struct {
+		a string
+		t float64
+	}
+	var xs []at
+	for _, a := range r.forced(n) {
+		if p, ok := r.points[n][a][b]; ok {
+			xs = append(xs, at{a, p.Median})
+		}
+	}
+	if len(xs) < 2 {
+		return "", 0, 0, false
+	}
+	sort.Slice(xs, func(i, j int) bool { return xs[i].t < xs[j].t || xs[i].t == xs[j].t && xs[i].a < xs[j].a })
+	margin = xs[1].t/xs[0].t - 1
+	winner = xs[0].a
+	if margin < sweepTie {
+		winner = "tie"
+	}
+	return winner, xs[0].t, margin, true
+}
+
+// sweepInterval is a run of consecutive sizes with one verdict.
+type sweepInterval struct {
+	N                    int
+	Winner               string
+	From, To             int64
+	Points               int
+	MedMargin, MaxMargin float64
+}
+
+func (r *sweepReport) intervals() []sweepInterval {
+	var out []sweepInterval
+	for _, n := range r.ns {
+		var cur *sweepInterval
+		var margins []float64
+		flush := func() {
+			if cur != nil {
+				cur.MedMargin, _, _ = stats(margins)
+				out = append(out, *cur)
+			}
+		}
+		for _, b := range r.sizes[n] {
+			w, _, m, ok := r.verdict(n, b)
+			if !ok {
+				continue
+			}
+			if cur == nil || cur.Winner != w {
+				flush()
+				cur = &sweepInterval{N: n, Winner: w, From: b}
+				margins = nil
+			}
+			cur.To = b
+			cur.Points++
+			cur.MaxMargin = max(cur.MaxMargin, m)
+			margins = append(margins, m)
+		}
+		flush()
+	}
+	return out
+}
+
+// autoRow is the auto check at one size.
+type autoRow struct {
+	N      int
+	Bytes  int64
+	Choice string
+	Best   string
+	Excess float64 // auto/best - 1
+	Pass   bool
+	// With auto measured directly: auto over the forced run of the
+	// algorithm it chose, minus 1 — the same plan twice, so the noise floor.
+	Measured bool
+	SameAlgo float64
+}
+
+func (r *sweepReport) autoRows() []autoRow {
+	var out []autoRow
+	for _, n := range r.ns {
+		for _, b := range r.sizes[n] {
+			_, best, _, ok := r.verdict(n, b)
+			if !ok {
+				continue
+			}
+			row := autoRow{N: n, Bytes: b, Choice: r.auto(n, b)}
+			for _, a := range r.forced(n) {
+				if p, ok := r.points[n][a][b]; ok && p.Median == best {
+					row.Best = a
+				}
+			}
+			p, ok := r.points[n][row.Choice][b]
+			if m, measured := r.points[n]["auto"][b]; measured {
+				if ok && p.Median > 0 {
+					row.SameAlgo = m.Median/p.Median - 1
+				}
+				p, ok, row.Measured = m, true, true // auto measured directly
+			}
+			if !ok {
+				continue
+			}
+			row.Excess = p.Median/best - 1
+			row.Pass = row.Excess <= sweepAutoTol
+			out = append(out, row)
+		}
+	}
+	return out
+}
+
+func fmtBytes(b int64) string {
+	switch {
+	case b >= 1<<30 && b%(1<<30) == 0:
+		return fmt.Sprintf("%dG", b>>30)
+	case b >= 1<<20 && b%(1<<20) == 0:
+		return fmt.Sprintf("%dM", b>>20)
+	case b >= 1<<10 && b%(1<<10) == 0:
+		return fmt.Sprintf("%dK", b>>10)
+	}
+	return strconv.FormatInt(b, 10)
+}
+
+func (r *sweepReport) writeIntervals(w io.Writer) {
+	fmt.Fprintf(w, "# crossover intervals (tie: |loser/winner - 1| < %.0f%%)\n", 100*sweepTie)
+	fmt.Fprintf(w, "| N | winner | interval | points | median margin | max margin |\n|---|---|---|---|---|---|\n")
+	for _, iv := range r.intervals() {
+		fmt.Fprintf(w, "| %d | %s | %s – %s | %d | %.1f%% | %.1f%% |\n", iv.N, iv.Winner, fmtBytes(iv.From), fmtBytes(iv.To), iv.Points, 100*iv.MedMargin, 100*iv.MaxMargin)
+	}
+}
+
+func (r *sweepReport) writeAutoCheck(w io.Writer) {
+	rows := r.autoRows()
+	fails := 0
+	worst := map[int]autoRow{}
+	for _, a := range rows {
+		if !a.Pass {
+			fails++
+		}
+		if cur, ok := worst[a.N]; !ok || a.Excess > cur.Excess {
+			worst[a.N] = a
+		}
+	}
+	fmt.Fprintf(w, "\n# auto check: auto within %.0f%% of the best forced algorithm at %d of %d sizes\n", 100*sweepAutoTol, len(rows)-fails, len(rows))
+	fmt.Fprintf(w, "| N | sizes | failures | worst size | auto | best | auto slower by |\n|---|---|---|---|---|---|---|\n")
+	for _, n := range r.ns {
+		k, f := 0, 0
+		for _, a := range rows {
+			if a.N == n {
+				k++
+				if !a.Pass {
+					f++
+				}
+			}
+		}
+		if x, ok := worst[n]; ok {
+			fmt.Fprintf(w, "| %d | %d | %d | %s | %s | %s | %.1f%% |\n", n, k, f, fmtBytes(x.Bytes), x.Choice, x.Best, 100*x.Excess)
+		}
+	}
+	var same []float64
+	for _, a := range rows {
+		if a.Measured {
+			same = append(same, math.Abs(a.SameAlgo))
+		}
+	}
+	if len(same) > 0 {
+		med, p95, _ := stats(same)
+		sort.Float64s(same)
+		fmt.Fprintf(w, "\nAuto was measured directly. Noise floor: auto against the forced run of the algorithm it chose (the same plan)\n")
+		fmt.Fprintf(w, "differs by a median of %.1f%%, P95 %.1f%%, at most %.1f%% over %d sizes.\n", 100*med, 100*p95, 100*same[len(same)-1], len(same))
+	}
+	if fails > 0 {
+		fmt.Fprintf(w, "\nFailures (N, size, auto, best, excess):\n")
+		for _, a := range rows {
+			if !a.Pass {
+				fmt.Fprintf(w, "- N=%d %s: auto %s, best %s, %.1f%% slower\n", a.N, fmtBytes(a.Bytes), a.Choice, a.Best, 100*a.Excess)
+			}
+		}
+	}
+}
+
+func (r *sweepReport) writeGroupsCSV(w io.Writer) error {
+	cw := csv.NewWriter(w)
+	cw.Write([]string{"run", "seq", "nranks", "algo", "bytes", "placement", "cycles", "iters", "median_us", "p95_us", "cv", "busbw_gbps", "wrong"})
+	for _, g := range r.groups {
+		pl := "out"
+		if g.InPlace {
+			pl = "in"
+		}
+		bus := float64(g.Bytes) / (g.Median * 1e3) * busFactor(algorithms.AllReduce, g.N)
+		cw.Write([]string{g.Run, strconv.Itoa(g.Seq), strconv.Itoa(g.N), g.Algo, strconv.FormatInt(g.Bytes, 10), pl,
+			strconv.Itoa(g.Cycles), strconv.Itoa(g.Iters), fmt.Sprintf("%.1f", g.Median), fmt.Sprintf("%.1f", g.P95),
+			fmt.Sprintf("%.4f", g.CV), fmt.Sprintf("%.4f", bus), strconv.FormatInt(g.Wrong, 10)})
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+func (r *sweepReport) writeMarkdown(w io.Writer) error {
+	fmt.Fprintf(w, "# Ring vs tree allreduce crossover (measured)\n\n")
+	fmt.Fprintf(w, "- command: `%s`\n- when: %s\n- machine: %s\n", r.cmdline, r.when, r.machine)
+	nRe, nNoisy := 0, 0
+	for _, g := range r.groups {
+		if strings.HasPrefix(g.Run, "R") && !g.InPlace {
+			nRe++
+		}
+		if !g.InPlace && g.CV > sweepMaxCV {
+			nNoisy++
+		}
+	}
+	fmt.Fprintf(w, "- groups with CV > %.0f%%: %d (out-of-place); re-measured groups: %d (kept next to the first measurement)\n", 100*sweepMaxCV, nNoisy, nRe)
+	fmt.Fprintf(w, "- #wrong over every checked row: %d\n\n", r.wrong)
+	fmt.Fprintf(w, "Times are out-of-place medians of cycle medians pooled over both mirrored passes and any re-measurement; ")
+	fmt.Fprintf(w, "the auto column is the algorithm the cost model (the tuning in use) picks for that size.\n\n")
+	r.writeIntervals(w)
+	r.writeAutoCheck(w)
+	fmt.Fprintf(w, "\n# per size\n| N | size | ")
+	for _, a := range r.algos {
+		fmt.Fprintf(w, "%s µs (max CV) | ", a)
+	}
+	fmt.Fprintf(w, "winner | margin | auto |\n|---|---|")
+	for range r.algos {
+		fmt.Fprintf(w, "---|")
+	}
+	fmt.Fprintf(w, "---|---|---|\n")
+	for _, n := range r.ns {
+		for _, b := range r.sizes[n] {
+			fmt.Fprintf(w, "| %d | %s | ", n, fmtBytes(b))
+			for _, a := range r.algos {
+				if p, ok := r.points[n][a][b]; ok {
+					fmt.Fprintf(w, "%.1f (%.0f%%) | ", p.Median, 100*p.MaxCV)
+				} else {
+					fmt.Fprintf(w, "– | ")
+				}
+			}
+			win, _, m, _ := r.verdict(n, b)
+			fmt.Fprintf(w, "%s | %.1f%% | %s |\n", win, 100*m, r.auto(n, b))
+		}
+	}
+	return nil
+}
+
+// busbw of a point in GB/s.
+func sweepBusBW(n int, b int64, us float64) float64 {
+	if us <= 0 {
+		return 0
+	}
+	return float64(b) / (us * 1e3) * busFactor(algorithms.AllReduce, n)
+}

@@ -1,0 +1,290 @@
+package main
+
+// gotree tune calibrates the cost model's CPU transports on this machine
+// with the real communicator: ranks in child processes (as perf and sweep
+// start them) time ring and tree allreduce over sizes 4 B .. -e (factor
+// 2), and a fit turns the times into the tuning file the library loads
+// through GOTREE_TUNING_FILE.
+//
+// Method:
+//
+//   - base: a 1-rank communicator's allreduce (a plan of one local copy)
+//     times the fixed cost of a call: enqueue, plan lookup, worker wake-up.
+//   - shm: k = 2 .. --local ranks on this host; tcp: 2 ranks given
+//     different GOTREE_HOST_IDs, so that they connect over TCP loopback.
+//   - per (transport, k, algorithm): the latency a is the smallest median
+//     among sizes up to 1 KiB; the hops on the critical path are 2(k-1)
+//     for both the ring and the one-node chain (2 for tcp's two nodes), so
+//     hop = (a - base) / hops; for sizes of at least 1 MiB
+//     busbw = size / (t - a) / ratio (ratio: ring k/(2(k-1)), tree 1/2),
+//     and the median is kept.
+//   - corrections: at every measured size, measured / (α-β prediction)
+//     becomes the size bucket's correction factor, NCCL's per-size factor
+//     idea; the model then reproduces the measured curve at these rank
+//     counts and extrapolates with α-β (and oversubscription) elsewhere.
+//
+// k = 2 (tcp: 2 nodes of 1) fills the transport's main entry; other k go
+// to "local" entries used for exactly that many ranks per node.
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"math/bits"
+	"os"
+	"runtime"
+	"sort"
+	"time"
+
+	"github.com/gotree/gotree/algorithms"
+)
+
+func init() {
+	register("tune", "measure shm and tcp latency and bandwidth here; write a GOTREE_TUNING_FILE", runTune)
+}
+
+// tuneRun is one measured curve.
+type tuneRun struct {
+	Transport string    `json:"transport"`
+	NRanks    int       `json:"nranks"`
+	Algo      string    `json:"algo"`
+	Bytes     []int64   `json:"bytes"`
+	MedianUs  []float64 `json:"median_us"`
+	Wrong     int64     `json:"wrong"`
+}
+
+// tuneFit is what the fit found for one transport and algorithm.
+type tuneFit struct {
+	Transport string  `json:"transport"`
+	Algo      string  `json:"algo"`
+	Ranks     int     `json:"ranks"`
+	LatencyUs float64 `json:"latency_us"` // small-message time
+	BaseUs    float64 `json:"base_us"`
+	HopUs     float64 `json:"hop_us"`
+	BusGBps   float64 `json:"bus_gbps"`
+}
+
+func runTune(args []string, stdout, stderr io.Writer) int {
+	if os.Getenv(envBenchSpec) != "" {
+		return benchChild(stdout, stderr)
+	}
+	fs := flag.NewFlagSet("tune", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	out := fs.String("out", "gotree-tuning.json", "tuning file to write")
+	maxS := fs.String("e", "64M", "largest size measured")
+	cycles := fs.Int("cycles", 5, "cycles per size")
+	iters := fs.Int("iters", 20, "iterations per cycle (fewer for large sizes)")
+	local := fs.Int("local", 4, "calibrate shm for 2 .. this many local ranks")
+	skipTCP := fs.Bool("no-tcp", false, "skip the tcp transport")
+	timeout := fs.Duration("timeout", 2*time.Minute, "communicator timeout")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	maxB, err := parseSize(*maxS)
+	if err != nil || maxB < 1<<20 || *cycles < 1 || *iters < 1 {
+		fmt.Fprintln(stderr, "gotree tune: need -e >= 1M, -cycles >= 1, -iters >= 1")
+		return 2
+	}
+	var sizes []int64
+	for b := int64(4); b <= maxB; b *= 2 {
+		sizes = append(sizes, b)
+	}
+	so := sweepOpts{iters: *iters, budget: 150 * time.Millisecond}
+	measure := func(tr string, n int, algo string) (tuneRun, error) {
+		spec := benchSpec{NRanks: n, Algo: algo, Sizes: sizes, Cycles: *cycles, Warmup: 2, DType: "float32", Timeout: *timeout}
+		for _, s := range sizes {
+			spec.Iters = append(spec.Iters, sweepIters(so, algorithms.DefaultTuning(), n, s))
+		}
+		if tr == "tcp" {
+			for r := 0; r < n; r++ {
+				spec.HostIDs = append(spec.HostIDs, fmt.Sprintf("gotree-tune-host-%d", r))
+			}
+		}
+		t0 := time.Now()
+		res, err := benchLaunch(spec, stderr)
+		if err != nil {
+			return tuneRun{}, fmt.Errorf("%s N=%d %s: %w", tr, n, algo, err)
+		}
+		run := tuneRun{Transport: tr, NRanks: n, Algo: algo}
+		meds := map[int64][]float64{}
+		for _, c := range res.Cycles {
+			if c.InPlace {
+				continue
+			}
+			m, _, _ := stats(c.Times)
+			meds[c.Bytes] = append(meds[c.Bytes], m)
+			if c.Wrong > 0 {
+				run.Wrong += c.Wrong
+			}
+		}
+		for _, s := range sizes {
+			m, _, _ := stats(meds[s])
+			run.Bytes = append(run.Bytes, s)
+			run.MedianUs = append(run.MedianUs, m)
+		}
+		fmt.Fprintf(stdout, "# measured %s N=%d %s in %.1f s\n", tr, n, algo, time.Since(t0).Seconds())
+		return run, nil
+	}
+	var runs []tuneRun
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "gotree tune: %v\n", err)
+		return 1
+	}
+	baseRun, err := measure("shm", 1, "ring")
+	if err != nil {
+		return fail(err)
+	}
+	runs = append(runs, baseRun)
+	base := smallLatency(baseRun)
+	tu := algorithms.DefaultTuning()
+	tu.Cores = runtime.NumCPU()
+	host, _ := os.Hostname()
+	tu.Source = fmt.Sprintf("gotree tune on %s (%d CPUs), %s", host, tu.Cores, time.Now().UTC().Format("2006-01-02 15:04 MST"))
+	type job struct {
+		tr string
+		k  int
+	}
+	var jobs []job
+	for k := 2; k <= max(2, *local); k++ {
+		jobs = append(jobs, job{"shm", k})
+	}
+	if !*skipTCP {
+		jobs = append(jobs, job{"tcp", 2})
+	}
+	var fits []tuneFit
+	var written []algorithms.Transport
+	for _, jb := range jobs {
+		t, _ := algorithms.ParseTransport(jb.tr)
+		tc := algorithms.TransportCost{SharesCPU: true}
+		var measured [algorithms.NumAlgorithms]tuneRun
+		for _, a := range []algorithms.Algorithm{algorithms.Ring, algorithms.Tree} {
+			run, err := measure(jb.tr, jb.k, a.String())
+			if err != nil {
+				return fail(err)
+			}
+			runs = append(runs, run)
+			measured[a] = run
+			f := fitRun(run, base, a, jb.k)
+			f.Transport = jb.tr
+			fits = append(fits, f)
+			tc.BaseUs[a][algorithms.Simple] = round3(f.BaseUs)
+			tc.HopUs[a][algorithms.Simple] = round3(f.HopUs)
+			tc.BusGBps[a][algorithms.Simple] = round3(f.BusGBps)
+		}
+		// Corrections: measured over the α-β prediction of this fit.
+		probe := algorithms.DefaultTuning()
+		probe.Cores = tu.Cores
+		probe.Transports[t] = tc
+		topo := algorithms.CostTopo{NRanks: jb.k, NNodes: 1, RanksPerNode: jb.k, Intra: t, Inter: t, Channels: 2}
+		if jb.tr == "tcp" {
+			topo = algorithms.CostTopo{NRanks: jb.k, NNodes: jb.k, RanksPerNode: 1, Intra: algorithms.Shm, Inter: t, Channels: 2}
+		}
+		probe.Local = []algorithms.LocalCost{{Transport: t, RanksPerNode: topo.RanksPerNode, Cost: tc}}
+		for _, a := range []algorithms.Algorithm{algorithms.Ring, algorithms.Tree} {
+			run := measured[a]
+			for i, b := range run.Bytes {
+				p, err := probe.Predict(algorithms.AllReduce, a, algorithms.Simple, topo, b, 0)
+				if err != nil || p.TimeUs <= 0 || run.MedianUs[i] <= 0 {
+					continue
+				}
+				k := bits.Len64(uint64(b)) - 1
+				tc.Correction[a][algorithms.Simple][k] = run.MedianUs[i] / p.TimeUs
+			}
+			smoothCorrections(&tc.Correction[a][algorithms.Simple])
+		}
+		if jb.k == 2 {
+			tu.Transports[t] = tc
+			written = append(written, t)
+		} else {
+			tu.Local = append(tu.Local, algorithms.LocalCost{Transport: t, RanksPerNode: jb.k, Cost: tc})
+		}
+	}
+	data, err := algorithms.MarshalTuning(tu, written, map[string]any{"base_us": base, "fits": fits, "runs": runs})
+	if err != nil {
+		return fail(err)
+	}
+	if err := os.WriteFile(*out, data, 0o644); err != nil {
+		return fail(err)
+	}
+	fmt.Fprintf(stdout, "# base (1 rank): %.1f us\n", base)
+	fmt.Fprintf(stdout, "%-4s %2s %-5s %12s %10s %10s %10s\n", "link", "k", "algo", "latency(us)", "base(us)", "hop(us)", "bus(GB/s)")
+	for _, f := range fits {
+		fmt.Fprintf(stdout, "%-4s %2d %-5s %12.1f %10.1f %10.1f %10.3f\n", f.Transport, f.Ranks, f.Algo, f.LatencyUs, f.BaseUs, f.HopUs, f.BusGBps)
+	}
+	fmt.Fprintf(stdout, "# wrote %s; use it with GOTREE_TUNING_FILE=%s\n", *out, *out)
+	for _, r := range runs {
+		if r.Wrong != 0 {
+			fmt.Fprintf(stderr, "gotree tune: %s N=%d %s: %d wrong elements\n", r.Transport, r.NRanks, r.Algo, r.Wrong)
+			return 1
+		}
+	}
+	return 0
+}
+
+// smallLatency is the median of the medians of sizes up to 1 KiB (robust
+// against one lucky or unlucky size).
+func smallLatency(r tuneRun) float64 {
+	var xs []float64
+	for i, b := range r.Bytes {
+		if b <= 1<<10 && r.MedianUs[i] > 0 {
+			xs = append(xs, r.MedianUs[i])
+		}
+	}
+	if len(xs) == 0 {
+		return 0
+	}
+	m, _, _ := stats(xs)
+	return m
+}
+
+// round3 keeps 3 significant digits (readable tuning files).
+func round3(v float64) float64 {
+	if v == 0 {
+		return 0
+	}
+	p := math.Pow(10, 2-math.Floor(math.Log10(math.Abs(v))))
+	return math.Round(v*p) / p
+}
+
+// smoothCorrections replaces every bucket by the median of itself and
+// its measured neighbours, so that one noisy size does not flip a choice.
+func smoothCorrections(c *[algorithms.CorrectionBuckets]float64) {
+	orig := *c
+	for k, v := range orig {
+		if v == 0 {
+			continue
+		}
+		xs := []float64{v}
+		for _, d := range []int{-1, 1} {
+			if j := k + d; j >= 0 && j < len(orig) && orig[j] > 0 {
+				xs = append(xs, orig[j])
+			}
+		}
+		m, _, _ := stats(xs)
+		c[k] = round3(m)
+	}
+}
+
+// fitRun fits a run of algorithm a on k ranks (see the file comment).
+func fitRun(r tuneRun, base float64, a algorithms.Algorithm, k int) tuneFit {
+	f := tuneFit{Algo: a.String(), Ranks: k, LatencyUs: smallLatency(r)}
+	f.BaseUs = min(base, f.LatencyUs)
+	hops := float64(2 * max(1, k-1))
+	f.HopUs = max(0, (f.LatencyUs-f.BaseUs)/hops)
+	ratio := float64(k) / float64(2*max(1, k-1))
+	if a == algorithms.Tree {
+		ratio = 0.5
+	}
+	var bws []float64
+	for i, b := range r.Bytes {
+		if b >= 1<<20 && r.MedianUs[i] > f.LatencyUs {
+			bws = append(bws, float64(b)/((r.MedianUs[i]-f.LatencyUs)*1e3)/ratio)
+		}
+	}
+	sort.Float64s(bws)
+	if len(bws) > 0 {
+		f.BusGBps, _, _ = stats(bws)
+	}
+	return f
+}
