@@ -66,10 +66,15 @@ test-go:
 $(BUILD)/abi_test: tests/c/abi_test.c capi/gotree.h $(LIB)
 	cc -std=c99 -Wall -Wextra -Werror -O1 -g -Icapi -o $@ tests/c/abi_test.c -L$(BUILD) -lgotree -Wl,-rpath,'$$ORIGIN' -Wl,-z,lazy -Wl,--allow-shlib-undefined -lm
 
-test-abi: $(BUILD)/abi_test
+# The same program built with LeakSanitizer: the C side of the ABI must not leak.
+$(BUILD)/abi_test_lsan: tests/c/abi_test.c capi/gotree.h $(LIB)
+	cc -std=c99 -Wall -Wextra -Werror -O1 -g -fsanitize=leak -Icapi -o $@ tests/c/abi_test.c -L$(BUILD) -lgotree -Wl,-rpath,'$$ORIGIN' -Wl,-z,lazy -Wl,--allow-shlib-undefined -lm
+
+test-abi: $(BUILD)/abi_test $(BUILD)/abi_test_lsan
 	$(BUILD)/abi_test --nranks 1
 	$(BUILD)/abi_test --nranks 3
 	$(BUILD)/abi_test --nranks 4
+	$(BUILD)/abi_test_lsan --nranks 3
 
 # Builds python/gotree in place (setup.py build_ext --inplace) and runs torchrun-based tests.
 test-python: venv
