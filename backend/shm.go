@@ -61,6 +61,7 @@ type shmDir struct {
 	base      unsafe.Pointer
 	slots     int
 	slotBytes int
+	idx       int // 0: creator to opener, 1: opener to creator
 }
 
 func (d shmDir) u64(off int) *uint64 { return (*uint64)(unsafe.Add(d.base, off)) }
@@ -71,9 +72,41 @@ func (d shmDir) slot(i int) []byte {
 	return unsafe.Slice((*byte)(unsafe.Add(d.base, shmHeaderBytes(d.slots)+i*d.slotBytes)), d.slotBytes)
 }
 
+// segment is one mapping of a shm file. Both ends of a link in the same
+// process (ranks as goroutines: tests, one-process jobs) share one mapping
+// instead of mapping the file twice: one address per word keeps the race
+// detector's view of the atomics right, and halves the mappings.
+type segment struct {
+	name string
+	mem  []byte
+	refs int // guarded by segmentsMu
+	// hb mirrors each direction's tail and head publications in Go memory.
+	// The race detector does not see memory outside Go's heap, so without
+	// these it cannot tell that a receive happens after its send when both
+	// ends live in one process; in other processes they are simply unused.
+	hb [2][2]atomic.Uint64 // [direction][0: tail, 1: head]
+}
+
+// segments are this process's own segments, by file name, until both ends
+// have unmapped them. The package's only mutable state.
+var (
+	segmentsMu sync.Mutex
+	segments   = map[string]*segment{}
+)
+
+func (g *segment) release() {
+	segmentsMu.Lock()
+	defer segmentsMu.Unlock()
+	g.refs--
+	if g.refs == 0 {
+		delete(segments, g.name)
+		_ = unix.Munmap(g.mem)
+	}
+}
+
 type shmConn struct {
 	peer, channel int
-	mem           []byte
+	seg           *segment
 	tx, rx        shmDir
 	ctrl          net.Conn
 	maxMsg        int
@@ -127,7 +160,7 @@ func CreateShmConn(ctrl net.Conn, peer, channel, slots, slotBytes int, deadline 
 		return nil, &PeerError{peer, channel, "connect", fmt.Errorf("%w: a %d KiB segment for the link with rank %d does not fit in %s (%s; %v). Each same-host link needs %d KiB per channel; enlarge /dev/shm (docker run --shm-size=1g, or a bigger tmpfs), or lower GOTREE_BUFFSIZE / GOTREE_MAX_NCHANNELS",
 			ErrShmSpace, size>>10, peer, ShmDir, free, err, size>>10)}
 	}
-	s, err := mapShm(f, size, slots, slotBytes, true)
+	s, err := mapShm(f, name, size, slots, slotBytes, true)
 	if err != nil {
 		return nil, &PeerError{peer, channel, "connect", err}
 	}
@@ -173,21 +206,23 @@ func OpenShmConn(ctrl net.Conn, peer, channel int, deadline time.Time) (Conn, er
 		ctrl.Write([]byte{0})
 		return nil, &PeerError{peer, channel, "connect", fmt.Errorf("%w: shared memory offer out of bounds (%d slots of %d bytes at %q)", ErrProto, slots, slotBytes, name)}
 	}
-	f, err := os.OpenFile(name, os.O_RDWR, 0)
-	if err != nil {
-		ctrl.Write([]byte{0})
-		return nil, &PeerError{peer, channel, "connect", fmt.Errorf("opening the peer's segment: %w (are both ranks really on one host? set GOTREE_HOST_ID if host ids collide)", err)}
-	}
-	defer f.Close()
 	size := ShmSegmentBytes(slots, slotBytes)
-	if st, err := f.Stat(); err != nil || st.Size() != int64(size) {
-		ctrl.Write([]byte{0})
-		return nil, &PeerError{peer, channel, "connect", fmt.Errorf("%w: segment %s has the wrong size", ErrProto, name)}
-	}
-	s, err := mapShm(f, size, slots, slotBytes, false)
-	if err != nil {
-		ctrl.Write([]byte{0})
-		return nil, &PeerError{peer, channel, "connect", err}
+	s := sharedSegment(name, slots, slotBytes, size)
+	if s == nil {
+		f, err := os.OpenFile(name, os.O_RDWR, 0)
+		if err != nil {
+			ctrl.Write([]byte{0})
+			return nil, &PeerError{peer, channel, "connect", fmt.Errorf("opening the peer's segment: %w (are both ranks really on one host? set GOTREE_HOST_ID if host ids collide)", err)}
+		}
+		defer f.Close()
+		if st, err := f.Stat(); err != nil || st.Size() != int64(size) {
+			ctrl.Write([]byte{0})
+			return nil, &PeerError{peer, channel, "connect", fmt.Errorf("%w: segment %s has the wrong size", ErrProto, name)}
+		}
+		if s, err = mapShm(f, name, size, slots, slotBytes, false); err != nil {
+			ctrl.Write([]byte{0})
+			return nil, &PeerError{peer, channel, "connect", err}
+		}
 	}
 	s.peer, s.channel, s.ctrl = peer, channel, ctrl
 	if _, err := ctrl.Write([]byte{1}); err != nil {
@@ -219,20 +254,43 @@ func readCtl(c net.Conn, limit int) ([]byte, error) {
 	return b, err
 }
 
-func mapShm(f *os.File, size, slots, slotBytes int, creator bool) (*shmConn, error) {
+func mapShm(f *os.File, name string, size, slots, slotBytes int, creator bool) (*shmConn, error) {
 	mem, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return nil, fmt.Errorf("mapping %d bytes of shared memory: %w", size, err)
 	}
-	d0 := shmDir{unsafe.Pointer(&mem[0]), slots, slotBytes}
-	d1 := shmDir{unsafe.Add(unsafe.Pointer(&mem[0]), shmDirBytes(slots, slotBytes)), slots, slotBytes}
-	s := &shmConn{mem: mem, maxMsg: slotBytes}
+	g := &segment{name: name, mem: mem, refs: 1}
+	if creator {
+		segmentsMu.Lock()
+		segments[name] = g
+		segmentsMu.Unlock()
+	}
+	return newShmConn(g, slots, slotBytes, creator), nil
+}
+
+// sharedSegment returns a conn over this process's own mapping of name, or
+// nil when another process created it.
+func sharedSegment(name string, slots, slotBytes, size int) *shmConn {
+	segmentsMu.Lock()
+	defer segmentsMu.Unlock()
+	g, ok := segments[name]
+	if !ok || len(g.mem) != size {
+		return nil
+	}
+	g.refs++
+	return newShmConn(g, slots, slotBytes, false)
+}
+
+func newShmConn(g *segment, slots, slotBytes int, creator bool) *shmConn {
+	d0 := shmDir{unsafe.Pointer(&g.mem[0]), slots, slotBytes, 0}
+	d1 := shmDir{unsafe.Add(unsafe.Pointer(&g.mem[0]), shmDirBytes(slots, slotBytes)), slots, slotBytes, 1}
+	s := &shmConn{seg: g, maxMsg: slotBytes}
 	if creator {
 		s.tx, s.rx = d0, d1
 	} else {
 		s.tx, s.rx = d1, d0
 	}
-	return s, nil
+	return s
 }
 
 // watch turns the control socket's end (the peer exited or closed) or an
@@ -321,7 +379,7 @@ func (s *shmConn) unmap() {
 func (s *shmConn) unmapLocked() {
 	if !s.unmapped {
 		s.unmapped = true
-		_ = unix.Munmap(s.mem)
+		s.seg.release()
 	}
 }
 
@@ -409,6 +467,7 @@ func (s *shmConn) Acquire(ctx context.Context, n int) ([]byte, error) {
 		}
 		return nil, &PeerError{s.peer, s.channel, "send", err}
 	}
+	s.seg.hb[s.tx.idx][1].Load()
 	return s.tx.slot(int(tail % uint64(s.tx.slots)))[:n:n], nil
 }
 
@@ -418,6 +477,7 @@ func (s *shmConn) Post(tag uint32, n int) {
 	i := int(tail % uint64(s.tx.slots))
 	atomic.StoreUint32(s.tx.size(i), uint32(n))
 	atomic.StoreUint32(s.tx.tag(i), tag)
+	s.seg.hb[s.tx.idx][0].Add(1)
 	atomic.StoreUint64(s.tx.u64(offTail), tail+1)
 	if atomic.LoadUint32(s.tx.u32(offRxWait)) != 0 {
 		futexWake(s.tx.u32(offTail))
@@ -442,6 +502,7 @@ func (s *shmConn) Recv(ctx context.Context) ([]byte, uint32, error) {
 		}
 		return nil, 0, &PeerError{s.peer, s.channel, "recv", err}
 	}
+	s.seg.hb[s.rx.idx][0].Load()
 	i := int(head % uint64(s.rx.slots))
 	n := int(atomic.LoadUint32(s.rx.size(i)))
 	if n > s.rx.slotBytes {
@@ -458,6 +519,7 @@ func (s *shmConn) Release() {
 	}
 	s.borrowed = false
 	head := s.rx.u64(offHead)
+	s.seg.hb[s.rx.idx][1].Add(1)
 	atomic.StoreUint64(head, atomic.LoadUint64(head)+1)
 	if atomic.LoadUint32(s.rx.u32(offTxWait)) != 0 {
 		futexWake(s.rx.u32(offHead))
