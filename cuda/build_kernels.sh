@@ -16,7 +16,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 PYTHON=${PYTHON:-python3}
 CUDA_VENV=${CUDA_VENV:-$root/build/cuda-venv}
-CUDA_PIN='13.0.*'
+# Exact patch versions inside CUDA 13.0 (the wheels must share one minor
+# version; exact pins keep CI's rebuild byte-identical to the committed one).
+CUDA_PIN='13.0'
+NVCC_PIN='13.0.88' NVVM_PIN='13.0.88' CRT_PIN='13.0.88' RUNTIME_PIN='13.0.96'
 ARCHS=(75 80 86 89 90)
 PTX_ARCH=90
 # -fmad=false: the reference semantics have no fused multiply-add.
@@ -54,13 +57,13 @@ if [[ $mode == hash ]]; then source_hash; exit 0; fi
 
 setup_nvcc() {
   if [[ -n "${NVCC:-}" ]]; then return; fi
-  local stamp="$CUDA_VENV/.ready-$CUDA_PIN"
+  local stamp="$CUDA_VENV/.ready-$NVCC_PIN-$RUNTIME_PIN"
   if [[ ! -f "$stamp" ]]; then
     echo "build_kernels: creating $CUDA_VENV with CUDA $CUDA_PIN wheels" >&2
     "$PYTHON" -m venv "$CUDA_VENV"
     "$CUDA_VENV/bin/python" -m pip install -q --disable-pip-version-check \
-      "nvidia-cuda-nvcc==$CUDA_PIN" "nvidia-nvvm==$CUDA_PIN" \
-      "nvidia-cuda-crt==$CUDA_PIN" "nvidia-cuda-runtime==$CUDA_PIN"
+      "nvidia-cuda-nvcc==$NVCC_PIN" "nvidia-nvvm==$NVVM_PIN" \
+      "nvidia-cuda-crt==$CRT_PIN" "nvidia-cuda-runtime==$RUNTIME_PIN"
     touch "$stamp"
   fi
   local cu13
