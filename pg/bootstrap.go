@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -81,7 +82,20 @@ func runRoot(ln net.Listener, secret [32]byte, idle time.Duration, log *Logger) 
 		c.Close()
 	}
 	finish := func(r func(rankInfo) rootReply) {
+		// Answer the ranks of other processes first: the rank in this
+		// process may return from init and exit before the others hear.
+		order := make([]joined, 0, len(members))
 		for _, m := range members {
+			order = append(order, m)
+		}
+		sort.Slice(order, func(i, j int) bool {
+			ai, aj := order[i].info.Pid == os.Getpid(), order[j].info.Pid == os.Getpid()
+			if ai != aj {
+				return aj
+			}
+			return order[i].info.Rank < order[j].info.Rank
+		})
+		for _, m := range order {
 			reply(m.c, r(m.info))
 		}
 		members = map[int]joined{}
@@ -99,7 +113,7 @@ func runRoot(ln net.Listener, secret [32]byte, idle time.Duration, log *Logger) 
 			select {
 			case <-done:
 				return
-			case <-time.After(time.Until(d)):
+			case <-time.After(min(time.Until(d), 100*time.Millisecond)): // the first joiner may shorten the deadline
 			}
 			mu.Lock()
 			if finished {
@@ -128,6 +142,7 @@ func runRoot(ln net.Listener, secret [32]byte, idle time.Duration, log *Logger) 
 		}
 	}()
 	sem := make(chan struct{}, 64) // bounds concurrent handshakes (a flood of strangers)
+	var refusals refusalLog
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -151,7 +166,7 @@ func runRoot(ln net.Listener, secret [32]byte, idle time.Duration, log *Logger) 
 			defer func() { <-sem }()
 			h, err := serverHandshake(c, secret, time.Now().Add(10*time.Second))
 			if err != nil || h.Kind != kindBootstrap {
-				log.Warnf("bootstrap: refused a connection: %v", orKind(err, h))
+				refusals.warn(log, "bootstrap: refused a connection: %v", orKind(err, h))
 				c.Close()
 				return
 			}

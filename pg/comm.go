@@ -65,8 +65,9 @@ type Comm struct {
 	failure error // first fatal error; later calls fail with it
 	seq     uint64
 
-	plans planCache
-	p2p   p2pLinks
+	plans    planCache
+	p2p      p2pLinks
+	refusals refusalLog
 }
 
 type linkKey struct{ channel, peer int }
@@ -303,7 +304,7 @@ func (c *Comm) connect(secret [32]byte, deadline time.Time) error {
 				continue
 			}
 			if err != nil || h.Kind != kindData || !expect[k] {
-				c.log.Warnf("refused a data connection from %v: %v", conn.RemoteAddr(), orKind(err, h))
+				c.refusals.warn(c.log, "refused a data connection from %v: %v", conn.RemoteAddr(), orKind(err, h))
 				conn.Close()
 				continue
 			}

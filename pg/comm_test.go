@@ -295,3 +295,28 @@ func TestTopologyDumpAtInit(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(b), "cpu")
 }
+
+// The unique id is made with the default (long) timeout; the joiners' own
+// shorter timeout must still end the wait and name the missing rank.
+func TestMissingRankWithLongRootTimeout(t *testing.T) {
+	uid, err := NewUniqueID(testConfig().withDefaults()) // 20 s
+	require.NoError(t, err)
+	cfg := testConfig()
+	cfg.Timeout = 1500 * time.Millisecond
+	start := time.Now()
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := 0; r < 2; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			_, errs[r] = Init(uid, r, 3, cfg)
+		}(r)
+	}
+	wg.Wait()
+	require.Less(t, time.Since(start), 4*time.Second)
+	for r, err := range errs {
+		require.ErrorIs(t, err, ErrTimeout, "rank %d", r)
+		require.Contains(t, err.Error(), "rank(s) 2 of 3 never joined")
+	}
+}

@@ -109,3 +109,21 @@ func hostname() string {
 	h, _ := os.Hostname()
 	return h
 }
+
+// refusalLog rate-limits warnings about refused connections: a flood of
+// strangers must not flood the log. It logs the first 5, then every 100th
+// with the running count.
+type refusalLog struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (r *refusalLog) warn(l *Logger, format string, args ...any) {
+	r.mu.Lock()
+	r.n++
+	n := r.n
+	r.mu.Unlock()
+	if n <= 5 || n%100 == 0 {
+		l.Warnf("%s (%d refused so far)", fmt.Sprintf(format, args...), n)
+	}
+}

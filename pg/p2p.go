@@ -185,7 +185,7 @@ func (c *Comm) acceptP2P(secret [32]byte) {
 			defer func() { <-sem }()
 			h, err := serverHandshake(conn, secret, time.Now().Add(min(c.cfg.Timeout, 3*time.Second)))
 			if err != nil || h.Kind != kindData || h.Channel != p2pChannel || int(h.Rank) >= c.rank || h.Rank < 0 {
-				c.log.Warnf("refused a connection from %v: %v", conn.RemoteAddr(), orKind(err, h))
+				c.refusals.warn(c.log, "refused a connection from %v: %v", conn.RemoteAddr(), orKind(err, h))
 				conn.Close()
 				return
 			}

@@ -1,0 +1,235 @@
+"""Allreduce sweep through torch.distributed: gotree and gloo side by side, results checked.
+
+    torchrun --nproc-per-node 4 -m gotree.bench [--sizes 4,4K,64K,1M,64M] [--iters 20]
+        [--dtype float32] [--op sum] [--backends gotree,gloo] [--json FILE]
+
+Both backends run in the same processes of one torchrun job: the default group is
+gotree, a second group over the same ranks uses gloo. At every size each iteration
+runs both, alternating which goes first (gotree first on even iterations, gloo first
+on odd ones), so drifting machine load hits both alike.
+
+Timing: before each timed iteration the ranks meet in a barrier of the same group; each
+rank times its own call(s); per iteration the slowest rank's time counts (they are
+combined with a MAX allreduce after the size is done, outside the timing). With
+--batch K (sizes up to 1 MiB) an iteration is K back-to-back calls on K separate
+buffers and the time per call is reported, which takes the barrier's exit skew out of
+small-message latency (nccl-tests style); the default is K = 1. Reported per backend
+and size: median, P95 and the interquartile range (IQR, P75 - P25) of those iteration
+times, busbw = bytes x 2(n-1)/n / median (as nccl-tests reports allreduce), and the
+ratio gloo median / gotree median (> 1: gotree is faster).
+
+Checks: inputs are small integers in the chosen dtype, so every sum (and min/max/prod)
+has one exact answer; each call's result is compared exactly and the run exits with
+status 1 if any was wrong.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+DTYPES = ["float32", "float64", "bfloat16", "float16", "int8", "uint8", "int16", "int32", "int64"]
+OPS = ["sum", "max", "min", "prod", "avg"]
+
+
+def parse_size(s):
+    s = s.strip().upper().replace("IB", "").rstrip("B")
+    mult = 1
+    for suffix, m in (("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30)):
+        if s.endswith(suffix):
+            s, mult = s[: -len(suffix)], m
+    return int(float(s) * mult)
+
+
+def human(nbytes):
+    for unit, m in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= m and nbytes % m == 0:
+            return f"{nbytes // m} {unit}"
+    return f"{nbytes} B"
+
+
+def percentile(xs, p):
+    """Linear-interpolated percentile of a non-empty list (p in [0, 100])."""
+    s = sorted(xs)
+    if len(s) == 1:
+        return s[0]
+    k = (len(s) - 1) * p / 100.0
+    lo = int(k)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def default_sizes():
+    return [4 << (2 * i) for i in range(13)]  # 4 B, 16 B, ..., 64 MiB (x4)
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(prog="python -m gotree.bench", description=__doc__.split("\n")[0])
+    ap.add_argument("--sizes", help="comma-separated message sizes in bytes (K/M/G suffixes); default 4 B..64 MiB x4")
+    ap.add_argument("--min-bytes", help="smallest size of a geometric sweep (with --max-bytes, --factor)")
+    ap.add_argument("--max-bytes", help="largest size of a geometric sweep")
+    ap.add_argument("--factor", type=int, default=4, help="sweep step (default x4)")
+    ap.add_argument("--iters", type=int, default=20, help="timed iterations per backend and size (at most; see --budget-s)")
+    ap.add_argument("--min-iters", type=int, default=5, help="timed iterations at least, whatever the budget")
+    ap.add_argument("--warmup", type=int, default=3, help="untimed iterations per backend and size")
+    ap.add_argument("--budget-s", type=float, default=6.0, help="rough time budget per size for both backends (caps iterations at large sizes)")
+    ap.add_argument("--batch", type=int, default=1, help="back-to-back calls per timed iteration for sizes <= 1 MiB (default 1)")
+    ap.add_argument("--dtype", default="float32", choices=DTYPES)
+    ap.add_argument("--op", default="sum", choices=OPS)
+    ap.add_argument("--backends", default="gotree,gloo", help="comma-separated, in the order of the first iteration")
+    ap.add_argument("--json", help="also write the results to this file (rank 0)")
+    ap.add_argument("--no-check", action="store_true", help="skip the exact result checks")
+    a = ap.parse_args(argv)
+    if a.sizes:
+        a.size_list = [parse_size(x) for x in a.sizes.split(",") if x.strip()]
+    elif a.min_bytes or a.max_bytes:
+        lo, hi = parse_size(a.min_bytes or "4"), parse_size(a.max_bytes or "64M")
+        a.size_list = []
+        s = lo
+        while s <= hi:
+            a.size_list.append(s)
+            s *= a.factor
+    else:
+        a.size_list = default_sizes()
+    a.backend_list = [b.strip() for b in a.backends.split(",") if b.strip()]
+    if not a.backend_list or any(b not in ("gotree", "gloo") for b in a.backend_list):
+        ap.error("--backends: gotree and/or gloo")
+    if a.iters < 1 or a.min_iters < 1 or a.warmup < 0 or a.batch < 1:
+        ap.error("--iters, --min-iters and --batch >= 1, --warmup >= 0")
+    return a
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        print("gotree.bench runs under torchrun, e.g.:\n  torchrun --nproc-per-node 4 -m gotree.bench", file=sys.stderr)
+        return 2
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed import ReduceOp
+
+    import gotree
+
+    torch.set_num_threads(1)
+    dist.init_process_group(backend="gotree")
+    rank, n = dist.get_rank(), dist.get_world_size()
+    groups = {"gotree": dist.group.WORLD, "gloo": dist.new_group(backend="gloo")}
+    groups = {b: groups[b] for b in args.backend_list}
+    ctl = groups.get("gloo") or dist.new_group(backend="gloo")  # bookkeeping (MAX of times, flags)
+
+    dtype = getattr(torch, args.dtype)
+    esize = torch.empty((), dtype=dtype).element_size()
+    small = esize <= 2  # 8/16-bit types: keep every sum exact and in range
+    mod = 7 if small else 251
+    op = {"sum": ReduceOp.SUM, "max": ReduceOp.MAX, "min": ReduceOp.MIN, "prod": ReduceOp.PRODUCT, "avg": ReduceOp.AVG}[args.op]
+    if args.op == "prod":
+        mod = 2  # values 1..2: 2^n stays exact
+
+    def inputs(count):
+        base = torch.arange(count, dtype=torch.int64) % mod
+        if args.op == "prod":
+            x = base + 1
+            want = (base + 1) ** n
+        elif args.op in ("max", "min"):
+            x = base + rank
+            want = base + ((n - 1) if args.op == "max" else 0)
+        elif args.op == "avg":
+            x = base * n + 2 * rank  # sum = n*(base*n) + n(n-1): divisible by n
+            want = base * n + (n - 1)
+        else:
+            x = base + rank
+            want = base * n + n * (n - 1) // 2
+        return x.to(dtype), want.to(dtype)
+
+    def log(*a):
+        if rank == 0:
+            print(*a, flush=True)
+
+    load = os.getloadavg()
+    log(
+        f"# gotree.bench: allreduce {args.op} {args.dtype}, {n} ranks, torch {torch.__version__}, "
+        f"{gotree.load_library()}, backends {' + '.join(groups)}"
+    )
+    log(f"# load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} ({os.cpu_count()} CPUs)")
+    log(
+        "# per iteration: slowest rank's time after a barrier"
+        + (f" / {args.batch} back-to-back calls (sizes <= 1 MiB)" if args.batch > 1 else "")
+        + "; median / P95 / IQR over iterations; busbw = bytes x 2(n-1)/n / median; ratio = gloo median / gotree median"
+    )
+    cols = ["size", "count", "iters"]
+    for b in groups:
+        cols += [f"{b} med(us)", f"{b} p95(us)", f"{b} iqr(us)", f"{b} busbw(GB/s)"]
+    if len(groups) == 2:
+        cols.append("ratio")
+    widths = [10, 10, 5] + [12, 12, 12, 14] * len(groups) + ([7] if len(groups) == 2 else [])
+    log("  ".join(c.rjust(w) for c, w in zip(cols, widths)))
+
+    wrong = 0
+    rows = []
+    for nbytes in args.size_list:
+        count = max(1, nbytes // esize)
+        nbytes = count * esize
+        src, want = inputs(count)
+        batch = args.batch if nbytes <= (1 << 20) else 1
+        bufs = {b: [src.clone() for _ in range(batch)] for b in groups}
+        # warm-up, and a first estimate of the time per call for the budget
+        t_est = {}
+        for b, g in groups.items():
+            for _ in range(max(1, args.warmup)):
+                bufs[b][0].copy_(src)
+                t0 = time.perf_counter()
+                dist.all_reduce(bufs[b][0], op=op, group=g)
+                t_est[b] = time.perf_counter() - t0
+        est = torch.tensor([sum(t_est.values()) * batch], dtype=torch.float64)
+        dist.all_reduce(est, op=ReduceOp.MAX, group=ctl)
+        iters = int(min(args.iters, max(args.min_iters, args.budget_s / max(est.item(), 1e-6))))
+        times = {b: torch.zeros(iters, dtype=torch.float64) for b in groups}
+        bad = {b: 0 for b in groups}
+        order = list(groups)
+        for it in range(iters):
+            for b in order if it % 2 == 0 else order[::-1]:
+                g, xs = groups[b], bufs[b]
+                for x in xs:
+                    x.copy_(src)
+                dist.barrier(group=g)
+                t0 = time.perf_counter()
+                for x in xs:
+                    dist.all_reduce(x, op=op, group=g)
+                times[b][it] = (time.perf_counter() - t0) / batch
+                if not args.no_check:
+                    bad[b] += sum(not torch.equal(x, want) for x in xs)
+        for b in groups:
+            dist.all_reduce(times[b], op=ReduceOp.MAX, group=ctl)
+        flags = torch.tensor([bad[b] for b in groups], dtype=torch.int64)
+        dist.all_reduce(flags, op=ReduceOp.SUM, group=ctl)
+        row = {"bytes": nbytes, "count": count, "iters": iters, "batch": batch}
+        cells = [human(nbytes), str(count), str(iters)]
+        for i, b in enumerate(groups):
+            us = [t * 1e6 for t in times[b].tolist()]
+            med = statistics.median(us)
+            p25, p75, p95 = percentile(us, 25), percentile(us, 75), percentile(us, 95)
+            busbw = nbytes * 2 * (n - 1) / n / (med * 1e-6) / 1e9 if n > 1 else 0.0
+            row[b] = {"median_us": med, "p95_us": p95, "iqr_us": p75 - p25, "busbw_gbps": busbw, "wrong": int(flags[i])}
+            wrong += int(flags[i])
+            cells += [f"{med:.1f}", f"{p95:.1f}", f"{p75 - p25:.1f}", f"{busbw:.3f}" + ("!" if flags[i] else "")]
+        if len(groups) == 2:
+            row["ratio"] = row["gloo"]["median_us"] / row["gotree"]["median_us"]
+            cells.append(f"{row['ratio']:.2f}")
+        rows.append(row)
+        log("  ".join(c.rjust(w) for c, w in zip(cells, widths)))
+
+    load = os.getloadavg()
+    log(f"# load average at end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    log(f"# wrong results: {wrong}" + (" (marked !)" if wrong else " (every call checked exactly)" if not args.no_check else " (checks off)"))
+    if rank == 0 and args.json:
+        with open(args.json, "w") as f:
+            json.dump({"nranks": n, "dtype": args.dtype, "op": args.op, "torch": torch.__version__, "rows": rows}, f, indent=1)
+    dist.destroy_process_group()
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

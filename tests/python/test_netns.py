@@ -1,0 +1,151 @@
+"""Multi-node on one machine (issue 5 item 6): torchrun across network namespaces.
+
+tests/netns/netns.sh builds namespaces gotree-n0, gotree-n1 (10.77.0.1, 10.77.0.2) joined
+by veth pairs through a bridge, each with its own GOTREE_HOST_ID, and runs a command in
+each. Skipped, with the reason, when not root or without iproute2.
+
+test_torchrun_across_namespaces
+    torchrun --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d
+    --rdzv-endpoint 10.77.0.1:29400 in both namespaces, backend gotree: shared memory
+    between the two ranks of a namespace-node, TCP across. workers/netns_worker.py checks
+    every collective exactly on the world group and on sub-groups that are shm-only,
+    TCP-only and mixed; the gotree INIT log must show the locality (nnodes) of each.
+
+test_perf_rate_limited_2gbit
+    `netns.sh run 2 2gbit -- build/gotree perf -b 64M -e 64M -n 8` (one rank per namespace, Go
+    CLI, no torch) over links shaped with tc tbf to 2 Gbit/s: prints busbw at 64 MiB
+    against the link rate (the issue's target is >= 90%). A benchmark, printed; only the
+    correctness (#wrong == 0) is asserted.
+
+Only addresses inside the namespaces (10.77.0.x) are used. Concurrent users of netns.sh
+are serialised with a flock (workers/faults_netns.py); namespaces are removed afterwards,
+also when a run is killed.
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, WORKERS, assert_checks, worker_env
+
+sys.path.insert(0, str(WORKERS))
+import faults_netns  # noqa: E402
+
+LINK_RATE_GBPS = 2.0  # Gbit/s, as given to netns.sh
+LINK_GBYTES = LINK_RATE_GBPS / 8  # GB/s (10^9 bytes), the unit of busbw
+
+
+def _skip_unless_netns():
+    why = faults_netns.unavailable()
+    if why:
+        pytest.skip("multi-node namespace test skipped: " + why)
+
+
+def _netns_run(args, env, timeout):
+    """netns.sh run ... under the lock; kills the run (and removes the namespaces) on overrun."""
+    with faults_netns.exclusive():
+        proc = subprocess.Popen(
+            ["bash", str(faults_netns.NETNS), "run", *args],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, _ = proc.communicate()
+            pytest.fail(f"netns.sh run {' '.join(args[:3])} ... did not finish within {timeout} s (hang?):\n{out[-8000:]}")
+    return proc.returncode, out
+
+
+def test_torchrun_across_namespaces(built):
+    _skip_unless_netns()
+    env = worker_env({"GOTREE_DEBUG": "INFO", "GOTREE_DEBUG_SUBSYS": "INIT", "TORCH_CPP_LOG_LEVEL": "ERROR"})
+    # c10d rendezvous on the bridge address: torch cannot tell that 10.77.0.1 is local to
+    # namespace 0 (it compares with the machine's hostname), hence is_host; --local-addr
+    # makes each agent advertise its namespace address rather than the hostname.
+    launch = (
+        'H=0; [ "$NODE_RANK" = 0 ] && H=1; '
+        f"exec {sys.executable} -m torch.distributed.run --nnodes 2 --node-rank $NODE_RANK --nproc-per-node 2 "
+        "--rdzv-backend c10d --rdzv-endpoint 10.77.0.1:29400 --rdzv-id gotree-netns "
+        "--rdzv-conf is_host=$H,join_timeout=60 --local-addr $NODE_ADDR --max-restarts 0 "
+        f"{WORKERS / 'netns_worker.py'}"
+    )
+    t0 = time.monotonic()
+    rc, out = _netns_run(["2", "--", "bash", "-c", launch], env, timeout=240)
+    took = time.monotonic() - t0
+    passed = assert_checks(rc, out, 4, min_passed=50)
+    print(f"{passed} exact checks passed over 4 ranks on 2 namespace-nodes in {took:.1f} s")
+    node_map = re.search(r"\[netns\] ranks by node: (.*)", out)
+    print("ranks by node:", node_map.group(1) if node_map else "?")
+    inits = re.findall(r"comm rank \d+ nranks (\d+) nnodes (\d+)", out)
+    kinds = {(int(a), int(b)) for a, b in inits}
+    print("communicators (nranks, nnodes):", sorted(kinds))
+    assert (4, 2) in kinds, f"the world group did not span 2 nodes: {sorted(kinds)}"
+    assert (2, 1) in kinds, f"no node-local (shared memory) pair group: {sorted(kinds)}"
+    assert (2, 2) in kinds, f"no cross-node (TCP) pair group: {sorted(kinds)}"
+    assert (3, 2) in kinds, f"no mixed 3-rank group: {sorted(kinds)}"
+
+
+def _gotree_cli():
+    """build/gotree, (re)built with `go build -o build/gotree ./cmd/gotree` when go exists."""
+    path = REPO / "build" / "gotree"
+    go = shutil.which("go") or ("/usr/local/go/bin/go" if os.path.exists("/usr/local/go/bin/go") else None)
+    if go:
+        r = subprocess.run([go, "build", "-o", str(path), "./cmd/gotree"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+        if r.returncode != 0:
+            if path.exists():
+                print(f"go build ./cmd/gotree failed; using the existing {path}:\n{r.stdout[-2000:]}")
+            else:
+                pytest.fail("go build -o build/gotree ./cmd/gotree failed:\n" + r.stdout[-4000:])
+    if not path.exists():
+        pytest.skip("build/gotree is missing and no Go toolchain to build it")
+    return path
+
+
+def test_perf_rate_limited_2gbit(built):
+    _skip_unless_netns()
+    cli = _gotree_cli()
+    tmp = Path(tempfile.mkdtemp(prefix="gotree-netns-perf-"))
+    env = worker_env({"MASTER_PORT": "29450", "TMPDIR_PERF": str(tmp)})
+    cmd = (
+        "RANK=$NODE_RANK WORLD_SIZE=$NNODES "
+        f"exec {cli} perf -b 64M -e 64M -n 8 -w 1 -c 1 --timeout 90s --json > {tmp}/perf.$NODE_RANK.json"
+    )
+    t0 = time.monotonic()
+    rc, out = _netns_run(["2", f"{LINK_RATE_GBPS:g}gbit", "--", "bash", "-c", cmd], env, timeout=300)
+    took = time.monotonic() - t0
+    reports = {}
+    for f in sorted(tmp.glob("perf.*.json")):
+        text = f.read_text().strip()
+        if text:
+            reports[f.name] = json.loads(text)
+    shutil.rmtree(tmp, ignore_errors=True)
+    assert rc == 0 and reports, f"gotree perf across namespaces failed (rc={rc}):\n{out[-6000:]}"
+    rep = next(iter(reports.values()))
+    row = next(r for r in rep["rows"] if r["size"] == 64 << 20)
+    oop, inp = row["busbw_gbps"], row["inplace_busbw_gbps"]
+    lines = [
+        f"gotree perf allreduce float32 sum, {rep['nranks']} ranks on 2 namespaces, links shaped to {LINK_RATE_GBPS:g} Gbit/s "
+        f"({LINK_GBYTES:.3f} GB/s); {took:.0f} s in all",
+        f"  64 MiB out-of-place: time {row['time_us'] / 1e3:.1f} ms (median; P95 {row['p95_us'] / 1e3:.1f} ms, CV {row['cv'] * 100:.0f}%), "
+        f"busbw {oop:.3f} GB/s = {100 * oop / LINK_GBYTES:.0f}% of the link rate",
+        f"  64 MiB in-place:     time {row['inplace_time_us'] / 1e3:.1f} ms, busbw {inp:.3f} GB/s = {100 * inp / LINK_GBYTES:.0f}% of the link rate",
+        f"  target >= 90%: out-of-place {'met' if oop >= 0.9 * LINK_GBYTES else 'NOT met'}, "
+        f"in-place {'met' if inp >= 0.9 * LINK_GBYTES else 'NOT met'} on this run (load average {os.getloadavg()[0]:.1f})",
+    ]
+    print("\n".join(lines))
+    assert row["wrong"] == 0 and row["inplace_wrong"] == 0, f"wrong results: {row}"

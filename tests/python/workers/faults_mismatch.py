@@ -1,0 +1,91 @@
+"""Fault worker: ranks disagree about the collective at one sequence number.
+
+One rank (the last, "odd one out") differs in one property per sub-case; each sub-case
+runs on a fresh gotree group (new_group), since a mismatch aborts the communicator:
+
+  op         all_reduce SUM vs MAX
+  count      all_reduce of 1000 vs 999 elements
+  dtype      all_reduce of float32 vs int32 (same byte count)
+  root       broadcast from root 0 vs root 1
+  collective all_reduce vs broadcast (same tensor)
+
+Every rank must raise (never return a garbage result) within the timeout + 5 s; the
+text should say which collective and which property disagreed.
+
+A one-directional collective (broadcast) is different: ranks that only send to or
+receive from ranks that agree with them (root 0's ring neighbours upstream of the odd
+rank) finish the call with the data they asked for before anyone can see the mismatch.
+For them the check is: the result is exactly root 0's data (no garbage), and the next
+call on that group raises, naming the mismatch, because the odd rank aborted it.
+"""
+
+import datetime
+import sys
+
+from faults_common import init_group, Checker, call_error, report, text_of, timeout_s
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torch.distributed import ReduceOp  # noqa: E402
+
+CASES = ["op", "count", "dtype", "root", "collective"]
+
+
+def issue(case, odd, g):
+    n = 1000
+    if case == "op":
+        dist.all_reduce(torch.ones(n), op=ReduceOp.MAX if odd else ReduceOp.SUM, group=g)
+    elif case == "count":
+        dist.all_reduce(torch.ones(n - 1 if odd else n), group=g)
+    elif case == "dtype":
+        dist.all_reduce(torch.ones(n, dtype=torch.int32 if odd else torch.float32), group=g)
+    elif case == "root":
+        t = torch.full((n,), float(dist.get_rank() + 1))
+        dist.broadcast(t, src=1 if odd else 0, group=g)
+        return t
+    elif case == "collective":
+        if odd:
+            dist.broadcast(torch.ones(n), src=0, group=g)
+        else:
+            dist.all_reduce(torch.ones(n), group=g)
+    else:
+        raise SystemExit(f"unknown case {case}")
+
+
+def main():
+    T = timeout_s()
+    cases = sys.argv[1:] or CASES
+    init_group(T)
+    rank, n = dist.get_rank(), dist.get_world_size()
+    c = Checker("faults-mismatch")
+    odd = rank == n - 1
+    for case in cases:
+        g = dist.new_group(backend="gotree", timeout=datetime.timedelta(seconds=T))
+        t = torch.ones(4)
+        dist.all_reduce(t, group=g)
+        c.check(torch.equal(t, torch.full((4,), float(n))), f"{case}: fresh group works")
+        out = []
+        e, took = call_error(lambda: out.append(issue(case, odd, g)))
+        if e is None and case == "root" and not odd:
+            # finished before the odd rank saw the mismatch: data must be root 0's
+            c.check(torch.equal(out[0], torch.ones(1000)), f"{case}: no garbage: rank {rank} holds root 0's data")
+            report("mismatch-root-completed", took_s=round(took, 3))
+            e, took2 = call_error(lambda: dist.all_reduce(torch.ones(4), group=g))
+            took += took2
+            c.check(e is not None, f"{case}: the next call on the group raises on rank {rank}")
+        else:
+            c.check(e is not None, f"{case}: the mismatched collective raises on rank {rank}")
+        if e is not None:
+            text = text_of(e)
+            report("mismatch-" + case, took_s=round(took, 3), error=text)
+            c.check(took < T + 5, f"{case}: error within timeout + 5 s (took {took:.2f} s)")
+            c.check("issued different collectives" in text, f"{case}: the error says the ranks disagree: {text[:500]!r}")
+        # the world group is untouched by the sub-group's failure
+        w = torch.ones(4)
+        dist.all_reduce(w)
+        c.check(torch.equal(w, torch.full((4,), float(n))), f"{case}: the world group still works")
+    c.exit_now()
+
+
+if __name__ == "__main__":
+    main()
