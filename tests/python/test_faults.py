@@ -184,18 +184,12 @@ def test_sigkill_mid_allreduce(ranks_factory, transport):
 # --------------------------------------------------------------------------- (c) never joins
 
 
-ROOT_WATCHER_BUG = (
-    "known bug (pg/bootstrap.go runRoot): the root's deadline watcher sleeps until the idle deadline "
-    "it started with (GOTREE_TIMEOUT_MS, default 30 min: gotree_get_unique_id takes no timeout) and "
-    "is not woken when the first joiner shortens the deadline to the group timeout; the joiners give "
-    "up at timeout + 5 s with 'the bootstrap root did not answer', without naming the missing rank"
-)
 
 
 @pytest.mark.parametrize(
     "missing,env",
     [
-        pytest.param(2, {}, id="missing-rank2", marks=pytest.mark.xfail(reason=ROOT_WATCHER_BUG, strict=False)),
+        pytest.param(2, {}, id="missing-rank2"),
         pytest.param(2, {"GOTREE_TIMEOUT_MS": str(TIMEOUT_S * 1000)}, id="missing-rank2-env-timeout"),
         pytest.param(0, {}, id="missing-rank0"),
     ],
