@@ -42,7 +42,7 @@ $(VENV)/.ready:
 	$(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
 	$(VPY) -c 'import torch' 2>/dev/null || $(VPY) -m pip install -q $(TORCH)
-	$(VPY) -m pip install -q numpy pytest wheel setuptools
+	$(VPY) -m pip install -q numpy pytest wheel setuptools expecttest
 	touch $@
 
 wheel: venv

@@ -74,6 +74,14 @@ struct Api {
   decltype(&gotree_broadcast) broadcast = nullptr;
   decltype(&gotree_allgather) allgather = nullptr;
   decltype(&gotree_barrier) barrier = nullptr;
+  decltype(&gotree_reduce) reduce = nullptr;
+  decltype(&gotree_reduce_scatter) reduce_scatter = nullptr;
+  decltype(&gotree_alltoall) alltoall = nullptr;
+  decltype(&gotree_alltoallv) alltoallv = nullptr;
+  decltype(&gotree_gather) gather = nullptr;
+  decltype(&gotree_scatter) scatter = nullptr;
+  decltype(&gotree_send) send = nullptr;
+  decltype(&gotree_recv) recv = nullptr;
   decltype(&gotree_request_test) request_test = nullptr;
   decltype(&gotree_request_wait) request_wait = nullptr;
   decltype(&gotree_request_free) request_free = nullptr;
@@ -148,6 +156,14 @@ const Api& loadApi(const std::string& path) {
     resolve(h, "gotree_broadcast", a->broadcast, path);
     resolve(h, "gotree_allgather", a->allgather, path);
     resolve(h, "gotree_barrier", a->barrier, path);
+    resolve(h, "gotree_reduce", a->reduce, path);
+    resolve(h, "gotree_reduce_scatter", a->reduce_scatter, path);
+    resolve(h, "gotree_alltoall", a->alltoall, path);
+    resolve(h, "gotree_alltoallv", a->alltoallv, path);
+    resolve(h, "gotree_gather", a->gather, path);
+    resolve(h, "gotree_scatter", a->scatter, path);
+    resolve(h, "gotree_send", a->send, path);
+    resolve(h, "gotree_recv", a->recv, path);
     resolve(h, "gotree_request_test", a->request_test, path);
     resolve(h, "gotree_request_wait", a->request_wait, path);
     resolve(h, "gotree_request_free", a->request_free, path);
@@ -496,6 +512,18 @@ class GotreeWork : public c10d::Work {
     if (getpid() != pid_) {
       return false;
     }
+    if (!children_.empty()) {
+      // A coalesced work (startCoalescing/endCoalescing): done when every
+      // child is, failed with the first child's failure.
+      for (auto& c : children_) {
+        if (!c->isCompleted()) {
+          return false;
+        }
+      }
+      finish(firstChildException());
+      waitCompleted();
+      return true;
+    }
     // Poll the library so isCompleted() is true as soon as the data is
     // there, not only after the completion thread noticed.
     const Api& a = *g_api;
@@ -526,10 +554,33 @@ class GotreeWork : public c10d::Work {
     return outputs_;
   }
 
+  int sourceRank() const override {
+    TORCH_CHECK(
+        sourceRank_ >= 0,
+        "gotree: sourceRank() is only defined for the work of a receive");
+    return sourceRank_;
+  }
+
   void synchronize() override {}
 
   bool wait(milliseconds timeout) override {
     checkNotForked(pid_, "Work.wait() was called");
+    if (!completedFlag_.load() && !children_.empty()) {
+      std::exception_ptr first;
+      for (auto& c : children_) {
+        try {
+          c->wait(timeout);
+        } catch (...) {
+          if (!c->completedFlag_.load()) {
+            throw;  // the caller's timeout ran out; the work continues
+          }
+          if (!first) {
+            first = std::current_exception();
+          }
+        }
+      }
+      finish(first);
+    }
     if (!completedFlag_.load()) {
       const Api& a = *g_api;
       bool user = timeout != ::kNoTimeout;
@@ -628,7 +679,11 @@ class GotreeWork : public c10d::Work {
     }
     const Api& a = *g_api;
     std::string msg = c10::str(
-        label(), " failed: ", describeFailure(a, st, {failedReq, comm_, 0}));
+        label(), " failed: ",
+        st == GOTREE_ERR_TIMEOUT
+            ? c10::str("Timed out (the group timeout is ", timeout_.count(), " ms): ")
+            : std::string(),
+        describeFailure(a, st, {failedReq, comm_, 0}));
     return finish(makeDistError(msg));
   }
 
@@ -636,6 +691,19 @@ class GotreeWork : public c10d::Work {
     std::unique_lock<std::mutex> g(mutex_);
     cv_.wait(g, [&] { return completed_; });
   }
+
+  std::exception_ptr firstChildException() {
+    for (auto& c : children_) {
+      c->waitCompleted();
+      auto ex = c->exception();
+      if (ex) {
+        return ex;
+      }
+    }
+    return nullptr;
+  }
+
+  std::vector<c10::intrusive_ptr<GotreeWork>> children_;  // coalesced works
 
   const std::string name_;
   uint64_t seq_;
@@ -645,6 +713,7 @@ class GotreeWork : public c10d::Work {
   std::function<void()> post_;         // copy-out after success
   std::vector<gotree_request_t> reqs_;
   gotree_comm_t comm_ = 0;
+  int sourceRank_ = -1;
   const Clock::time_point deadline_;
   const milliseconds timeout_;
   const bool explicitTimeout_;
@@ -960,8 +1029,876 @@ class GotreeBackend : public c10d::Backend {
     return work;
   }
 
+  // -- reductions to one root / scattered ---------------------------------
+
+  c10::intrusive_ptr<c10d::Work> reduce(
+      std::vector<at::Tensor>& tensors,
+      const c10d::ReduceOptions& opts) override {
+    const char* coll = "reduce";
+    checkUsable(coll);
+    const at::Tensor& t = single(tensors, coll, "tensors");
+    checkTensor(t, coll, "the tensor");
+    checkRoot(opts.rootRank, coll);
+    TORCH_CHECK_VALUE(
+        opts.rootTensor == 0, "gotree: reduce: root tensor index ",
+        opts.rootTensor, " is invalid (one tensor per rank, index 0)");
+    const int root = static_cast<int>(opts.rootRank);
+    const bool isRoot = getRank() == root;
+    if (isRoot) {
+      checkWritable(t, coll, "the tensor");
+    }
+    ReducePlan p = planReduce(t.scalar_type(), opts.reduceOp, coll);
+    auto work = makeWork(c10d::OpType::REDUCE, coll, {t}, opts.timeout);
+    work->detail_ = c10::str(describe(t), ", ", opName(opts.reduceOp.op_), ", root ", root);
+    issueLocked(work, [&](auto& calls) {
+      at::Tensor send = reduceInput(work, t, p);
+      void* recvPtr = nullptr;
+      if (isRoot) {
+        at::Tensor recv = recvTarget(work, t, send);
+        recvPtr = t.numel() ? recv.data_ptr() : nullptr;
+      }
+      uint64_t count = static_cast<uint64_t>(t.numel()) * p.factor_count_mult;
+      const void* sp = count ? send.data_ptr() : nullptr;
+      void* rp = count ? recvPtr : nullptr;
+      gotree_comm_t comm = comm_;
+      const Api* a = &api();
+      gotree_dtype_t dt = p.dtype;
+      gotree_op_t op = p.op;
+      calls.push_back([=](gotree_request_t* r) {
+        return a->reduce(comm, sp, rp, count, dt, op, root, GOTREE_DEVICE_CPU, nullptr, r);
+      });
+    });
+    return work;
+  }
+
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(
+      std::vector<at::Tensor>& outputTensors,
+      std::vector<std::vector<at::Tensor>>& inputTensors,
+      const c10d::ReduceScatterOptions& opts) override {
+    const char* coll = "reduce_scatter";
+    checkUsable(coll);
+    const at::Tensor& out = single(outputTensors, coll, "output_tensors");
+    checkTensor(out, coll, "the output tensor");
+    checkWritable(out, coll, "the output tensor");
+    TORCH_CHECK_VALUE(
+        inputTensors.size() == 1, "gotree: reduce_scatter: expected exactly one "
+        "input list (one tensor per rank per call), got ", inputTensors.size());
+    auto& ins = inputTensors[0];
+    TORCH_CHECK_VALUE(
+        static_cast<int>(ins.size()) == getSize(), "gotree: reduce_scatter: the "
+        "input list has ", ins.size(), " tensors, expected ", getSize(),
+        " (the group size)");
+    for (size_t i = 0; i < ins.size(); i++) {
+      std::string what = c10::str("input_list[", i, "]");
+      checkTensor(ins[i], coll, what);
+      TORCH_CHECK_TYPE(
+          ins[i].scalar_type() == out.scalar_type(), "gotree: reduce_scatter: ",
+          what, " has dtype ", dtypeName(ins[i].scalar_type()), ", expected ",
+          dtypeName(out.scalar_type()), " (the output's)");
+      TORCH_CHECK_VALUE(
+          ins[i].numel() == out.numel(), "gotree: reduce_scatter: ", what,
+          " has ", ins[i].numel(), " elements (sizes ", ins[i].sizes(),
+          "), expected ", out.numel(), " (the output's, sizes ", out.sizes(), ")");
+    }
+    ReducePlan p = planReduce(out.scalar_type(), opts.reduceOp, coll);
+    auto work = makeWork(c10d::OpType::REDUCE_SCATTER, coll, {out}, opts.timeout);
+    work->detail_ = c10::str(describe(out), ", ", opName(opts.reduceOp.op_));
+    issueLocked(work, [&](auto& calls) {
+      std::vector<at::Tensor> flat;
+      for (auto& x : ins) {
+        flat.push_back(x.reshape({-1}));
+      }
+      at::Tensor cat = at::cat(flat);  // a new contiguous buffer
+      applyPremul(cat, p);
+      work->keepalive_.push_back(cat);
+      addReduceScatter(work, out, cat, p, calls);
+    });
+    return work;
+  }
+
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input,
+      const c10d::ReduceScatterOptions& opts) override {
+    const char* coll = "reduce_scatter_tensor";
+    checkUsable(coll);
+    checkReduceScatterBase(output, input, coll, "");
+    ReducePlan p = planReduce(input.scalar_type(), opts.reduceOp, coll);
+    auto work = makeWork(c10d::OpType::_REDUCE_SCATTER_BASE, coll, {output}, opts.timeout);
+    work->detail_ = c10::str(describe(output), ", ", opName(opts.reduceOp.op_));
+    issueLocked(work, [&](auto& calls) {
+      at::Tensor send = reduceInput(work, input, p);
+      addReduceScatter(work, output, send, p, calls);
+    });
+    return work;
+  }
+
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override {
+    const char* coll = "reduce_scatter_tensor_coalesced";
+    checkUsable(coll);
+    TORCH_CHECK_VALUE(
+        outputs.size() == inputs.size(), "gotree: ", coll, ": ",
+        outputs.size(), " outputs for ", inputs.size(), " inputs");
+    std::vector<ReducePlan> plans;
+    for (size_t i = 0; i < inputs.size(); i++) {
+      checkReduceScatterBase(outputs[i], inputs[i], coll, c10::str("[", i, "]"));
+      plans.push_back(planReduce(inputs[i].scalar_type(), opts.reduceOp, coll));
+    }
+    auto work = makeWork(c10d::OpType::COALESCED, coll, outputs, opts.timeout);
+    work->detail_ = c10::str(inputs.size(), " tensors, ", opName(opts.reduceOp.op_));
+    issueLocked(work, [&](auto& calls) {
+      for (size_t i = 0; i < inputs.size(); i++) {
+        at::Tensor send = reduceInput(work, inputs[i], plans[i]);
+        addReduceScatter(work, outputs[i], send, plans[i], calls);
+      }
+    });
+    return work;
+  }
+
+  // -- gather / scatter / all-to-all ----------------------------------------
+
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputLists,
+      std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override {
+    // outputLists[r][i] receives rank r's inputs[i].
+    const char* coll = "allgather_coalesced";
+    checkUsable(coll);
+    TORCH_CHECK_VALUE(
+        static_cast<int>(outputLists.size()) == getSize(), "gotree: ", coll,
+        ": expected ", getSize(), " output lists (one per rank), got ",
+        outputLists.size());
+    for (size_t i = 0; i < inputs.size(); i++) {
+      checkTensor(inputs[i], coll, c10::str("input_tensor_list[", i, "]"));
+    }
+    std::vector<at::Tensor> flatOuts;
+    for (size_t r = 0; r < outputLists.size(); r++) {
+      TORCH_CHECK_VALUE(
+          outputLists[r].size() == inputs.size(), "gotree: ", coll,
+          ": output_tensor_lists[", r, "] has ", outputLists[r].size(),
+          " tensors, expected ", inputs.size(), " (one per input tensor)");
+      for (size_t i = 0; i < inputs.size(); i++) {
+        const at::Tensor& o = outputLists[r][i];
+        std::string what = c10::str("output_tensor_lists[", r, "][", i, "]");
+        checkTensor(o, coll, what);
+        checkWritable(o, coll, what);
+        TORCH_CHECK_TYPE(
+            o.scalar_type() == inputs[i].scalar_type(), "gotree: ", coll, ": ",
+            what, " has dtype ", dtypeName(o.scalar_type()), ", expected ",
+            dtypeName(inputs[i].scalar_type()));
+        TORCH_CHECK_VALUE(
+            o.numel() == inputs[i].numel(), "gotree: ", coll, ": ", what,
+            " has ", o.numel(), " elements, expected ", inputs[i].numel());
+        flatOuts.push_back(o);
+      }
+    }
+    auto work = makeWork(c10d::OpType::ALLGATHER_COALESCED, coll, flatOuts, opts.timeout);
+    work->detail_ = c10::str(inputs.size(), " tensors");
+    issueLocked(work, [&](auto& calls) {
+      for (size_t i = 0; i < inputs.size(); i++) {
+        const at::Tensor& in = inputs[i];
+        int64_t n = in.numel();
+        at::Tensor recv = at::empty({getSize() * n}, in.options());
+        work->keepalive_.push_back(recv);
+        std::vector<at::Tensor> dsts;
+        for (auto& l : outputLists) {
+          dsts.push_back(l[i]);
+        }
+        work->post_ = chainPost(work->post_, [dsts, recv, n]() mutable {
+          for (size_t r = 0; r < dsts.size(); r++) {
+            dsts[r].view({-1}).copy_(recv.narrow(0, r * n, n));
+          }
+        });
+        const int64_t nbytes = n * in.element_size();
+        addAllgather(work, in, nbytes ? static_cast<char*>(recv.data_ptr()) : nullptr, nbytes, calls);
+      }
+    });
+    return work;
+  }
+
+  c10::intrusive_ptr<c10d::Work> gather(
+      std::vector<std::vector<at::Tensor>>& outputTensors,
+      std::vector<at::Tensor>& inputTensors,
+      const c10d::GatherOptions& opts) override {
+    const char* coll = "gather";
+    checkUsable(coll);
+    const at::Tensor& in = single(inputTensors, coll, "input_tensors");
+    checkTensor(in, coll, "the input tensor");
+    checkRoot(opts.rootRank, coll);
+    const int root = static_cast<int>(opts.rootRank);
+    const bool isRoot = getRank() == root;
+    std::vector<at::Tensor> outs;
+    if (isRoot) {
+      TORCH_CHECK_VALUE(
+          outputTensors.size() == 1, "gotree: gather: the root expects exactly "
+          "one output list, got ", outputTensors.size());
+      outs = outputTensors[0];
+      TORCH_CHECK_VALUE(
+          static_cast<int>(outs.size()) == getSize(), "gotree: gather: the "
+          "output list has ", outs.size(), " tensors, expected ", getSize(),
+          " (the group size)");
+      checkSameShapeList(outs, in, coll, "gather_list", true);
+    } else {
+      TORCH_CHECK_VALUE(
+          outputTensors.empty() || (outputTensors.size() == 1 && outputTensors[0].empty()),
+          "gotree: gather: only the root (rank ", root, ") passes output "
+          "tensors; rank ", getRank(), " passed ", outputTensors.size(), " list(s)");
+    }
+    auto work = makeWork(c10d::OpType::GATHER, coll, outs, opts.timeout);
+    work->detail_ = c10::str(describe(in), ", root ", root);
+    issueLocked(work, [&](auto& calls) {
+      at::Tensor send = in.contiguous();
+      work->keepalive_.push_back(send);
+      Wire w = moveWire(send);
+      char* rp = nullptr;
+      if (isRoot) {
+        rp = flatTarget(work, outs, in);
+      }
+      const void* sp = w.count ? send.data_ptr() : nullptr;
+      if (!w.count) {
+        rp = nullptr;
+      }
+      gotree_comm_t comm = comm_;
+      const Api* a = &api();
+      calls.push_back([=](gotree_request_t* r) {
+        return a->gather(comm, sp, rp, w.count, w.dtype, GOTREE_SUM, root,
+                         GOTREE_DEVICE_CPU, nullptr, r);
+      });
+    });
+    return work;
+  }
+
+  c10::intrusive_ptr<c10d::Work> scatter(
+      std::vector<at::Tensor>& outputTensors,
+      std::vector<std::vector<at::Tensor>>& inputTensors,
+      const c10d::ScatterOptions& opts) override {
+    const char* coll = "scatter";
+    checkUsable(coll);
+    const at::Tensor& out = single(outputTensors, coll, "output_tensors");
+    checkTensor(out, coll, "the output tensor");
+    checkWritable(out, coll, "the output tensor");
+    checkRoot(opts.rootRank, coll);
+    const int root = static_cast<int>(opts.rootRank);
+    const bool isRoot = getRank() == root;
+    std::vector<at::Tensor> ins;
+    if (isRoot) {
+      TORCH_CHECK_VALUE(
+          inputTensors.size() == 1, "gotree: scatter: the root expects exactly "
+          "one input list, got ", inputTensors.size());
+      ins = inputTensors[0];
+      TORCH_CHECK_VALUE(
+          static_cast<int>(ins.size()) == getSize(), "gotree: scatter: the "
+          "input list has ", ins.size(), " tensors, expected ", getSize(),
+          " (the group size)");
+      checkSameShapeList(ins, out, coll, "scatter_list", false);
+    } else {
+      TORCH_CHECK_VALUE(
+          inputTensors.empty() || (inputTensors.size() == 1 && inputTensors[0].empty()),
+          "gotree: scatter: only the root (rank ", root, ") passes input "
+          "tensors; rank ", getRank(), " passed ", inputTensors.size(), " list(s)");
+    }
+    auto work = makeWork(c10d::OpType::SCATTER, coll, {out}, opts.timeout);
+    work->detail_ = c10::str(describe(out), ", root ", root);
+    issueLocked(work, [&](auto& calls) {
+      at::Tensor send;
+      if (isRoot) {
+        std::vector<at::Tensor> flat;
+        for (auto& x : ins) {
+          flat.push_back(x.reshape({-1}));
+        }
+        send = at::cat(flat);
+        work->keepalive_.push_back(send);
+      }
+      at::Tensor recv = recvTarget(work, out, send);
+      Wire w = moveWire(recv);
+      const void* sp = (isRoot && w.count) ? send.data_ptr() : nullptr;
+      void* rp = w.count ? recv.data_ptr() : nullptr;
+      gotree_comm_t comm = comm_;
+      const Api* a = &api();
+      calls.push_back([=](gotree_request_t* r) {
+        return a->scatter(comm, sp, rp, w.count, w.dtype, GOTREE_SUM, root,
+                          GOTREE_DEVICE_CPU, nullptr, r);
+      });
+    });
+    return work;
+  }
+
+  c10::intrusive_ptr<c10d::Work> alltoall_base(
+      at::Tensor& output, at::Tensor& input,
+      std::vector<int64_t>& outputSplitSizes,
+      std::vector<int64_t>& inputSplitSizes,
+      const c10d::AllToAllOptions& opts) override {
+    const char* coll = "all_to_all_single";
+    checkUsable(coll);
+    checkTensor(input, coll, "the input tensor");
+    checkTensor(output, coll, "the output tensor");
+    checkWritable(output, coll, "the output tensor");
+    TORCH_CHECK_TYPE(
+        output.scalar_type() == input.scalar_type(), "gotree: ", coll,
+        ": the output tensor has dtype ", dtypeName(output.scalar_type()),
+        ", the input ", dtypeName(input.scalar_type()), "; they must match");
+    TORCH_CHECK_VALUE(
+        input.dim() >= 1 && output.dim() >= 1, "gotree: ", coll,
+        ": the input and output must have at least one dimension (split along dim 0)");
+    const int n = getSize();
+    bool equal = inputSplitSizes.empty() && outputSplitSizes.empty();
+    int64_t inRow = rowElems(input), outRow = rowElems(output);
+    TORCH_CHECK_VALUE(
+        equal || inRow == outRow, "gotree: ", coll, ": input rows have ", inRow,
+        " elements (sizes ", input.sizes(), ") but output rows have ", outRow,
+        " (sizes ", output.sizes(), ")");
+    auto splits = [&](std::vector<int64_t>& given, const at::Tensor& t,
+                      const char* which) {
+      std::vector<int64_t> s;
+      if (given.empty()) {
+        TORCH_CHECK_VALUE(
+            t.size(0) % n == 0, "gotree: ", coll, ": no ", which,
+            " split sizes given, so dim 0 of the ", which, " (", t.size(0),
+            ") must divide by the group size ", n);
+        s.assign(n, t.size(0) / n);
+      } else {
+        TORCH_CHECK_VALUE(
+            static_cast<int>(given.size()) == n, "gotree: ", coll, ": ",
+            which, "_split_sizes has ", given.size(), " entries, expected ", n,
+            " (the group size)");
+        int64_t sum = 0;
+        for (size_t i = 0; i < given.size(); i++) {
+          TORCH_CHECK_VALUE(
+              given[i] >= 0, "gotree: ", coll, ": ", which, "_split_sizes[",
+              i, "] = ", given[i], " is negative");
+          sum += given[i];
+        }
+        TORCH_CHECK_VALUE(
+            sum == t.size(0), "gotree: ", coll, ": ", which,
+            "_split_sizes add up to ", sum, " but dim 0 of the ", which,
+            " is ", t.size(0));
+        s = given;
+      }
+      return s;
+    };
+    std::vector<int64_t> ins = splits(inputSplitSizes, input, "input");
+    std::vector<int64_t> outs = splits(outputSplitSizes, output, "output");
+    if (equal) {
+      // Equal splits of dim 0 are equal pieces of the flat tensor.
+      TORCH_CHECK_VALUE(
+          input.numel() == output.numel(), "gotree: ", coll, ": the output has ",
+          output.numel(), " elements but the input ", input.numel(),
+          " (equal splits need equal sizes)");
+    }
+    auto work = makeWork(c10d::OpType::ALLTOALL_BASE, coll, {output}, opts.timeout);
+    work->detail_ = c10::str(describe(input), equal ? ", equal splits" : ", uneven splits");
+    issueLocked(work, [&](auto& calls) {
+      at::Tensor send = input.contiguous();
+      if (at::get_overlap_status(send, output) != at::MemOverlapStatus::No) {
+        send = input.clone(at::MemoryFormat::Contiguous);
+      }
+      work->keepalive_.push_back(send);
+      at::Tensor recv = recvTarget(work, output, send);
+      Wire w = moveWire(send);
+      uint64_t per = static_cast<uint64_t>(inRow) * wirePer(send);
+      std::vector<uint64_t> sc(n), sd(n), rc(n), rd(n);
+      uint64_t so = 0, ro = 0;
+      for (int i = 0; i < n; i++) {
+        sc[i] = ins[i] * per;
+        sd[i] = so;
+        so += sc[i];
+        rc[i] = outs[i] * per;
+        rd[i] = ro;
+        ro += rc[i];
+      }
+      const void* sp = so ? send.data_ptr() : nullptr;
+      void* rp = ro ? recv.data_ptr() : nullptr;
+      gotree_comm_t comm = comm_;
+      const Api* a = &api();
+      gotree_dtype_t dt = w.dtype;
+      if (equal) {
+        uint64_t count = n ? so / n : 0;
+        calls.push_back([=](gotree_request_t* r) {
+          return a->alltoall(comm, sp, rp, count, dt, GOTREE_SUM, 0,
+                             GOTREE_DEVICE_CPU, nullptr, r);
+        });
+      } else {
+        calls.push_back([=](gotree_request_t* r) {
+          return a->alltoallv(comm, sp, sc.data(), sd.data(), rp, rc.data(),
+                              rd.data(), dt, GOTREE_DEVICE_CPU, nullptr, r);
+        });
+      }
+    });
+    return work;
+  }
+
+  c10::intrusive_ptr<c10d::Work> alltoall(
+      std::vector<at::Tensor>& outputTensors,
+      std::vector<at::Tensor>& inputTensors,
+      const c10d::AllToAllOptions& opts) override {
+    const char* coll = "all_to_all";
+    checkUsable(coll);
+    const int n = getSize();
+    TORCH_CHECK_VALUE(
+        static_cast<int>(inputTensors.size()) == n, "gotree: ", coll,
+        ": the input list has ", inputTensors.size(), " tensors, expected ", n,
+        " (the group size)");
+    TORCH_CHECK_VALUE(
+        static_cast<int>(outputTensors.size()) == n, "gotree: ", coll,
+        ": the output list has ", outputTensors.size(), " tensors, expected ", n,
+        " (the group size)");
+    at::ScalarType dtype = inputTensors[0].scalar_type();
+    for (int i = 0; i < n; i++) {
+      std::string wi = c10::str("input_tensor_list[", i, "]");
+      std::string wo = c10::str("output_tensor_list[", i, "]");
+      checkTensor(inputTensors[i], coll, wi);
+      checkTensor(outputTensors[i], coll, wo);
+      checkWritable(outputTensors[i], coll, wo);
+      TORCH_CHECK_TYPE(
+          inputTensors[i].scalar_type() == dtype &&
+              outputTensors[i].scalar_type() == dtype,
+          "gotree: ", coll, ": every tensor must have dtype ", dtypeName(dtype),
+          " (", wi, ": ", dtypeName(inputTensors[i].scalar_type()), ", ", wo,
+          ": ", dtypeName(outputTensors[i].scalar_type()), ")");
+    }
+    auto work = makeWork(c10d::OpType::ALLTOALL, coll, outputTensors, opts.timeout);
+    work->detail_ = c10::str(n, " tensors of ", dtypeName(dtype));
+    issueLocked(work, [&](auto& calls) {
+      std::vector<at::Tensor> flat;
+      for (auto& x : inputTensors) {
+        flat.push_back(x.reshape({-1}));
+      }
+      at::Tensor send = at::cat(flat);
+      int64_t total = 0;
+      for (auto& o : outputTensors) {
+        total += o.numel();
+      }
+      at::Tensor recv = at::empty({total}, send.options());
+      work->keepalive_.push_back(send);
+      work->keepalive_.push_back(recv);
+      auto dsts = outputTensors;
+      work->post_ = chainPost(work->post_, [dsts, recv]() mutable {
+        int64_t off = 0;
+        for (auto& d : dsts) {
+          d.view({-1}).copy_(recv.narrow(0, off, d.numel()));
+          off += d.numel();
+        }
+      });
+      Wire w = moveWire(send);
+      uint64_t per = wirePer(send);
+      std::vector<uint64_t> sc(n), sd(n), rc(n), rd(n);
+      uint64_t so = 0, ro = 0;
+      for (int i = 0; i < n; i++) {
+        sc[i] = inputTensors[i].numel() * per;
+        sd[i] = so;
+        so += sc[i];
+        rc[i] = outputTensors[i].numel() * per;
+        rd[i] = ro;
+        ro += rc[i];
+      }
+      const void* sp = so ? send.data_ptr() : nullptr;
+      void* rp = ro ? recv.data_ptr() : nullptr;
+      gotree_comm_t comm = comm_;
+      const Api* a = &api();
+      gotree_dtype_t dt = w.dtype;
+      calls.push_back([=](gotree_request_t* r) {
+        return a->alltoallv(comm, sp, sc.data(), sd.data(), rp, rc.data(),
+                            rd.data(), dt, GOTREE_DEVICE_CPU, nullptr, r);
+      });
+    });
+    return work;
+  }
+
+  // -- point to point -------------------------------------------------------
+
+  c10::intrusive_ptr<c10d::Work> send(
+      std::vector<at::Tensor>& tensors, int dstRank, int /*tag*/) override {
+    const char* coll = "send";
+    checkUsable(coll);
+    const at::Tensor& t = single(tensors, coll, "tensors");
+    checkTensor(t, coll, "the tensor");
+    checkPeer(dstRank, coll, "destination");
+    auto work = makeWork(c10d::OpType::SEND, coll, {t}, c10d::kUnsetTimeout);
+    work->detail_ = c10::str(describe(t), " to rank ", dstRank);
+    issueLocked(work, [&](auto& calls) {
+      at::Tensor buf = t.contiguous();
+      work->keepalive_.push_back(buf);
+      Wire w = moveWire(buf);
+      const void* p = w.count ? buf.data_ptr() : nullptr;
+      gotree_comm_t comm = comm_;
+      const Api* a = &api();
+      calls.push_back([=](gotree_request_t* r) {
+        return a->send(comm, p, w.count, w.dtype, dstRank, GOTREE_DEVICE_CPU, nullptr, r);
+      });
+    }, /*p2p=*/true);
+    return work;
+  }
+
+  c10::intrusive_ptr<c10d::Work> recv(
+      std::vector<at::Tensor>& tensors, int srcRank, int /*tag*/) override {
+    const char* coll = "recv";
+    checkUsable(coll);
+    const at::Tensor& t = single(tensors, coll, "tensors");
+    checkTensor(t, coll, "the tensor");
+    checkWritable(t, coll, "the tensor");
+    checkPeer(srcRank, coll, "source");
+    auto work = makeWork(c10d::OpType::RECV, coll, {t}, c10d::kUnsetTimeout);
+    work->detail_ = c10::str(describe(t), " from rank ", srcRank);
+    work->sourceRank_ = srcRank;
+    issueLocked(work, [&](auto& calls) {
+      at::Tensor buf = recvTarget(work, t, at::Tensor());
+      Wire w = moveWire(buf);
+      void* p = w.count ? buf.data_ptr() : nullptr;
+      gotree_comm_t comm = comm_;
+      const Api* a = &api();
+      calls.push_back([=](gotree_request_t* r) {
+        return a->recv(comm, p, w.count, w.dtype, srcRank, GOTREE_DEVICE_CPU, nullptr, r);
+      });
+    }, /*p2p=*/true);
+    return work;
+  }
+
+  c10::intrusive_ptr<c10d::Work> recvAnysource(
+      std::vector<at::Tensor>& /*tensors*/, int /*tag*/) override {
+    TORCH_CHECK(
+        false, "gotree: recv from any source (dist.recv without src) is not "
+        "supported: the gotree C ABI has no receive-from-any-peer (like NCCL). "
+        "Pass src= explicitly.");
+  }
+
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) override {
+    checkUsable("monitored_barrier");
+    milliseconds to = (opts.timeout != c10d::kUnsetTimeout && opts.timeout.count() > 0)
+        ? opts.timeout : timeout_;
+    const int n = getSize();
+    const int me = getRank();
+    if (n == 1) {
+      return;
+    }
+    const Api& a = api();
+    auto deadline = Clock::now() + to;
+    auto left = [&]() {
+      return std::max<int64_t>(
+          0, std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count());
+    };
+    // Buffers live on the heap and are released only when their request
+    // finished: a request abandoned at the deadline may still be written.
+    auto issueP2P = [&](bool isSend, int64_t* buf, int peer, uint64_t count) {
+      gotree_request_t r = 0;
+      gotree_status_t st = isSend
+          ? a.send(comm_, buf, count, GOTREE_INT64, peer, GOTREE_DEVICE_CPU, nullptr, &r)
+          : a.recv(comm_, buf, count, GOTREE_INT64, peer, GOTREE_DEVICE_CPU, nullptr, &r);
+      if (st != GOTREE_SUCCESS) {
+        throwStatus(st, c10::str("gotree: monitored_barrier: could not ",
+                                 isSend ? "send to" : "receive from", " rank ", peer,
+                                 ": ", describeFailure(a, st, {comm_, 0})));
+      }
+      return r;
+    };
+    auto waitReq = [&](gotree_request_t r, int64_t ms) {
+      gotree_status_t st = a.request_wait(r, ms);
+      int done = 0;
+      if (st == GOTREE_ERR_TIMEOUT) {
+        st = a.request_test(r, &done);
+        if (!done) {
+          return GOTREE_ERR_TIMEOUT;
+        }
+      }
+      return st;
+    };
+    if (me != 0) {
+      auto* tok = new int64_t[1]{me};
+      auto* ack = new int64_t[n]();
+      gotree_request_t rs = issueP2P(true, tok, 0, 1);
+      gotree_request_t rr = issueP2P(false, ack, 0, n);
+      gotree_status_t st = waitReq(rs, left());
+      if (st == GOTREE_SUCCESS) {
+        st = waitReq(rr, left());
+      }
+      if (st != GOTREE_SUCCESS) {
+        // Leak tok/ack: the library may still own them.
+        C10_THROW_ERROR(
+            DistBackendError,
+            c10::str("gotree: monitored_barrier: rank ", me, " did not hear back "
+                     "from rank 0 within ", to.count(), " ms (",
+                     describeFailure(a, st, {rr, rs, comm_, 0}),
+                     "); rank 0 is missing, or reported other ranks missing"));
+      }
+      a.request_free(rs);
+      a.request_free(rr);
+      std::vector<int> missing;
+      for (int i = 1; i < n; i++) {
+        if (ack[i] == 0) {
+          missing.push_back(i);
+        }
+      }
+      delete[] tok;
+      delete[] ack;
+      TORCH_CHECK(
+          missing.empty(), "gotree: monitored_barrier: rank 0 reports that rank(s) ",
+          c10::Join(", ", missing), " did not reach the barrier within ",
+          to.count(), " ms");
+      return;
+    }
+    std::vector<gotree_request_t> reqs(n, 0);
+    auto* toks = new int64_t[n]();
+    for (int i = 1; i < n; i++) {
+      reqs[i] = issueP2P(false, &toks[i], i, 1);
+    }
+    std::vector<int> missing;
+    std::string detail;
+    bool abandoned = false;
+    for (int i = 1; i < n; i++) {
+      if (!missing.empty() && !waitAllRanks) {
+        // Only the first missing rank is named; still look at the rest
+        // without waiting.
+        gotree_status_t st = waitReq(reqs[i], 0);
+        if (st != GOTREE_SUCCESS) {
+          abandoned = true;
+        }
+        continue;
+      }
+      gotree_status_t st = waitReq(reqs[i], left());
+      if (st != GOTREE_SUCCESS) {
+        missing.push_back(i);
+        abandoned = true;
+        if (st != GOTREE_ERR_TIMEOUT && detail.empty()) {
+          detail = c10::str("; rank ", i, ": ", describeFailure(a, st, {reqs[i], comm_, 0}));
+        }
+      }
+    }
+    // Tell every rank which ranks arrived (1) so all of them can raise.
+    auto* ack = new int64_t[n]();
+    ack[0] = 1;
+    for (int i = 1; i < n; i++) {
+      int done = 0;
+      ack[i] = (a.request_test(reqs[i], &done) == GOTREE_SUCCESS && done) ? 1 : 0;
+    }
+    std::vector<gotree_request_t> sends;
+    for (int i = 1; i < n; i++) {
+      if (ack[i]) {
+        sends.push_back(issueP2P(true, ack, i, n));
+      }
+    }
+    bool sendsDone = true;
+    for (auto r : sends) {
+      if (waitReq(r, std::max<int64_t>(left(), 1000)) != GOTREE_SUCCESS) {
+        sendsDone = false;
+      } else {
+        a.request_free(r);
+      }
+    }
+    if (sendsDone) {
+      delete[] ack;
+    }
+    if (!abandoned) {
+      for (int i = 1; i < n; i++) {
+        a.request_free(reqs[i]);
+      }
+      delete[] toks;
+    }
+    if (!missing.empty()) {
+      std::string names = c10::Join(", ", missing);
+      C10_THROW_ERROR(
+          DistBackendError,
+          c10::str("gotree: monitored_barrier: rank(s) ", names,
+                   " did not reach the barrier within ", to.count(), " ms", detail,
+                   waitAllRanks ? "" : " (the first one missing; pass wait_all_ranks=True to name all)"));
+    }
+  }
+
+  // -- coalescing (batch_isend_irecv, _coalescing_manager) ------------------
+
+  bool supportsCoalescing() const override {
+    return true;
+  }
+
+  void startCoalescing() override {
+    std::lock_guard<std::mutex> g(issueMu_);
+    TORCH_CHECK(!coalescing_, "gotree: startCoalescing called twice without endCoalescing");
+    coalescing_ = true;
+    coalesced_.clear();
+  }
+
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override {
+    std::vector<c10::intrusive_ptr<GotreeWork>> children;
+    {
+      std::lock_guard<std::mutex> g(issueMu_);
+      TORCH_CHECK(coalescing_, "gotree: endCoalescing without startCoalescing");
+      coalescing_ = false;
+      children.swap(coalesced_);
+    }
+    std::vector<at::Tensor> outs;
+    for (auto& c : children) {
+      outs.insert(outs.end(), c->outputs_.begin(), c->outputs_.end());
+    }
+    auto work = makeWork(c10d::OpType::COALESCED, "coalesced", outs, c10d::kUnsetTimeout);
+    work->detail_ = c10::str(children.size(), " operations");
+    work->children_ = std::move(children);
+    if (work->children_.empty()) {
+      work->finish(nullptr);
+      return work;
+    }
+    {
+      std::lock_guard<std::mutex> g(issueMu_);
+      work->seq_ = seq_;
+      enqueue(work);
+    }
+    return work;
+  }
+
  private:
   using Call = std::function<gotree_status_t(gotree_request_t*)>;
+
+  void checkPeer(int peer, const char* coll, const char* what) {
+    TORCH_CHECK_VALUE(
+        peer >= 0 && peer < getSize(), "gotree: ", coll, ": ", what, " rank ",
+        peer, " is outside the group (valid: 0 to ", getSize() - 1, ")");
+    TORCH_CHECK_VALUE(
+        peer != getRank(), "gotree: ", coll, ": ", what, " rank ", peer,
+        " is this rank itself");
+  }
+
+  void checkSameShapeList(
+      const std::vector<at::Tensor>& ts, const at::Tensor& ref, const char* coll,
+      const char* name, bool writable) {
+    for (size_t i = 0; i < ts.size(); i++) {
+      std::string what = c10::str(name, "[", i, "]");
+      checkTensor(ts[i], coll, what);
+      if (writable) {
+        checkWritable(ts[i], coll, what);
+      }
+      TORCH_CHECK_TYPE(
+          ts[i].scalar_type() == ref.scalar_type(), "gotree: ", coll, ": ", what,
+          " has dtype ", dtypeName(ts[i].scalar_type()), ", expected ",
+          dtypeName(ref.scalar_type()));
+      TORCH_CHECK_VALUE(
+          ts[i].numel() == ref.numel(), "gotree: ", coll, ": ", what, " has ",
+          ts[i].numel(), " elements (sizes ", ts[i].sizes(), "), expected ",
+          ref.numel(), " (sizes ", ref.sizes(), ")");
+    }
+  }
+
+  void checkReduceScatterBase(
+      const at::Tensor& out, const at::Tensor& in, const char* coll,
+      const std::string& idx) {
+    checkTensor(in, coll, "the input tensor" + idx);
+    checkTensor(out, coll, "the output tensor" + idx);
+    checkWritable(out, coll, "the output tensor" + idx);
+    TORCH_CHECK_TYPE(
+        out.scalar_type() == in.scalar_type(), "gotree: ", coll,
+        ": the output tensor", idx, " has dtype ", dtypeName(out.scalar_type()),
+        ", the input ", dtypeName(in.scalar_type()), "; they must match");
+    TORCH_CHECK_VALUE(
+        in.numel() == out.numel() * getSize(), "gotree: ", coll,
+        ": the input tensor", idx, " has ", in.numel(), " elements, expected ",
+        out.numel() * getSize(), " (group size ", getSize(), " x output ",
+        out.numel(), ")");
+  }
+
+  static int64_t rowElems(const at::Tensor& t) {
+    int64_t r = 1;
+    for (int64_t d = 1; d < t.dim(); d++) {
+      r *= t.size(d);
+    }
+    return r;
+  }
+
+  // Wire elements per tensor element for data movement (see moveWire).
+  static uint64_t wirePer(const at::Tensor& t) {
+    gotree_dtype_t d;
+    return nativeDtype(t.scalar_type(), &d) ? 1 : t.element_size();
+  }
+
+  static void applyPremul(at::Tensor& buf, const ReducePlan& p) {
+    if (!p.premul) {
+      return;
+    }
+    if (p.premul_tensor.defined()) {
+      buf.mul_(p.premul_tensor.to(buf.device()).to(buf.scalar_type()));
+    } else {
+      buf.mul_(p.premul_double);
+    }
+  }
+
+  // The contiguous buffer a reduction sends: the tensor itself, or a copy
+  // (non-contiguous, or PREMUL_SUM: the caller's tensor is never scaled).
+  at::Tensor reduceInput(
+      const c10::intrusive_ptr<GotreeWork>& work, const at::Tensor& t,
+      const ReducePlan& p) {
+    at::Tensor send;
+    if (p.premul) {
+      send = t.clone(at::MemoryFormat::Contiguous);
+      applyPremul(send, p);
+    } else {
+      send = t.contiguous();
+    }
+    work->keepalive_.push_back(send);
+    return send;
+  }
+
+  // Where a collective writes `out`: out itself when contiguous and not
+  // overlapping `avoid` (unless it is exactly `avoid`: in place), else a
+  // staging buffer copied into out on success.
+  at::Tensor recvTarget(
+      const c10::intrusive_ptr<GotreeWork>& work, const at::Tensor& out,
+      const at::Tensor& avoid) {
+    bool stage = !out.is_contiguous();
+    if (!stage && avoid.defined() && out.numel() && avoid.numel()) {
+      bool same = avoid.data_ptr() == out.data_ptr() && avoid.numel() == out.numel();
+      stage = !same && at::get_overlap_status(out, avoid) != at::MemOverlapStatus::No;
+    }
+    if (!stage) {
+      work->keepalive_.push_back(out);
+      return out;
+    }
+    at::Tensor recv = at::empty({out.numel()}, out.options());
+    at::Tensor dst = out;
+    work->post_ = chainPost(work->post_, [dst, recv]() mutable {
+      dst.copy_(recv.view(dst.sizes()));
+    });
+    work->keepalive_.push_back(recv);
+    return recv;
+  }
+
+  // Receive buffer for n equal pieces: the outputs themselves when they are
+  // consecutive pieces of one buffer, else a staging buffer copied out.
+  char* flatTarget(
+      const c10::intrusive_ptr<GotreeWork>& work,
+      const std::vector<at::Tensor>& outs, const at::Tensor& in) {
+    const int64_t nbytes = in.numel() * in.element_size();
+    bool flat = true;
+    for (size_t i = 0; i < outs.size() && flat; i++) {
+      flat = outs[i].is_contiguous() &&
+          (nbytes == 0 || bytePtr(outs[i]) == bytePtr(outs[0]) + i * nbytes);
+    }
+    if (flat) {
+      work->keepalive_.insert(work->keepalive_.end(), outs.begin(), outs.end());
+      return nbytes ? const_cast<char*>(bytePtr(outs[0])) : nullptr;
+    }
+    at::Tensor recv = at::empty({static_cast<int64_t>(outs.size()) * in.numel()}, in.options());
+    work->keepalive_.push_back(recv);
+    auto outsCopy = outs;
+    int64_t n = in.numel();
+    work->post_ = chainPost(work->post_, [outsCopy, recv, n]() mutable {
+      for (size_t i = 0; i < outsCopy.size(); i++) {
+        outsCopy[i].view({-1}).copy_(recv.narrow(0, i * n, n));
+      }
+    });
+    return nbytes ? static_cast<char*>(recv.data_ptr()) : nullptr;
+  }
+
+  void addReduceScatter(
+      const c10::intrusive_ptr<GotreeWork>& work, const at::Tensor& out,
+      const at::Tensor& send, const ReducePlan& p, std::vector<Call>& calls) {
+    at::Tensor recv = recvTarget(work, out, send);
+    uint64_t count = static_cast<uint64_t>(out.numel()) * p.factor_count_mult;
+    const void* sp = count ? send.data_ptr() : nullptr;
+    void* rp = count ? recv.data_ptr() : nullptr;
+    gotree_comm_t comm = comm_;
+    const Api* a = &api();
+    gotree_dtype_t dt = p.dtype;
+    gotree_op_t op = p.op;
+    calls.push_back([=](gotree_request_t* r) {
+      return a->reduce_scatter(comm, sp, rp, count, dt, op, 0, GOTREE_DEVICE_CPU, nullptr, r);
+    });
+  }
 
   static std::function<void()> chainPost(
       std::function<void()> first, std::function<void()> second) {
@@ -1028,11 +1965,12 @@ class GotreeBackend : public c10d::Backend {
   // copy-out), then issues them under issueMu_ and queues the work. All
   // validation happened before, so a failure here is the library's.
   template <typename Builder>
-  void issueLocked(const c10::intrusive_ptr<GotreeWork>& work, Builder&& build) {
+  void issueLocked(
+      const c10::intrusive_ptr<GotreeWork>& work, Builder&& build, bool p2p = false) {
     std::vector<Call> calls;
     build(calls);
     std::lock_guard<std::mutex> issue(issueMu_);
-    work->seq_ = ++seq_;
+    work->seq_ = p2p ? seq_ : ++seq_;
     gotree_status_t st = GOTREE_SUCCESS;
     for (auto& call : calls) {
       gotree_request_t r = 0;
@@ -1057,6 +1995,9 @@ class GotreeBackend : public c10d::Backend {
       throwStatus(st, msg);
     }
     enqueue(work);
+    if (coalescing_) {
+      coalesced_.push_back(work);
+    }
   }
 
   void enqueue(const c10::intrusive_ptr<GotreeWork>& work) {
@@ -1220,6 +2161,10 @@ class GotreeBackend : public c10d::Backend {
         }
       }
     }
+    if (!work->children_.empty()) {
+      // Issued after its children, so they were retired before it.
+      work->finish(work->firstChildException());
+    }
     work->finish(nullptr);  // no-op when already completed
     if (allDone) {
       work->keepalive_.clear();
@@ -1307,6 +2252,8 @@ class GotreeBackend : public c10d::Backend {
   const pid_t pid_;
   gotree_comm_t comm_ = 0;
   uint64_t seq_ = 0;
+  bool coalescing_ = false;                               // under issueMu_
+  std::vector<c10::intrusive_ptr<GotreeWork>> coalesced_;  // under issueMu_
   std::mutex issueMu_;
   std::mutex queueMu_;
   std::condition_variable queueCv_;

@@ -15,22 +15,41 @@ forked children) are unaffected.
 
 Semantics (CPU tensors):
 
-* collectives: allreduce (SUM, AVG, PRODUCT, MIN, MAX, BAND/BOR/BXOR for
-  integers and bool, PREMUL_SUM for floating point), allreduce_coalesced,
-  broadcast, all_gather (list form), all_gather_into_tensor, its coalesced
-  form, barrier. One tensor per rank per call (like NCCL).
+* collectives: allreduce (+ coalesced), broadcast, reduce, all_gather (list
+  form, into one tensor, both coalesced forms), gather, scatter,
+  reduce_scatter (list form, into one tensor, coalesced), all_to_all (list
+  form) and all_to_all_single (equal and uneven splits), barrier, send/recv,
+  batch_isend_irecv (startCoalescing/endCoalescing: one Work for the batch),
+  monitored_barrier (through ProcessGroup.monitored_barrier; Python's
+  dist.monitored_barrier only accepts gloo), sub-groups (new_group). One
+  tensor per rank per call (like NCCL). Sequence numbers count collectives.
+* reductions: SUM, AVG (a true average), PRODUCT, MIN, MAX, BAND/BOR/BXOR
+  (integers and bool), PREMUL_SUM (floating point and complex; scalar or
+  tensor factor; a scaled copy is reduced, the caller's input is not scaled
+  except by all_reduce, whose result overwrites it anyway).
 * dtypes: float32/64, float16, bfloat16, int8/16/32/64, uint8, bool, and
   complex64/128 (as pairs of reals: SUM, AVG, PREMUL_SUM). bool reduces
   logically (SUM/MAX/BOR = any, PRODUCT/MIN/BAND = all, BXOR = parity).
-  broadcast and all_gather move any dtype (unknown ones as raw bytes).
-  Integer AVG truncates toward zero.
+  Data movement (broadcast, gathers, scatter, all-to-all, send/recv) moves
+  any dtype (unknown ones as raw bytes). Integer AVG truncates toward zero.
+* point to point: tags are ignored (like NCCL): sends to one peer are
+  matched with that peer's receives in issue order. dist.recv without src
+  (receive from any source) is not supported: the C ABI has none.
 * non-contiguous tensors are staged through a contiguous copy and copied
   back when the collective succeeds; tensors with overlapping memory (from
   expand()) are refused for output.
 * errors: bad arguments raise ValueError/TypeError/RuntimeError naming the
-  problem before anything is sent; a failed or timed-out collective raises
-  torch.distributed.DistBackendError (from Work.wait() and from the Work's
-  future); a forked child that calls gotree gets a RuntimeError.
+  problem before anything is sent (on the rank that passed them: ranks that
+  did call the collective wait until the group timeout, then fail);
+  arguments that disagree between ranks (counts, dtypes, ops, roots, split
+  sizes) are caught by the library and fail the operation, or, for a rank
+  whose own data was intact, its next operation on that group; a failed or
+  timed-out collective raises torch.distributed.DistBackendError (from
+  Work.wait() and from the Work's future); a forked child that calls gotree
+  gets a RuntimeError.
+* not offered: split_group / supports_splitting (create groups with
+  new_group; do not pass device_id= to init_process_group), sparse
+  allreduce, CUDA tensors (until the CUDA path lands).
 * LD_BIND_NOW=1 is not supported (libgotree.so binds NVML lazily).
 * $GOTREE_LIBRARY overrides the path of libgotree.so.
 """

@@ -9,18 +9,13 @@ from conftest import assert_checks, torchrun
 @pytest.mark.parametrize("nproc", [1, 2, 3, 4])
 def test_collectives(built, nproc):
     rc, out = torchrun("collectives.py", nproc, timeout=420)
-    passed = assert_checks(rc, out, nproc, min_passed=2000)
+    passed = assert_checks(rc, out, nproc, min_passed=3000)
     print(f"{passed} checks passed over {nproc} ranks")
-
-
-def test_ddp_matches_gloo(built):
-    rc, out = torchrun("ddp.py", 2, timeout=300)
-    assert_checks(rc, out, 2, min_passed=10)
 
 
 def test_bad_input(built):
     rc, out = torchrun("bad_input.py", 2, timeout=300)
-    assert_checks(rc, out, 2, min_passed=25)
+    assert_checks(rc, out, 2, min_passed=45)
 
 
 @pytest.mark.parametrize("scenario", ["timeout", "op_timeout", "peer_exit", "mismatch", "reinit"])

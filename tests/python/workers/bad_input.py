@@ -197,6 +197,113 @@ def main():
     c.expect_raises(lambda: dist.broadcast(torch.zeros(2), src=n + 3), str(n + 3), "dist.broadcast(src=size+3)")
     still_works(c, n, "bad roots")
 
+    # --- reduce_scatter / all_to_all / gather / scatter / p2p argument errors (rank-local)
+    c.expect_raises(
+        lambda: dist.reduce_scatter_tensor(torch.zeros(3), torch.zeros(3 * n + 1)),
+        f"gotree: reduce_scatter_tensor: the input tensor has {3 * n + 1} elements, expected {3 * n}",
+        "reduce_scatter_tensor with a wrong-sized input",
+        (ValueError,),
+    )
+    c.expect_raises(
+        lambda: dist.reduce_scatter_tensor(torch.zeros(3, dtype=torch.int32), torch.zeros(3 * n)),
+        "has dtype torch.int32, the input torch.float32",
+        "reduce_scatter_tensor with mismatched dtypes",
+        (TypeError,),
+    )
+    c.expect_raises(
+        lambda: dist.reduce_scatter(torch.zeros(3), [torch.zeros(3)] * (n + 1)),
+        f"the input list has {n + 1} tensors, expected {n}",
+        "reduce_scatter with a wrong-length list",
+        (ValueError,),
+    )
+    c.expect_raises(
+        lambda: dist.all_to_all_single(torch.zeros(4 * n), torch.zeros(4 * n), [4] * n, [4] * (n - 1) + [5]),
+        f"input_split_sizes add up to {4 * n + 1} but dim 0 of the input is {4 * n}",
+        "all_to_all_single with splits that do not add up",
+        (ValueError,),
+    )
+    c.expect_raises(
+        lambda: dist.all_to_all_single(torch.zeros(4 * n), torch.zeros(4 * n), [4] * (n + 1), [4] * n),
+        f"output_split_sizes has {n + 1} entries, expected {n}",
+        "all_to_all_single with too many split sizes",
+        (ValueError,),
+    )
+    c.expect_raises(
+        lambda: dist.all_to_all_single(torch.zeros(2 * n + 1), torch.zeros(2 * n + 1)) if n > 1 else (_ for _ in ()).throw(ValueError("must divide by the group size")),
+        "must divide by the group size",
+        "all_to_all_single with equal splits that do not divide",
+        (ValueError,),
+    )
+    c.expect_raises(
+        lambda: dist.all_to_all([torch.zeros(2)] * n, [torch.zeros(2)] * (n + 1)),
+        f"the input list has {n + 1} tensors, expected {n}",
+        "all_to_all with a wrong-length list",
+        (ValueError,),
+    )
+    go = dist.GatherOptions()
+    go.rootRank = n
+    c.expect_raises(
+        lambda: be.gather([], [torch.zeros(2)], go),
+        f"gotree: gather: root rank {n} is outside the group",
+        "gather root outside the group",
+        (ValueError,),
+    )
+    so = dist.ScatterOptions()
+    so.rootRank = rank  # every rank is "root" of its own call: local check only
+    c.expect_raises(
+        lambda: be.scatter([torch.zeros(2)], [[torch.zeros(2)] * (n + 1)], so),
+        f"gotree: scatter: the input list has {n + 1} tensors, expected {n}",
+        "scatter with a wrong-length list",
+        (ValueError,),
+    )
+    c.expect_raises(
+        lambda: be.send([torch.zeros(2)], n + 1, 0),
+        f"gotree: send: destination rank {n + 1} is outside the group",
+        "send to a rank outside the group",
+        (ValueError,),
+    )
+    c.expect_raises(
+        lambda: be.recv_anysource([torch.zeros(2)], 0),
+        ["recv from any source", "not supported", "src="],
+        "recv from any source",
+    )
+    c.expect_raises(
+        lambda: be.alltoall_base(cuda, torch.zeros(4), [], [], dist.AllToAllOptions()),
+        "gotree: CUDA tensors are not supported yet",
+        "all_to_all_single of a CUDA tensor",
+    )
+    still_works(c, n, "bad reduce_scatter/all_to_all/gather/scatter/p2p arguments")
+
+    # --- arguments that disagree between ranks: the library's tags catch them and every
+    # rank of the group gets an exception (the group is then aborted; the default group
+    # keeps working)
+    if n > 1:
+        import datetime as _dt
+        import time
+
+        for what, fn in [
+            ("reduce_scatter_tensor with a count that differs between ranks",
+             lambda g: dist.reduce_scatter_tensor(torch.zeros(3 + rank), torch.ones(n * (3 + rank)), group=g)),
+            ("all_to_all_single with splits that disagree between ranks",
+             lambda g: dist.all_to_all_single(torch.zeros(2 * n + rank), torch.ones(2 * n),
+                                              [2 + rank] + [2] * (n - 1), [2] * n, group=g)),
+            ("all_reduce with dtypes that differ between ranks",
+             lambda g: dist.all_reduce(torch.ones(4, dtype=torch.float32 if rank == 0 else torch.int32), group=g)),
+        ]:
+            g = dist.new_group(backend="gotree", timeout=_dt.timedelta(seconds=30))
+            t0 = time.monotonic()
+            def op_then_barrier(fn=fn, g=g):
+                # A rank whose own data arrived intact may finish the operation itself
+                # (uneven all-to-all: only the receiver of a wrong-sized message can tell);
+                # the group is aborted then, so its next operation raises.
+                fn(g)
+                dist.barrier(group=g)
+
+            e = c.expect_raises(op_then_barrier, "gotree", what, (RuntimeError,))
+            print(f"[rank {rank}] {what}: {time.monotonic() - t0:.1f} s: {e}", flush=True)
+            dist.destroy_process_group(g)
+        still_works(c, n, "cross-rank mismatches on other groups")
+
     # --- a forked child must get a clear error, not a hang; the parent keeps working
     r_fd, w_fd = os.pipe()
     pid = os.fork()

@@ -15,13 +15,30 @@ from _common import Checker  # noqa: E402
 STEPS = 10
 
 
-def make_model():
+class WithUnused(torch.nn.Module):
+    """Its `spare` layer is used on odd steps only: find_unused_parameters must cope."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 8))
+        self.spare = torch.nn.Linear(8, 8)
+        self.step = 0
+
+    def forward(self, x):
+        y = self.body(x)
+        self.step += 1
+        return self.spare(y) if self.step % 2 == 0 else y
+
+
+def make_model(unused=False):
     torch.manual_seed(1234)
+    if unused:
+        return WithUnused()
     return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 8))
 
 
 def train(pg, rank, **ddp_kwargs):
-    model = make_model()
+    model = make_model(ddp_kwargs.get("find_unused_parameters", False))
     # every rank starts differently: DDP's construction broadcast must fix that
     with torch.no_grad():
         for p in model.parameters():
@@ -47,12 +64,16 @@ def main():
     rank, n = dist.get_rank(), dist.get_world_size()
     gloo = dist.new_group(backend="gloo")
 
-    init = [p.detach().clone() for p in make_model().parameters()]
-    for kwargs in ({}, {"bucket_cap_mb": 0.001, "gradient_as_bucket_view": True}):
+    for kwargs in (
+        {},
+        {"bucket_cap_mb": 0.001, "gradient_as_bucket_view": True},
+        {"find_unused_parameters": True},
+    ):
+        init = [p.detach().clone() for p in make_model(kwargs.get("find_unused_parameters", False)).parameters()]
         got, got_losses = train(None, rank, **kwargs)  # default group: gotree
         ref, ref_losses = train(gloo, rank, **kwargs)
         tag = f"DDP {kwargs or 'default buckets'}"
-        c.check(len(got) == len(ref) == 4, f"{tag}: 4 parameter tensors")
+        c.check(len(got) == len(ref) == len(init), f"{tag}: {len(init)} parameter tensors")
         for i, (a, b) in enumerate(zip(got, ref)):
             c.check(
                 torch.allclose(a, b, rtol=1e-5, atol=1e-6),
