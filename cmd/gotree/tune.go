@@ -78,6 +78,8 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 	local := fs.Int("local", 4, "calibrate shm for 2 .. this many local ranks")
 	skipTCP := fs.Bool("no-tcp", false, "skip the tcp transport")
 	timeout := fs.Duration("timeout", 2*time.Minute, "communicator timeout")
+	from := fs.String("from", "", "fit shm from a sweep's raw.csv instead of measuring (pooled medians of every run)")
+	start := fs.String("tuning", os.Getenv("GOTREE_TUNING_FILE"), "with -from: the tuning file that gives base and tcp")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -131,36 +133,94 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "gotree tune: %v\n", err)
 		return 1
 	}
-	baseRun, err := measure("shm", 1, "ring")
-	if err != nil {
-		return fail(err)
-	}
-	runs = append(runs, baseRun)
-	base := smallLatency(baseRun)
-	tu := algorithms.DefaultTuning()
-	tu.Cores = runtime.NumCPU()
-	host, _ := os.Hostname()
-	tu.Source = fmt.Sprintf("gotree tune on %s (%d CPUs), %s", host, tu.Cores, time.Now().UTC().Format("2006-01-02 15:04 MST"))
 	type job struct {
 		tr string
 		k  int
 	}
 	var jobs []job
-	for k := 2; k <= max(2, *local); k++ {
-		jobs = append(jobs, job{"shm", k})
-	}
-	if !*skipTCP {
-		jobs = append(jobs, job{"tcp", 2})
+	var base float64
+	tu := algorithms.DefaultTuning()
+	host, _ := os.Hostname()
+	var fromRuns map[string]tuneRun // "k/algo" -> the sweep's pooled medians
+	var written []algorithms.Transport
+	if *from != "" {
+		// Fit shm from a sweep's raw.csv; everything else (base, tcp) comes
+		// from the starting tuning file.
+		if *start != "" {
+			data, err := os.ReadFile(*start)
+			if err == nil {
+				tu, err = algorithms.ParseTuning(data)
+			}
+			if err != nil {
+				return fail(err)
+			}
+		}
+		f, err := os.Open(*from)
+		if err != nil {
+			return fail(err)
+		}
+		samples, err := readSweepCSV(f)
+		f.Close()
+		if err != nil {
+			return fail(err)
+		}
+		rep := analyseSweep(samples, func(int, int64) string { return "" })
+		fromRuns = map[string]tuneRun{}
+		for _, n := range rep.ns {
+			for _, a := range rep.forced(n) {
+				run := tuneRun{Transport: "shm", NRanks: n, Algo: a}
+				for _, b := range rep.sizes[n] {
+					if p, ok := rep.points[n][a][b]; ok {
+						run.Bytes = append(run.Bytes, b)
+						run.MedianUs = append(run.MedianUs, p.Median)
+					}
+				}
+				fromRuns[fmt.Sprintf("%d/%s", n, a)] = run
+			}
+			if n >= 2 {
+				jobs = append(jobs, job{"shm", n})
+			}
+		}
+		base = tu.Transports[algorithms.Shm].BaseUs[algorithms.Ring][algorithms.Simple]
+		var keep []algorithms.LocalCost
+		for _, l := range tu.Local {
+			if _, refit := fromRuns[fmt.Sprintf("%d/ring", l.RanksPerNode)]; l.Transport != algorithms.Shm || !refit {
+				keep = append(keep, l)
+			}
+		}
+		tu.Local = keep
+		tu.Source = fmt.Sprintf("gotree tune -from %s on %s (shm refitted from the sweep; base and tcp from %q), %s", *from, host, *start, time.Now().UTC().Format("2006-01-02 15:04 MST"))
+		written = []algorithms.Transport{algorithms.TCP}
+	} else {
+		baseRun, err := measure("shm", 1, "ring")
+		if err != nil {
+			return fail(err)
+		}
+		runs = append(runs, baseRun)
+		base = smallLatency(baseRun)
+		tu.Cores = runtime.NumCPU()
+		tu.Source = fmt.Sprintf("gotree tune on %s (%d CPUs), %s", host, tu.Cores, time.Now().UTC().Format("2006-01-02 15:04 MST"))
+		for k := 2; k <= max(2, *local); k++ {
+			jobs = append(jobs, job{"shm", k})
+		}
+		if !*skipTCP {
+			jobs = append(jobs, job{"tcp", 2})
+		}
 	}
 	var fits []tuneFit
-	var written []algorithms.Transport
 	for _, jb := range jobs {
 		t, _ := algorithms.ParseTransport(jb.tr)
 		tc := algorithms.TransportCost{SharesCPU: true}
 		var measured [algorithms.NumAlgorithms]tuneRun
 		for _, a := range []algorithms.Algorithm{algorithms.Ring, algorithms.Tree} {
-			run, err := measure(jb.tr, jb.k, a.String())
-			if err != nil {
+			var run tuneRun
+			var err error
+			if fromRuns != nil {
+				var ok bool
+				if run, ok = fromRuns[fmt.Sprintf("%d/%v", jb.k, a)]; !ok {
+					return fail(fmt.Errorf("%s has no %v run on %d ranks", *from, a, jb.k))
+				}
+			} else if run, err = measure(jb.tr, jb.k, a.String()); err != nil {
 				return fail(err)
 			}
 			runs = append(runs, run)
@@ -195,7 +255,7 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 		}
 		if jb.k == 2 {
 			tu.Transports[t] = tc
-			written = append(written, t)
+			written = append([]algorithms.Transport{t}, written...)
 		} else {
 			tu.Local = append(tu.Local, algorithms.LocalCost{Transport: t, RanksPerNode: jb.k, Cost: tc})
 		}

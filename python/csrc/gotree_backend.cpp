@@ -764,16 +764,22 @@ class GotreeBackend : public c10d::Backend {
           reinterpret_cast<uint8_t*>(&id) + sizeof(id));
       store->set(key, bytes);
     } else {
+      std::string why;
       try {
         store->wait({key}, timeout_);
+      } catch (const c10::Error& e) {
+        why = e.what_without_backtrace();  // the store's message, not a C++ backtrace
       } catch (const std::exception& e) {
+        why = e.what();
+      }
+      if (!why.empty()) {
         C10_THROW_ERROR(
             DistBackendError,
             c10::str("gotree: rank ", rank, " of ", size,
                      " timed out after ", timeout_.count(),
                      " ms waiting for rank 0 to publish the unique id (store key '",
                      key, "'); is rank 0 running and using backend gotree? (",
-                     e.what(), ")"));
+                     why, ")"));
       }
       std::vector<uint8_t> bytes = store->get(key);
       TORCH_CHECK(
@@ -2005,7 +2011,7 @@ class GotreeBackend : public c10d::Backend {
       std::lock_guard<std::mutex> g(queueMu_);
       queue_.push_back(work);
     }
-    queueCv_.notify_one();
+    queueCv_->notify_one();
   }
 
   void addAllreduce(
@@ -2096,7 +2102,7 @@ class GotreeBackend : public c10d::Backend {
       c10::intrusive_ptr<GotreeWork> work;
       {
         std::unique_lock<std::mutex> g(queueMu_);
-        queueCv_.wait(g, [&] { return !queue_.empty() || stopping_; });
+        queueCv_->wait(g, [&] { return !queue_.empty() || stopping_; });
         if (queue_.empty()) {
           return;  // stopping and drained
         }
@@ -2201,9 +2207,13 @@ class GotreeBackend : public c10d::Backend {
     }
     abortedByUser_ = abort;
     if (getpid() != pid_) {
-      // Forked child: the thread does not exist here and Go must not run.
+      // Forked child: the completion thread does not exist here and Go must
+      // not run. Leak what the parent's thread was using instead of
+      // destroying it (a std::thread that is still joinable would
+      // terminate, a condition variable with a phantom waiter would hang).
+      (void)queueCv_.release();
       if (completer_.joinable()) {
-        completer_.detach();
+        (void)new std::thread(std::move(completer_));
       }
       return;
     }
@@ -2229,7 +2239,7 @@ class GotreeBackend : public c10d::Backend {
         std::lock_guard<std::mutex> g(queueMu_);
         stopping_ = true;
       }
-      queueCv_.notify_all();
+      queueCv_->notify_all();
       if (completer_.joinable()) {
         if (completer_.get_id() == std::this_thread::get_id()) {
           completer_.detach();  // last reference dropped by a future callback
@@ -2256,7 +2266,10 @@ class GotreeBackend : public c10d::Backend {
   std::vector<c10::intrusive_ptr<GotreeWork>> coalesced_;  // under issueMu_
   std::mutex issueMu_;
   std::mutex queueMu_;
-  std::condition_variable queueCv_;
+  // Held by pointer so that a forked child can leak it: the parent's
+  // completion thread was waiting on it at fork time, and destroying a
+  // condition variable with a waiter that no longer exists blocks forever.
+  std::unique_ptr<std::condition_variable> queueCv_ = std::make_unique<std::condition_variable>();
   std::deque<c10::intrusive_ptr<GotreeWork>> queue_;
   bool stopping_ = false;
   std::atomic<bool> stopped_{false};

@@ -239,12 +239,6 @@ def test_fork_after_init(ranks_factory):
         assert (r, "fork-child-all_reduce") in got and (r, "fork-child-broadcast") in got and (r, "fork-parent") in got
 
 
-@pytest.mark.xfail(
-    reason="known bug (python/csrc/gotree_backend.cpp): ~GotreeBackend in a forked child destroys "
-    "queueCv_, whose waiter (the parent's completion thread) does not exist in the child: "
-    "pthread_cond_destroy waits forever",
-    strict=False,
-)
 def test_fork_child_normal_exit(ranks_factory):
     rk = ranks_factory("faults_fork.py", [0], 1, args=["exit"])
     rcs = rk.wait(40)
