@@ -231,13 +231,10 @@ func view(p unsafe.Pointer, count uint64, esize int, coll, name string) ([]byte,
 	return unsafe.Slice((*byte)(p), count*uint64(esize)), nil
 }
 
-//export gotreego_collective
-func gotreego_collective(kind C.int, h C.int64_t, send, recv unsafe.Pointer, count C.uint64_t, dtype, op, root, device C.int, stream unsafe.Pointer, req *C.int64_t) (st C.int) {
-	defer guard(int64(h), &st)
-	if kind < 0 || int(kind) >= len(collNames) {
-		return fail(int64(h), fmt.Errorf("%w: unknown collective %d", pg.ErrInvalidArgument, kind))
-	}
-	name := collNames[kind]
+// issue is the common shape of every entry point that starts an
+// operation: find the communicator, check the request pointer and the
+// device, run start, and hand back a request handle or the error's status.
+func issue(h C.int64_t, req *C.int64_t, name string, device C.int, start func(c *pg.Comm) (*pg.Request, error)) C.int {
 	c, err := table.comm(int64(h))
 	if err != nil {
 		return fail(0, fmt.Errorf("%s: %w", name, err))
@@ -249,12 +246,33 @@ func gotreego_collective(kind C.int, h C.int64_t, send, recv unsafe.Pointer, cou
 	if err := cpuOnly(name, device); err != nil {
 		return fail(int64(h), err)
 	}
-	r, err := issueCollective(c, int(kind), name, send, recv, uint64(count), algorithms.DType(dtype), algorithms.Op(op), int(root))
+	r, err := start(c)
 	if err != nil {
 		return fail(int64(h), err)
 	}
 	*req = C.int64_t(table.add(r))
 	return stSuccess
+}
+
+// checkDType refuses an unknown element type.
+func checkDType(name string, dtype C.int) (algorithms.DType, error) {
+	dt := algorithms.DType(dtype)
+	if !dt.Valid() {
+		return dt, fmt.Errorf("%w: %s: unknown dtype %d", pg.ErrInvalidArgument, name, dtype)
+	}
+	return dt, nil
+}
+
+//export gotreego_collective
+func gotreego_collective(kind C.int, h C.int64_t, send, recv unsafe.Pointer, count C.uint64_t, dtype, op, root, device C.int, stream unsafe.Pointer, req *C.int64_t) (st C.int) {
+	defer guard(int64(h), &st)
+	if kind < 0 || int(kind) >= len(collNames) {
+		return fail(int64(h), fmt.Errorf("%w: unknown collective %d", pg.ErrInvalidArgument, kind))
+	}
+	name := collNames[kind]
+	return issue(h, req, name, device, func(c *pg.Comm) (*pg.Request, error) {
+		return issueCollective(c, int(kind), name, send, recv, uint64(count), algorithms.DType(dtype), algorithms.Op(op), int(root))
+	})
 }
 
 // issueCollective checks the buffers of one collective and issues it.
@@ -340,95 +358,65 @@ func issueCollective(c *pg.Comm, kind int, name string, send, recv unsafe.Pointe
 func gotreego_alltoallv(h C.int64_t, send unsafe.Pointer, sendCounts, sendDispls *C.uint64_t, recv unsafe.Pointer, recvCounts, recvDispls *C.uint64_t, dtype, device C.int, stream unsafe.Pointer, req *C.int64_t) (st C.int) {
 	defer guard(int64(h), &st)
 	const name = "gotree_alltoallv"
-	c, err := table.comm(int64(h))
-	if err != nil {
-		return fail(0, fmt.Errorf("%s: %w", name, err))
-	}
-	if req == nil {
-		return fail(int64(h), fmt.Errorf("%w: %s: request is NULL", pg.ErrInvalidArgument, name))
-	}
-	*req = 0
-	if err := cpuOnly(name, device); err != nil {
-		return fail(int64(h), err)
-	}
-	dt := algorithms.DType(dtype)
-	if !dt.Valid() {
-		return fail(int64(h), fmt.Errorf("%w: %s: unknown dtype %d", pg.ErrInvalidArgument, name, dtype))
-	}
-	n := c.Size()
-	arrays := []struct {
-		p    *C.uint64_t
-		what string
-	}{{sendCounts, "sendcounts"}, {sendDispls, "sdispls"}, {recvCounts, "recvcounts"}, {recvDispls, "rdispls"}}
-	vals := make([][]int64, 4)
-	var ends [2]uint64 // elements each buffer must hold
-	for i, a := range arrays {
-		if a.p == nil {
-			return fail(int64(h), fmt.Errorf("%w: %s: %s is NULL", pg.ErrInvalidArgument, name, a.what))
+	return issue(h, req, name, device, func(c *pg.Comm) (*pg.Request, error) {
+		dt, err := checkDType(name, dtype)
+		if err != nil {
+			return nil, err
 		}
-		src := unsafe.Slice((*uint64)(unsafe.Pointer(a.p)), n)
-		vals[i] = make([]int64, n)
-		for p, v := range src {
-			if v > 1<<56 {
-				return fail(int64(h), fmt.Errorf("%w: %s: %s[%d] = %d is too large", pg.ErrInvalidArgument, name, a.what, p, v))
+		n := c.Size()
+		arrays := []struct {
+			p    *C.uint64_t
+			what string
+		}{{sendCounts, "sendcounts"}, {sendDispls, "sdispls"}, {recvCounts, "recvcounts"}, {recvDispls, "rdispls"}}
+		vals := make([][]int64, 4)
+		var ends [2]uint64 // elements each buffer must hold
+		for i, a := range arrays {
+			if a.p == nil {
+				return nil, fmt.Errorf("%w: %s: %s is NULL", pg.ErrInvalidArgument, name, a.what)
 			}
-			vals[i][p] = int64(v)
+			src := unsafe.Slice((*uint64)(unsafe.Pointer(a.p)), n)
+			vals[i] = make([]int64, n)
+			for p, v := range src {
+				if v > 1<<56 {
+					return nil, fmt.Errorf("%w: %s: %s[%d] = %d is too large", pg.ErrInvalidArgument, name, a.what, p, v)
+				}
+				vals[i][p] = int64(v)
+			}
 		}
-	}
-	for p := 0; p < n; p++ {
-		ends[0] = max(ends[0], uint64(vals[0][p]+vals[1][p]))
-		ends[1] = max(ends[1], uint64(vals[2][p]+vals[3][p]))
-	}
-	sb, err := view(send, ends[0], dt.Size(), name, "sendbuf")
-	if err != nil {
-		return fail(int64(h), err)
-	}
-	rb, err := view(recv, ends[1], dt.Size(), name, "recvbuf")
-	if err != nil {
-		return fail(int64(h), err)
-	}
-	r, err := c.AllToAll(sb, rb, vals[0], vals[1], vals[2], vals[3], dt)
-	if err != nil {
-		return fail(int64(h), err)
-	}
-	*req = C.int64_t(table.add(r))
-	return stSuccess
+		for p := 0; p < n; p++ {
+			ends[0] = max(ends[0], uint64(vals[0][p]+vals[1][p]))
+			ends[1] = max(ends[1], uint64(vals[2][p]+vals[3][p]))
+		}
+		sb, err := view(send, ends[0], dt.Size(), name, "sendbuf")
+		if err != nil {
+			return nil, err
+		}
+		rb, err := view(recv, ends[1], dt.Size(), name, "recvbuf")
+		if err != nil {
+			return nil, err
+		}
+		return c.AllToAll(sb, rb, vals[0], vals[1], vals[2], vals[3], dt)
+	})
 }
 
 //export gotreego_p2p
 func gotreego_p2p(isSend C.int, h C.int64_t, buf unsafe.Pointer, count C.uint64_t, dtype, peer, device C.int, stream unsafe.Pointer, req *C.int64_t) (st C.int) {
 	defer guard(int64(h), &st)
 	name := map[bool]string{true: "gotree_send", false: "gotree_recv"}[isSend != 0]
-	c, err := table.comm(int64(h))
-	if err != nil {
-		return fail(0, fmt.Errorf("%s: %w", name, err))
-	}
-	if req == nil {
-		return fail(int64(h), fmt.Errorf("%w: %s: request is NULL", pg.ErrInvalidArgument, name))
-	}
-	*req = 0
-	if err := cpuOnly(name, device); err != nil {
-		return fail(int64(h), err)
-	}
-	dt := algorithms.DType(dtype)
-	if !dt.Valid() {
-		return fail(int64(h), fmt.Errorf("%w: %s: unknown dtype %d", pg.ErrInvalidArgument, name, dtype))
-	}
-	b, err := view(buf, uint64(count), dt.Size(), name, "buf")
-	if err != nil {
-		return fail(int64(h), err)
-	}
-	var r *pg.Request
-	if isSend != 0 {
-		r, err = c.Send(b, int64(count), dt, int(peer))
-	} else {
-		r, err = c.Recv(b, int64(count), dt, int(peer))
-	}
-	if err != nil {
-		return fail(int64(h), err)
-	}
-	*req = C.int64_t(table.add(r))
-	return stSuccess
+	return issue(h, req, name, device, func(c *pg.Comm) (*pg.Request, error) {
+		dt, err := checkDType(name, dtype)
+		if err != nil {
+			return nil, err
+		}
+		b, err := view(buf, uint64(count), dt.Size(), name, "buf")
+		if err != nil {
+			return nil, err
+		}
+		if isSend != 0 {
+			return c.Send(b, int64(count), dt, int(peer))
+		}
+		return c.Recv(b, int64(count), dt, int(peer))
+	})
 }
 
 //export gotreego_request_test
