@@ -240,6 +240,7 @@ func (c *Comm) choice(a collArgs) algorithms.Prediction {
 		return pr, err
 	})
 	if err != nil {
+		c.log.Tracef("TUNING", "%v %d bytes: no prediction (%v); ring", a.coll, bytes, err)
 		return algorithms.Prediction{Coll: a.coll, Algo: algorithms.Ring, Proto: algorithms.Simple, Bytes: bytes}
 	}
 	return v.(algorithms.Prediction)
@@ -249,10 +250,15 @@ func (c *Comm) runColl(a collArgs, desc string) error {
 	if a.plan != nil {
 		return c.execPlan(a.plan, a.in, a.out, desc, a.tag)
 	}
+	pr := c.choice(a)
 	req := algorithms.PlanRequest{
 		Coll: a.coll, Algo: c.algorithm(a), Proto: algorithms.Simple,
 		Count: a.count, DType: a.dt, Op: a.op, Root: a.root,
 		ChunkBytes: int64(backend.DefaultSlots * c.cfg.SlotBytes / 2),
+		// The model's channel count (within GOTREE_MIN/MAX_NCHANNELS);
+		// a minimum above one keeps that many even for small messages.
+		Channels:     min(max(pr.Channels, 0), c.graph.Channels),
+		KeepChannels: c.cfg.MinChannels > 1,
 	}
 	v, err := c.plans.get(req, func() (any, error) { return algorithms.BuildPlan(c.graph, req) })
 	if err != nil {
