@@ -26,7 +26,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -35,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, WORKERS, assert_checks, worker_env
+from conftest import REPO, WORKERS, assert_checks, run_command, worker_env
 
 sys.path.insert(0, str(WORKERS))
 import faults_netns  # noqa: E402
@@ -53,22 +52,7 @@ def _skip_unless_netns():
 def _netns_run(args, env, timeout):
     """netns.sh run ... under the lock; kills the run (and removes the namespaces) on overrun."""
     with faults_netns.exclusive():
-        proc = subprocess.Popen(
-            ["bash", str(faults_netns.NETNS), "run", *args],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
-        try:
-            out, _ = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, _ = proc.communicate()
-            pytest.fail(f"netns.sh run {' '.join(args[:3])} ... did not finish within {timeout} s (hang?):\n{out[-8000:]}")
-    return proc.returncode, out
+        return run_command(["bash", str(faults_netns.NETNS), "run", *args], timeout, env=env, cwd=REPO)
 
 
 def test_torchrun_across_namespaces(built):
