@@ -45,10 +45,13 @@ type Conn interface {
 // in place: Acquire waits for a free slot and returns n bytes of it, Post
 // publishes them. It saves the copy from a scratch buffer when a reduction
 // result goes straight to one peer (RecvReduceSend). Each Acquire must be
-// followed by exactly one Post before the next Send or Acquire.
+// followed by exactly one Post or Cancel before the next Send or Acquire.
 type DirectSender interface {
 	Acquire(ctx context.Context, n int) ([]byte, error)
 	Post(tag uint32, n int)
+	// Cancel gives up the acquired slot without publishing anything (the
+	// step failed; the peer must not see a message).
+	Cancel()
 }
 
 // RemoteAbortError is the reason a peer gave when it aborted.

@@ -197,7 +197,7 @@ func (x *executor) runStream(ctx context.Context, ch int, steps algorithms.Strea
 					b, err := x.recvExact(ctx, c, st.RecvFrom[j], ch, end-off)
 					if err != nil {
 						if direct != nil {
-							direct.Post(0, 0) // hand the slot back as an empty message; the link is failing anyway
+							direct.Cancel()
 						}
 						return err
 					}

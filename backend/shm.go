@@ -471,6 +471,9 @@ func (s *shmConn) Acquire(ctx context.Context, n int) ([]byte, error) {
 	return s.tx.slot(int(tail % uint64(s.tx.slots)))[:n:n], nil
 }
 
+// Cancel releases the slot returned by the last Acquire unpublished.
+func (s *shmConn) Cancel() { s.exit() }
+
 // Post publishes the slot returned by the last Acquire with n bytes.
 func (s *shmConn) Post(tag uint32, n int) {
 	tail := atomic.LoadUint64(s.tx.u64(offTail))
