@@ -319,7 +319,7 @@ func (b *xmlBuilder) nvlinks() error {
 // PCI attributes is written as x16 at the speed that gives its bandwidth.
 func WriteNCCLXML(w io.Writer, s *System) error {
 	s.ensureIndex()
-	children := pciChildren(s)
+	children, _ := pciTree(s)
 	bw := bufio.NewWriter(w)
 	fmt.Fprintln(bw, `<system version="1">`)
 	for _, c := range s.Of(CPU) {
@@ -340,10 +340,17 @@ func WriteNCCLXML(w io.Writer, s *System) error {
 	return bw.Flush()
 }
 
-// pciChildren lists, for every node, the nodes hanging below it in the PCI
-// tree rooted at the CPUs (NET ports below their NIC), sorted by bus id.
-func pciChildren(s *System) [][]int {
-	children := make([][]int, len(s.Nodes))
+// pciTree lists, for every node, the nodes hanging below it in the PCI
+// tree rooted at the CPUs (NET ports below their NIC), sorted by bus id,
+// and for every node the index of the link from its parent (-1 for roots
+// and nodes outside the tree).
+func pciTree(s *System) (children [][]int, parentLink []int) {
+	s.ensureIndex()
+	children = make([][]int, len(s.Nodes))
+	parentLink = make([]int, len(s.Nodes))
+	for i := range parentLink {
+		parentLink[i] = -1
+	}
 	seen := make([]bool, len(s.Nodes))
 	var queue []int
 	for _, c := range s.Of(CPU) {
@@ -359,6 +366,7 @@ func pciChildren(s *System) [][]int {
 				continue
 			}
 			seen[l.To] = true
+			parentLink[l.To] = li
 			children[u] = append(children[u], l.To)
 			queue = append(queue, l.To)
 		}
@@ -366,7 +374,7 @@ func pciChildren(s *System) [][]int {
 	for u := range children {
 		sort.SliceStable(children[u], func(a, b int) bool { return nodeLess(s, children[u][a], children[u][b]) })
 	}
-	return children
+	return children, parentLink
 }
 
 func writeAttrs(w io.Writer, kv ...string) {

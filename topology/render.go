@@ -3,7 +3,6 @@ package topology
 import (
 	"fmt"
 	"io"
-	"sort"
 	"strings"
 	"text/tabwriter"
 )
@@ -12,35 +11,7 @@ import (
 // GPUs and NICs below it (NICs with their network ports), then the
 // NVLinks and the links between CPUs.
 func WriteTree(w io.Writer, s *System) error {
-	s.ensureIndex()
-	parent := make([]int, len(s.Nodes))
-	for i := range parent {
-		parent[i] = -1
-	}
-	children := make([][]int, len(s.Nodes))
-	var queue []int
-	seen := make([]bool, len(s.Nodes))
-	for _, c := range s.Of(CPU) {
-		seen[c] = true
-		queue = append(queue, c)
-	}
-	for len(queue) > 0 {
-		u := queue[0]
-		queue = queue[1:]
-		for _, li := range s.out[u] {
-			l := s.Links[li]
-			if (l.Type != LinkPCI && l.Type != LinkNET) || seen[l.To] {
-				continue
-			}
-			seen[l.To] = true
-			parent[l.To] = li
-			children[u] = append(children[u], l.To)
-			queue = append(queue, l.To)
-		}
-	}
-	for u := range children {
-		sort.SliceStable(children[u], func(a, b int) bool { return nodeLess(s, children[u][a], children[u][b]) })
-	}
+	children, parent := pciTree(s)
 	fmt.Fprintf(w, "System: %d GPUs, %d CPUs (NUMA nodes), %d NICs, %d network ports, %d PCI switches", s.Count(GPU), s.Count(CPU), s.Count(NIC), s.Count(NET), s.Count(PCI))
 	if s.Count(NVS) > 0 {
 		fmt.Fprint(w, ", NVSwitch fabric")
