@@ -54,6 +54,14 @@ type DirectSender interface {
 	Cancel()
 }
 
+// Prober is a Conn that can wait for its next message without taking it:
+// after Probe returns nil, the next Recv returns at once. Receive-from-any-
+// peer probes every peer's link and receives from the first that is ready.
+// Probe is a receive-side call: it must not run concurrently with Recv.
+type Prober interface {
+	Probe(ctx context.Context) error
+}
+
 // RemoteAbortError is the reason a peer gave when it aborted.
 type RemoteAbortError struct{ Reason string }
 
@@ -90,6 +98,7 @@ type fifo struct {
 	done   chan struct{} // closed when the link fails or closes
 	err    error         // set before done is closed
 	cur    []byte        // slot borrowed by the consumer
+	peeked *msg          // taken from ready by probe, not yet returned by recv
 	curCap []byte
 }
 
@@ -132,6 +141,11 @@ func (f *fifo) recv(ctx context.Context) ([]byte, uint32, error) {
 	if f.cur != nil {
 		return nil, 0, fmt.Errorf("%w: Recv called before Release", ErrProto)
 	}
+	if m := f.peeked; m != nil {
+		f.peeked = nil
+		f.cur = m.b
+		return m.b, m.tag, nil
+	}
 	select {
 	case m := <-f.ready:
 		f.cur = m.b
@@ -158,6 +172,23 @@ func (f *fifo) recv(ctx context.Context) ([]byte, uint32, error) {
 	case <-ctx.Done():
 		return nil, 0, ctxErr(ctx)
 	}
+}
+
+// probe waits for the next published slot and keeps it for recv.
+func (f *fifo) probe(ctx context.Context) error {
+	if f.peeked != nil {
+		return nil
+	}
+	if f.cur != nil {
+		return fmt.Errorf("%w: Probe called before Release", ErrProto)
+	}
+	b, tag, err := f.recv(ctx)
+	if err != nil {
+		return err
+	}
+	f.cur = nil
+	f.peeked = &msg{b, tag}
+	return nil
 }
 
 func (f *fifo) release() {

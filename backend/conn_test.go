@@ -175,3 +175,34 @@ func TestConnAbortCarriesReason(t *testing.T) {
 		})
 	}
 }
+
+// Probe waits for a message without taking it: the next Recv returns the
+// same message, and a probe that times out leaves the link usable.
+func TestConnProbe(t *testing.T) {
+	for name, mk := range pairs {
+		t.Run(name, func(t *testing.T) {
+			a, b := mk(t, 2, 64)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			p, ok := b.(Prober)
+			require.True(t, ok, "%s links must implement Prober", name)
+
+			short, cancelShort := context.WithTimeout(ctx, 30*time.Millisecond)
+			defer cancelShort()
+			require.ErrorIs(t, p.Probe(short), ErrTimeout)
+
+			for i, n := range []int{5, 0, 64} {
+				require.NoError(t, a.Send(ctx, uint32(40+i), pattern(n, i)))
+				require.NoError(t, p.Probe(ctx))
+				require.NoError(t, p.Probe(ctx), "a second probe sees the same message")
+				m, tag, err := b.Recv(ctx)
+				require.NoError(t, err)
+				require.Equal(t, uint32(40+i), tag)
+				require.True(t, bytes.Equal(m, pattern(n, i)))
+				b.Release()
+			}
+			require.NoError(t, a.Close())
+			require.ErrorIs(t, p.Probe(ctx), ErrClosed)
+		})
+	}
+}

@@ -63,6 +63,14 @@ func (m *memConn) Abort(reason string) {
 
 func (m *memConn) Release() { m.rx.release() }
 
+// Probe implements Prober.
+func (m *memConn) Probe(ctx context.Context) error {
+	if err := m.rx.probe(ctx); err != nil {
+		return &PeerError{m.peer, m.channel, "recv", err}
+	}
+	return nil
+}
+
 func (m *memConn) Close() error {
 	m.once.Do(func() {
 		m.rx.fail(ErrClosed)

@@ -516,6 +516,27 @@ func (s *shmConn) Recv(ctx context.Context) ([]byte, uint32, error) {
 	return s.rx.slot(i)[:n:n], atomic.LoadUint32(s.rx.tag(i)), nil
 }
 
+// Probe implements Prober: it waits like Recv but takes nothing.
+func (s *shmConn) Probe(ctx context.Context) error {
+	if s.borrowed {
+		return &PeerError{s.peer, s.channel, "recv", fmt.Errorf("%w: Probe called before Release", ErrProto)}
+	}
+	if !s.enter() {
+		return s.err("recv")
+	}
+	defer s.exit()
+	head := atomic.LoadUint64(s.rx.u64(offHead))
+	tail := s.rx.u64(offTail)
+	ready := func() bool { return atomic.LoadUint64(tail) != head }
+	if err := s.wait(ctx, ready, s.rx.u32(offTail), s.rx.u32(offRxWait)); err != nil {
+		if err == errFailed {
+			return s.err("recv")
+		}
+		return &PeerError{s.peer, s.channel, "recv", err}
+	}
+	return nil
+}
+
 func (s *shmConn) Release() {
 	if !s.borrowed {
 		return

@@ -179,6 +179,18 @@ func (t *tcpConn) Abort(reason string) {
 
 func (t *tcpConn) Release() { t.rx.release() }
 
+// Probe implements Prober.
+func (t *tcpConn) Probe(ctx context.Context) error {
+	if err := t.rx.probe(ctx); err != nil {
+		var pe *PeerError
+		if errors.As(err, &pe) {
+			return err
+		}
+		return t.peerErr("recv", err)
+	}
+	return nil
+}
+
 func (t *tcpConn) Close() error {
 	t.once.Do(func() {
 		close(t.closed)

@@ -171,6 +171,11 @@ gotree_status_t gotree_request_test(gotree_request_t request, int *done) {
   return (gotree_status_t)gotreego_request_test(request, done);
 }
 
+gotree_status_t gotree_request_source(gotree_request_t request, int *source) {
+  GUARD();
+  return (gotree_status_t)gotreego_request_source(request, source);
+}
+
 gotree_status_t gotree_request_wait(gotree_request_t request, int64_t timeout_ms) {
   GUARD();
   return (gotree_status_t)gotreego_request_wait(request, timeout_ms);

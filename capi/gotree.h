@@ -103,6 +103,9 @@ typedef enum gotree_op {
 /* The CPU pseudo-device for the `device` argument of collectives. */
 #define GOTREE_DEVICE_CPU (-1)
 
+/* The peer of gotree_recv that takes the first message any rank sends. */
+#define GOTREE_ANY_SOURCE (-1)
+
 /* Opaque handles; 0 is never valid. */
 typedef int64_t gotree_comm_t;
 typedef int64_t gotree_request_t;
@@ -241,7 +244,13 @@ gotree_status_t gotree_scatter(gotree_comm_t comm, const void *sendbuf, void *re
  * receives from one peer; sends and receives progress independently of
  * each other and of collectives (a rank may post a large send and a
  * receive to the same peer that does the same). The receive's count and
- * dtype must match the send's. */
+ * dtype must match the send's.
+ *
+ * gotree_recv with peer GOTREE_ANY_SOURCE takes the next message of
+ * whichever rank's send is ready first (the one that rank's next receive
+ * would have matched); gotree_request_source then names that rank. It
+ * starts after every receive issued before it finished, and receives
+ * issued after it wait for it. */
 gotree_status_t gotree_send(gotree_comm_t comm, const void *buf, uint64_t count,
                             gotree_dtype_t dtype, int peer, int device, void *stream,
                             gotree_request_t *request);
@@ -262,6 +271,11 @@ gotree_status_t gotree_request_test(gotree_request_t request, int *done);
  * out (the request stays valid and keeps running; gotree_request_test tells
  * the two apart). */
 gotree_status_t gotree_request_wait(gotree_request_t request, int64_t timeout_ms);
+
+/* *source = the rank a finished receive from GOTREE_ANY_SOURCE took its
+ * message from; -1 for any other request, or one not (successfully)
+ * finished. */
+gotree_status_t gotree_request_source(gotree_request_t request, int *source);
 
 /* Releases a request handle. Freeing an unfinished request waits for it
  * (within the communicator's timeout) first. */

@@ -412,8 +412,11 @@ func gotreego_p2p(isSend C.int, h C.int64_t, buf unsafe.Pointer, count C.uint64_
 		if err != nil {
 			return nil, err
 		}
-		if isSend != 0 {
+		switch {
+		case isSend != 0:
 			return c.Send(b, int64(count), dt, int(peer))
+		case int(peer) == pg.AnySource: // GOTREE_ANY_SOURCE
+			return c.RecvAny(b, int64(count), dt)
 		}
 		return c.Recv(b, int64(count), dt, int(peer))
 	})
@@ -437,6 +440,20 @@ func gotreego_request_test(h C.int64_t, done *C.int) (st C.int) {
 			return fail(int64(h), rerr)
 		}
 	}
+	return stSuccess
+}
+
+//export gotreego_request_source
+func gotreego_request_source(h C.int64_t, source *C.int) (st C.int) {
+	defer guard(int64(h), &st)
+	r, err := table.request(int64(h))
+	if err != nil {
+		return fail(0, err)
+	}
+	if source == nil {
+		return fail(int64(h), fmt.Errorf("%w: gotree_request_source: source is NULL", pg.ErrInvalidArgument))
+	}
+	*source = C.int(r.Source())
 	return stSuccess
 }
 

@@ -88,7 +88,11 @@ func (p *p2pLinks) closeAll(reason string) {
 }
 
 // p2pLink returns the point-to-point link with peer, making it if needed.
-func (c *Comm) p2pLink(peer int) (backend.Conn, error) {
+func (c *Comm) p2pLink(peer int) (backend.Conn, error) { return c.p2pLinkOr(peer, nil) }
+
+// p2pLinkOr is p2pLink that also gives up, with errStopped, when stop is
+// closed while it waits for the peer to connect.
+func (c *Comm) p2pLinkOr(peer int, stop <-chan struct{}) (backend.Conn, error) {
 	if peer < 0 || peer >= c.nranks || peer == c.rank {
 		return nil, fmt.Errorf("%w: rank %d: no point-to-point link to rank %d", ErrInvalidArgument, c.rank, peer)
 	}
@@ -114,6 +118,8 @@ func (c *Comm) p2pLink(peer int) (backend.Conn, error) {
 	case <-ch:
 	case <-t.C:
 		return nil, fmt.Errorf("%w: rank %d: rank %d did not connect for point-to-point traffic within %v", ErrTimeout, c.rank, peer, c.cfg.Timeout)
+	case <-stop:
+		return nil, errStopped
 	case <-c.ctx.Done():
 		return nil, fmt.Errorf("%w: rank %d: %v", ErrAborted, c.rank, context_cause(c))
 	}
@@ -338,41 +344,78 @@ func (c *Comm) sendRecv(send bool, buf []byte, count int64, dt algorithms.DType,
 	if err := checkLen(name, "buffer", buf, count, dt); err != nil {
 		return nil, err
 	}
-	t := []algorithms.Transfer{{Peer: peer, Count: count}}
-	var sends, recvs []algorithms.Transfer
-	if send {
-		sends = t
-	} else {
-		recvs = t
-	}
-	plan, err := algorithms.LocalP2PPlan(algorithms.SendRecv, c.nranks, c.rank, p2pChannel, dt, sends, recvs, nil)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrInvalidArgument, name, err)
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.usable(name); err != nil {
 		return nil, err
 	}
 	key := p2pKey{peer, send}
-	c.p2p.mu.Lock()
-	c.p2p.count[key]++
-	n := c.p2p.count[key]
-	// The n-th send from a to b pairs with b's n-th receive from a.
-	from, to := c.rank, peer
-	if !send {
-		from, to = peer, c.rank
+	if send {
+		// Sends are numbered when issued; receives when they start (after
+		// every earlier receive, including one from any source, is done).
+		c.p2p.mu.Lock()
+		c.p2p.count[key]++
+		n := c.p2p.count[key]
+		c.p2p.mu.Unlock()
+		desc := fmt.Sprintf("send #%d to rank %d (%d x %v)", n, peer, count, dt)
+		r := newRequest(desc, c.cfg.Timeout, nil)
+		c.runP2P([]p2pKey{key}, r, func() error {
+			return c.transferP2P(true, buf, count, dt, peer, n)
+		})
+		return r, nil
+	}
+	r := newRequest(fmt.Sprintf("recv from rank %d (%d x %v)", peer, count, dt), c.cfg.Timeout, nil)
+	c.runP2P([]p2pKey{key}, r, func() error {
+		return c.transferP2P(false, buf, count, dt, peer, c.p2p.next(key))
+	})
+	return r, nil
+}
+
+// next numbers the next receive from a peer (the n-th send from a to b
+// pairs with b's n-th receive from a).
+func (p *p2pLinks) next(key p2pKey) uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.count[key]++
+	return p.count[key]
+}
+
+// transferP2P runs the n-th send to (or receive from) peer.
+func (c *Comm) transferP2P(send bool, buf []byte, count int64, dt algorithms.DType, peer int, n uint64) error {
+	t := []algorithms.Transfer{{Peer: peer, Count: count}}
+	var sends, recvs []algorithms.Transfer
+	from, to, name, dir := c.rank, peer, "send", "to"
+	if send {
+		sends = t
+	} else {
+		recvs = t
+		from, to, name, dir = peer, c.rank, "recv", "from"
+	}
+	plan, err := algorithms.LocalP2PPlan(algorithms.SendRecv, c.nranks, c.rank, p2pChannel, dt, sends, recvs, nil)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrInvalidArgument, name, err)
 	}
 	tag := opTag(algorithms.SendRecv, n, count, dt, 0, from*c.nranks+to)
-	desc := fmt.Sprintf("%s #%d to/from rank %d (%d x %v)", name, n, peer, count, dt)
-	prev := c.p2p.last[key]
-	r := newRequest(desc, c.cfg.Timeout, nil)
-	c.p2p.last[key] = r
+	desc := fmt.Sprintf("%s #%d %s rank %d (%d x %v)", name, n, dir, peer, count, dt)
+	return c.execPlan(plan, buf, buf, desc, tag)
+}
+
+// runP2P runs op for r once the operations issued before it on each of
+// keys are done, and makes r the last one on each (c.mu held: issue order).
+func (c *Comm) runP2P(keys []p2pKey, r *Request, op func() error) {
+	c.p2p.mu.Lock()
+	var prevs []*Request
+	for _, k := range keys {
+		if prev := c.p2p.last[k]; prev != nil {
+			prevs = append(prevs, prev)
+		}
+		c.p2p.last[k] = r
+	}
 	c.p2p.mu.Unlock()
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		if prev != nil {
+		for _, prev := range prevs {
 			<-prev.done
 		}
 		c.mu.Lock()
@@ -380,16 +423,17 @@ func (c *Comm) sendRecv(send bool, buf []byte, count int64, dt algorithms.DType,
 		c.mu.Unlock()
 		if failure != nil {
 			r.finish(fmt.Errorf("%w (%v)", ErrAborted, failure))
-			return
+		} else {
+			r.finish(op())
 		}
-		r.finish(c.execPlan(plan, buf, buf, desc, tag))
 		c.p2p.mu.Lock()
-		if c.p2p.last[key] == r {
-			delete(c.p2p.last, key)
+		for _, k := range keys {
+			if c.p2p.last[k] == r {
+				delete(c.p2p.last, k)
+			}
 		}
 		c.p2p.mu.Unlock()
 	}()
-	return r, nil
 }
 
 // enqueueP2P queues a point-to-point collective on the ordered queue.

@@ -12,12 +12,13 @@ type Request struct {
 	op      func(c *Comm) error
 	timeout time.Duration
 
-	done chan struct{}
-	err  error
+	done   chan struct{}
+	err    error
+	source int // the sending rank of a receive from any source
 }
 
 func newRequest(desc string, timeout time.Duration, op func(*Comm) error) *Request {
-	return &Request{desc: desc, op: op, timeout: timeout, done: make(chan struct{})}
+	return &Request{desc: desc, op: op, timeout: timeout, done: make(chan struct{}), source: -1}
 }
 
 func (r *Request) run(c *Comm) error { return r.op(c) }
@@ -25,6 +26,19 @@ func (r *Request) run(c *Comm) error { return r.op(c) }
 func (r *Request) finish(err error) {
 	r.err = err
 	close(r.done)
+}
+
+// Source is the rank a receive from any source took its message from, once
+// it finished successfully; -1 before and for every other request.
+func (r *Request) Source() int {
+	select {
+	case <-r.done:
+		if r.err == nil {
+			return r.source
+		}
+	default:
+	}
+	return -1
 }
 
 // String describes the operation ("allreduce #3 (1000 x float32, sum)").

@@ -20,6 +20,7 @@
 // alive until the library is done with them.
 
 #include <torch/extension.h>
+#include <torch/version.h>
 
 #include <ATen/MemoryOverlap.h>
 #include <ATen/core/ivalue.h>
@@ -47,6 +48,14 @@
 #include <vector>
 
 #include "gotree.h"
+
+// Backend::split(store, ranks, options), which ProcessGroup::splitGroup
+// (torch.distributed.split_group) calls, exists from torch 2.9 on.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 9)
+#define GOTREE_HAVE_SPLIT 1
+#else
+#define GOTREE_HAVE_SPLIT 0
+#endif
 
 namespace gotree_ext {
 
@@ -83,6 +92,7 @@ struct Api {
   decltype(&gotree_send) send = nullptr;
   decltype(&gotree_recv) recv = nullptr;
   decltype(&gotree_request_test) request_test = nullptr;
+  decltype(&gotree_request_source) request_source = nullptr;
   decltype(&gotree_request_wait) request_wait = nullptr;
   decltype(&gotree_request_free) request_free = nullptr;
 };
@@ -165,6 +175,7 @@ const Api& loadApi(const std::string& path) {
     resolve(h, "gotree_send", a->send, path);
     resolve(h, "gotree_recv", a->recv, path);
     resolve(h, "gotree_request_test", a->request_test, path);
+    resolve(h, "gotree_request_source", a->request_source, path);
     resolve(h, "gotree_request_wait", a->request_wait, path);
     resolve(h, "gotree_request_free", a->request_free, path);
   } catch (...) {
@@ -817,8 +828,71 @@ class GotreeBackend : public c10d::Backend {
   }
 
   bool supportsSplitting() const override {
-    return false;
+    return GOTREE_HAVE_SPLIT != 0;
   }
+
+#if GOTREE_HAVE_SPLIT
+  // A new communicator of the ranks listed (ranks of this group, in the
+  // new group's rank order), bootstrapped through the store torch hands
+  // over (already prefixed with the new group's name). Ranks not listed get
+  // nullptr and take no part. ProcessGroup::splitGroup calls this once per
+  // device type the backend serves (cpu and cuda: the same object), so a
+  // second call for the same group returns the first call's backend
+  // instead of bootstrapping a twin.
+  c10::intrusive_ptr<c10d::Backend> split(
+      const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
+      const c10::intrusive_ptr<c10d::Backend::Options>& opts) override {
+    checkUsable("split");
+    const int n = getSize();
+    std::vector<bool> seen(n, false);
+    int newRank = -1;
+    for (size_t i = 0; i < ranks.size(); i++) {
+      int r = ranks[i];
+      TORCH_CHECK_VALUE(
+          r >= 0 && r < n, "gotree: split: rank ", r, " (entry ", i,
+          " of the split ranks) is outside this group of ", n, " ranks");
+      TORCH_CHECK_VALUE(
+          !seen[r], "gotree: split: rank ", r, " is listed twice in the split ranks");
+      seen[r] = true;
+      if (r == getRank()) {
+        newRank = static_cast<int>(i);
+      }
+    }
+    if (newRank < 0) {
+      return nullptr;
+    }
+    std::string name = opts ? opts->group_name : std::string();
+    for (int r : ranks) {
+      name += c10::str(",", r);
+    }
+    std::lock_guard<std::mutex> g(splitMu_);
+    if (name == lastSplitName_) {
+      // The twin call of the same splitGroup: hand out the same backend,
+      // once.
+      lastSplitName_.clear();
+      auto prev = lastSplit_.lock();
+      lastSplit_ = c10::weak_intrusive_ptr<c10d::Backend>(c10::intrusive_ptr<c10d::Backend>());
+      if (prev) {
+        return prev;
+      }
+    }
+    milliseconds to = (opts && opts->timeout.count() > 0) ? opts->timeout : timeout_;
+    auto make = [&] {
+      return c10::make_intrusive<GotreeBackend>(
+          store, newRank, static_cast<int>(ranks.size()), to);
+    };
+    c10::intrusive_ptr<GotreeBackend> child;
+    if (Py_IsInitialized() && PyGILState_Check()) {
+      pybind11::gil_scoped_release nogil;  // the bootstrap blocks on other ranks
+      child = make();
+    } else {
+      child = make();
+    }
+    lastSplitName_ = name;
+    lastSplit_ = c10::weak_intrusive_ptr<c10d::Backend>(c10::intrusive_ptr<c10d::Backend>(child));
+    return child;
+  }
+#endif
 
   c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() override {
     return c10::make_intrusive<c10d::Backend::Options>("gotree", timeout_);
@@ -1561,11 +1635,42 @@ class GotreeBackend : public c10d::Backend {
   }
 
   c10::intrusive_ptr<c10d::Work> recvAnysource(
-      std::vector<at::Tensor>& /*tensors*/, int /*tag*/) override {
+      std::vector<at::Tensor>& tensors, int /*tag*/) override {
+    const char* coll = "recv (any source)";
+    checkUsable(coll);
+    const at::Tensor& t = single(tensors, coll, "tensors");
+    checkTensor(t, coll, "the tensor");
+    checkWritable(t, coll, "the tensor");
     TORCH_CHECK(
-        false, "gotree: recv from any source (dist.recv without src) is not "
-        "supported: the gotree C ABI has no receive-from-any-peer (like NCCL). "
-        "Pass src= explicitly.");
+        getSize() > 1, "gotree: ", coll, ": rank ", getRank(),
+        " is alone in its group, so no rank can send to it");
+    TORCH_CHECK(
+        t.numel() > 0, "gotree: ", coll, ": the tensor has 0 elements; a "
+        "receive of 0 elements must name its source (src=), because a "
+        "zero-element send puts no message on the wire");
+    auto work = makeWork(c10d::OpType::RECVANYSOURCE, coll, {t}, c10d::kUnsetTimeout);
+    work->detail_ = c10::str(describe(t), " from any rank");
+    issueLocked(work, [&](auto& calls) {
+      at::Tensor buf = recvTarget(work, t, at::Tensor());
+      // Learn the sender before the work (and its future) completes; the
+      // completion thread runs post_ only after the request was issued.
+      GotreeWork* wp = work.get();
+      const Api* a = &api();
+      work->post_ = chainPost([wp, a]() {
+        int src = -1;
+        if (!wp->reqs_.empty()) {
+          a->request_source(wp->reqs_[0], &src);
+        }
+        wp->sourceRank_ = src;
+      }, work->post_);
+      Wire w = moveWire(buf);
+      void* p = buf.data_ptr();
+      gotree_comm_t comm = comm_;
+      calls.push_back([=](gotree_request_t* r) {
+        return a->recv(comm, p, w.count, w.dtype, GOTREE_ANY_SOURCE, GOTREE_DEVICE_CPU, nullptr, r);
+      });
+    }, /*p2p=*/true);
+    return work;
   }
 
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) override {
@@ -1910,6 +2015,9 @@ class GotreeBackend : public c10d::Backend {
       std::function<void()> first, std::function<void()> second) {
     if (!first) {
       return second;
+    }
+    if (!second) {
+      return first;
     }
     return [first, second]() {
       first();
@@ -2265,6 +2373,9 @@ class GotreeBackend : public c10d::Backend {
   bool coalescing_ = false;                               // under issueMu_
   std::vector<c10::intrusive_ptr<GotreeWork>> coalesced_;  // under issueMu_
   std::mutex issueMu_;
+  std::mutex splitMu_;
+  std::string lastSplitName_;  // the group and backend of the last split
+  c10::weak_intrusive_ptr<c10d::Backend> lastSplit_{c10::intrusive_ptr<c10d::Backend>()};
   std::mutex queueMu_;
   // Held by pointer so that a forked child can leak it: the parent's
   // completion thread was waiting on it at fork time, and destroying a
@@ -2320,5 +2431,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
           py::call_guard<py::gil_scoped_release>(),
           "Joins the gotree communicator of this group (blocks until every "
-          "rank joined or the timeout passes).");
+          "rank joined or the timeout passes).")
+      // new_group() on a rank outside the new group calls this on the
+      // backend it would split from; gotree's split builds a fresh
+      // communicator of the members only, so there is nothing to do.
+      .def("perform_nocolor_split", [](GotreeBackend&, py::object) {});
 }

@@ -188,6 +188,30 @@ static void test_more(gotree_comm_t comm, uint64_t count) {
     bad = 0;
     for (uint64_t i = 0; i < count; i++) bad += b[i] != val((rank + n - 1) % n, i);
     CHECK(bad == 0, "send/recv count %llu: %d wrong", (unsigned long long)count, bad);
+    /* every other rank sends to rank 0, which receives from any source */
+    if (count == 0) {
+      gotree_status_t st = gotree_recv(comm, b, 0, GOTREE_INT64, GOTREE_ANY_SOURCE, GOTREE_DEVICE_CPU, NULL, &r);
+      CHECK(st == GOTREE_ERR_INVALID_ARGUMENT && strstr(errtext(comm), "name its source"), "any-source recv of 0 elements: %s / %s", gotree_status_string(st), errtext(comm));
+    } else if (rank != 0) {
+      OK(gotree_send(comm, a, count, GOTREE_INT64, 0, GOTREE_DEVICE_CPU, NULL, &s), comm);
+      OK(run(s), s);
+    } else {
+      int seen = 0;
+      for (int k = 1; k < n; k++) {
+        int src = -2;
+        OK(gotree_recv(comm, b, count, GOTREE_INT64, GOTREE_ANY_SOURCE, GOTREE_DEVICE_CPU, NULL, &r), comm);
+        OK(gotree_request_wait(r, 60000), r);
+        OK(gotree_request_source(r, &src), r);
+        gotree_request_free(r);
+        CHECK(src >= 1 && src < n && !(seen & (1 << src)), "any-source recv %d: source %d", k, src);
+        if (src >= 1 && src < n) {
+          seen |= 1 << src;
+          bad = 0;
+          for (uint64_t i = 0; i < count; i++) bad += b[i] != val(src, i);
+          CHECK(bad == 0, "any-source recv count %llu from %d: %d wrong", (unsigned long long)count, src, bad);
+        }
+      }
+    }
   }
   free(a); free(b);
 }

@@ -25,6 +25,7 @@ SUBSET = [
     "test_gather",
     "test_scatter",
     "test_send_recv",
+    "test_send_recv_any_source",
     "test_barrier",
     "test_DistributedDataParallelCPU",
 ]

@@ -348,6 +348,39 @@ def check_misc(c, rank, n):
     c.check(dist.get_backend() == "gotree", f"dist.get_backend() is gotree (got {dist.get_backend()})")
 
 
+def check_split(c, rank, n):
+    """ProcessGroup.split_group (what torch.distributed.split_group calls, which on its
+    own needs a CUDA device bound to the default group): the backend's split makes new
+    communicators of the listed ranks; members get a working group, non-members None."""
+    pg = dist.group.WORLD
+    be = pg._get_backend(torch.device("cpu"))
+    if not be.supports_splitting:
+        c.check(tuple(int(x) for x in torch.__version__.split(".")[:2]) < (2, 9), "split supported from torch 2.9")
+        return
+    half = (n + 1) // 2
+    groups = [list(range(half)), list(range(half, n))] if n > 1 else [[0]]
+    mine = next(g for g in groups if rank in g)
+    sub = pg.split_group(mine)
+    c.check(sub is not None and sub.size() == len(mine) and sub.rank() == mine.index(rank),
+            f"split_group {mine}: size and rank")
+    t = torch.full((5,), float(rank + 1))
+    sub.allreduce([t]).wait()
+    c.check(torch.equal(t, torch.full((5,), float(sum(r + 1 for r in mine)))), f"allreduce in split group {mine}")
+    # the group's backend for cpu and cuda is one communicator
+    c.check(sub._get_backend(torch.device("cpu")) is sub._get_backend(torch.device("cuda")),
+            "split: one backend for cpu and cuda")
+    again = pg.split_group(mine)  # same ranks again: a new communicator, not the first one
+    t2 = torch.full((2,), 1.0)
+    again.allreduce([t2]).wait()
+    c.check(again._get_backend(torch.device("cpu")) is not sub._get_backend(torch.device("cpu"))
+            and torch.equal(t2, torch.full((2,), float(len(mine)))), "a second split of the same ranks")
+    # ranks left out of the split get None; rank 0 alone, the others nothing
+    lone = pg.split_group([0])
+    c.check((lone is not None and lone.size() == 1) if rank == 0 else lone is None,
+            "split_group [0]: rank 0 alone, others None")
+    dist.barrier()
+
+
 def rs_dtypes():
     return FLOATS + INTS + [torch.bool] + COMPLEX
 
@@ -553,6 +586,31 @@ def check_p2p(c, rank, n):
     dist.isend(torch.full((4,), 5.0), right).wait()
     wr.wait()
     c.check(torch.equal(t, torch.full((3,), float(n))) and torch.equal(a, torch.full((4,), 5.0)), "p2p interleaved with allreduce")
+    # receive from any source: every other rank sends rank 0 two messages;
+    # rank 0 receives them without naming the source, blocking and async.
+    if n > 1:
+        k = 1009  # a prime, spread over several FIFO slots below
+        def msg(r, i):
+            return torch.arange(k, dtype=torch.float64) * (r + 1) + 1000 * i
+        if rank == 0:
+            got = {}
+            for i in range(2 * (n - 1)):
+                t = torch.full((k,), -1.0, dtype=torch.float64)
+                if i % 2 == 0:
+                    src = dist.recv(t)
+                else:
+                    w = dist.irecv(t)
+                    w.wait()
+                    src = w._source_rank()
+                got.setdefault(src, []).append(t)
+            c.check(sorted(got) == list(range(1, n)) and all(len(v) == 2 for v in got.values()),
+                    f"recv from any source: 2 messages from each of ranks 1..{n - 1} (got {sorted((s, len(v)) for s, v in got.items())})")
+            c.check(all(torch.equal(v[i], msg(s, i)) for s, v in got.items() for i in range(len(v))),
+                    "recv from any source: contents in each sender's order")
+        else:
+            for i in range(2):
+                dist.send(msg(rank, i), 0)
+        dist.barrier()
     # dist.monitored_barrier() refuses every backend but gloo in Python; the
     # backend method is reachable through the ProcessGroup binding.
     import datetime
@@ -573,7 +631,7 @@ def main():
     dist.init_process_group(backend="gotree")
     c = Checker("collectives")
     rank, n = dist.get_rank(), dist.get_world_size()
-    only = os.environ.get("GOTREE_TEST_ONLY", "allreduce,broadcast,allgather,coalesced,misc,reduce,reduce_scatter,alltoall,gather_scatter,p2p").split(",")
+    only = os.environ.get("GOTREE_TEST_ONLY", "allreduce,broadcast,allgather,coalesced,misc,reduce,reduce_scatter,alltoall,gather_scatter,p2p,split").split(",")
     for name in only:
         globals()["check_" + name](c, rank, n)
         print(f"[rank {rank}] {name}: passed={c.passed} failed={len(c.failures)}", flush=True)

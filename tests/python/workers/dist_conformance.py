@@ -29,11 +29,10 @@ from torch.testing._internal.common_distributed import DistTestCases  # noqa: E4
 
 BACKEND = os.environ["BACKEND"]
 # What gotree offers on CPU (see docs/conformance.md): a plugin with DDP and sub-groups; no
-# GPU/CUDA tensors yet; no receive-from-any-source in the C ABI.
+# GPU/CUDA tensors yet.
 DistTestCases.backend_feature["plugin"].add(BACKEND)
 DistTestCases.backend_feature["ddp"].add(BACKEND)
 DistTestCases.backend_feature["subgroup"].add(BACKEND)
-DistTestCases.skip_collective["sendrecv anysource"].add(BACKEND)
 
 from torch.testing._internal.common_utils import run_tests  # noqa: E402
 from torch.testing._internal.distributed.distributed_test import (  # noqa: E402
