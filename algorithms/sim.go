@@ -21,12 +21,34 @@ import (
 //     receive of the node's ranks (CPU transports whose ranks share the
 //     cores);
 //   - between nodes, the sender node's NIC egress and the receiver node's
-//     NIC ingress (NICGBps each way, shared by every connection).
+//     NIC ingress (NICGBps each way, shared by every connection). A NIC
+//     counts b × WireFactor bytes (packet headers). With NICBurstBytes it
+//     is a token bucket, as Linux's tc tbf: tokens accrue at NICGBps up to
+//     NICBurstBytes; the part of a message the tokens cover passes at
+//     once, the rest at NICGBps. The bucket starts full and keeps its
+//     state from call to call (SimulatePlans).
 //
-// The message arrives b / (smallest bandwidth) + latency after its start;
-// the sending stream is free again when the data has left. Buffers are
-// unbounded (no back-pressure from the receiver). The model is
-// deterministic: ties are broken by stream order.
+// With WindowBytes connections behave as sockets (TCP): a send costs the
+// sender the copy out (its engine and CPU, plus MsgCPUUs) and returns; the
+// data waits until the connection's window has room (bytes the receiving
+// step has not taken yet), then reserves the connection and the NICs as
+// above, first come first served, so senders that are always ready (the
+// leaves of a tree) keep a window's worth queued in a shared NIC ahead of
+// messages that depend on a round trip.
+//
+// Each message and each receive may also cost processor time: MsgCPUUs
+// per message, on the rank's engine and its node's CPU, or with HostCores
+// on whichever of the host's cores is free first (network namespaces: all
+// nodes share one machine), so messages that are processed at the same
+// time queue for the cores.
+//
+// The message arrives b / (smallest bandwidth) + latency after its start
+// (a NIC's time being the bucket's); without WindowBytes the sending
+// stream is free again when the data has left and buffers are unbounded.
+// With FragBytes, a step moves its data in fragments of at most that many
+// bytes, each received, reduced and sent on before the next, as the CPU
+// executor does (backend.Exec). The model is deterministic: ties are
+// broken by stream order.
 
 // SimLinks are the model's parameters: per channel values for connections
 // and engines, per node values for NICs and CPUs. A bandwidth of 0 means
@@ -41,6 +63,36 @@ type SimLinks struct {
 	ReduceGBps float64 // per rank, reduction of received data
 	NICGBps    float64 // per node and direction, all inter-node messages
 	NodeGBps   float64 // per node, all sends and receives of its ranks
+	// NICBurstBytes makes each NIC direction a token bucket of this depth
+	// (tc tbf's burst); 0: a plain NICGBps rate.
+	NICBurstBytes float64
+	// WireFactor is the bytes a NIC carries per payload byte (TCP/IPv4
+	// with timestamps over a 1500-byte MTU: 1514/1448); 0 means 1.
+	WireFactor float64
+	// FragBytes cuts every step into fragments of at most this many bytes
+	// (the CPU executor's FIFO slot); 0: whole steps.
+	FragBytes int64
+	// WindowBytes gives connections socket semantics: a send costs the
+	// sender only the copy out (its engine and CPU); the data then waits
+	// until the connection has fewer than WindowBytes bytes that the
+	// receiving step has not taken yet (the receiver's FIFO and socket
+	// buffer: TCP's flow control), and enters the network — connection
+	// and NICs, first come first served. 0: the sender holds every
+	// resource on the way until its data has left (GPU links).
+	WindowBytes int64
+	// MsgCPUUs is the processor time one message costs its sender and,
+	// again, its receiver (system calls, wake-ups), µs. It occupies the
+	// rank's engine on the channel and its node's CPU, so the messages of
+	// a rank's channels queue behind each other there. (The sender's
+	// share only with WindowBytes, which has a copy-out step.)
+	MsgCPUUs float64
+	// HostCores > 0 puts every node on one host of that many cores
+	// (network namespaces): every send (its copy out, with WindowBytes)
+	// and every receive takes one core for MsgCPUUs per message plus
+	// bytes / HostCoreGBps, and waits for a free one. NodeGBps then
+	// usually stays 0.
+	HostCores    int
+	HostCoreGBps float64
 }
 
 // SimResult is the outcome of a simulation.
@@ -53,6 +105,19 @@ type SimResult struct {
 }
 
 type simKey struct{ ch, from, to int }
+
+// simWindow is a connection's flow control (SimLinks.WindowBytes): bytes
+// in the network or the receiver's buffers, and messages the sender has
+// written that wait for room.
+type simWindow struct {
+	out     int64
+	pending []simWaiting
+}
+
+type simWaiting struct {
+	bytes int64
+	t     float64
+}
 
 type simQueue struct {
 	arrivals []float64
@@ -67,7 +132,13 @@ type simStreamState struct {
 	free     float64
 }
 
-type simRes struct{ free float64 }
+// simRes is a resource: free is when it can take the next message. A
+// token-bucket NIC also has its tokens (bytes) at time free.
+type simRes struct {
+	free   float64
+	tokens float64
+	bucket bool
+}
 
 // simEngine is one simulation.
 type simEngine struct {
@@ -81,6 +152,8 @@ type simEngine struct {
 	nicOut  map[int]*simRes
 	nicIn   map[int]*simRes
 	cpu     map[int]*simRes
+	cores   []simRes // the host's (HostCores)
+	windows map[simKey]*simWindow
 	es      int64
 	// mirror: a message on key k is also delivered on mirror[k] (phantom
 	// siblings, see sim_scale.go), reserving only the receiver's NIC.
@@ -92,24 +165,70 @@ type simEngine struct {
 }
 
 func newSimEngine(p *Plan, nodeOf []int, inter func(from, to int) bool, l SimLinks) *simEngine {
-	e := &simEngine{links: l, nodeOf: nodeOf, inter: inter, queues: map[simKey]*simQueue{}, conns: map[simKey]*simRes{},
+	e := &simEngine{links: l, nodeOf: nodeOf, inter: inter, conns: map[simKey]*simRes{},
 		engines: map[[2]int]*simRes{}, nicOut: map[int]*simRes{}, nicIn: map[int]*simRes{}, cpu: map[int]*simRes{},
-		es: int64(max(1, p.DType.Size()))}
+		windows: map[simKey]*simWindow{}}
 	if e.inter == nil {
 		e.inter = func(a, b int) bool { return nodeOf[a] != nodeOf[b] }
+	}
+	e.cores = make([]simRes, max(0, l.HostCores))
+	e.load(p, func(int) float64 { return 0 })
+	return e
+}
+
+// load makes p the next call: every rank's streams start at start(rank);
+// the resources (connections, engines, CPUs, NICs) keep their state.
+func (e *simEngine) load(p *Plan, start func(rank int) float64) {
+	e.es = int64(max(1, p.DType.Size()))
+	e.queues = map[simKey]*simQueue{}
+	e.streams = e.streams[:0]
+	frag := int64(0)
+	if e.links.FragBytes > 0 {
+		frag = max(1, e.links.FragBytes/e.es)
 	}
 	for _, rp := range p.Ranks {
 		for _, cp := range rp.Channels {
 			for _, s := range cp.Streams {
 				if len(s) > 0 {
-					e.streams = append(e.streams, simStreamState{rank: rp.Rank, ch: cp.Channel, steps: s})
+					e.streams = append(e.streams, simStreamState{rank: rp.Rank, ch: cp.Channel, steps: simFragments(s, frag), free: start(rp.Rank)})
 				}
 			}
 		}
 	}
 	e.inPQ = make([]bool, len(e.streams))
+	e.pq = e.pq[:0]
 	e.res.Ranks = len(p.Ranks)
-	return e
+}
+
+// simFragments cuts the steps of s into fragments of at most frag
+// elements (0: as they are).
+func simFragments(s Stream, frag int64) Stream {
+	if frag <= 0 {
+		return s
+	}
+	split := false
+	for _, st := range s {
+		if st.Count > frag && st.Prim != Copy {
+			split = true
+			break
+		}
+	}
+	if !split {
+		return s
+	}
+	var out Stream
+	for _, st := range s {
+		if st.Prim == Copy {
+			out = append(out, st)
+			continue
+		}
+		for off := int64(0); off < st.Count; off += frag {
+			f := st
+			f.Count = min(frag, st.Count-off)
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 func getRes[K comparable](m map[K]*simRes, k K) *simRes {
@@ -119,6 +238,41 @@ func getRes[K comparable](m map[K]*simRes, k K) *simRes {
 		m[k] = r
 	}
 	return r
+}
+
+// nic returns node's NIC resource in one direction; a token bucket starts
+// full.
+func (e *simEngine) nic(m map[int]*simRes, node int) *simRes {
+	r, ok := m[node]
+	if !ok {
+		r = &simRes{bucket: e.links.NICBurstBytes > 0, tokens: e.links.NICBurstBytes}
+		m[node] = r
+	}
+	return r
+}
+
+// nicTime returns how long the NIC r takes to pass bytes (payload) from
+// start on, and its tokens afterwards. Without a bucket: wire bytes at
+// NICGBps. With one: the tokens accrued by start cover the first part,
+// which passes at once; the rest leaves at NICGBps.
+func (e *simEngine) nicTime(r *simRes, bytes int64, start float64) (dur, tokens float64) {
+	l := &e.links
+	wire := float64(bytes)
+	if l.WireFactor > 0 {
+		wire *= l.WireFactor
+	}
+	if l.NICGBps <= 0 {
+		return 0, r.tokens
+	}
+	rate := l.NICGBps * 1e3 // bytes per µs
+	if !r.bucket {
+		return wire / rate, 0
+	}
+	avail := min(l.NICBurstBytes, r.tokens+rate*max(0, start-r.free))
+	if avail >= wire {
+		return 0, avail - wire
+	}
+	return (wire - avail) / rate, 0
 }
 
 func (e *simEngine) queue(k simKey) *simQueue {
@@ -171,29 +325,71 @@ func bwTime(bytes int64, gbps float64) float64 {
 }
 
 // send moves bytes from rank from to rank to on channel ch, not before t;
-// it returns when the data has left the sender.
+// it returns when the sending stream is free again: when the data has
+// left, or with WindowBytes when it has been copied out.
 func (e *simEngine) send(ch, from, to int, bytes int64, t float64) float64 {
+	W := e.links.WindowBytes
+	if W <= 0 {
+		return e.transmit(ch, from, to, bytes, t, true)
+	}
+	done := e.work(from, ch, bytes, 1, t) // the copy into the socket
+	k := simKey{ch, from, to}
+	w, ok := e.windows[k]
+	if !ok {
+		w = &simWindow{}
+		e.windows[k] = w
+	}
+	if len(w.pending) == 0 && (w.out == 0 || w.out+bytes <= W) {
+		w.out += bytes
+		e.transmit(ch, from, to, bytes, done, false)
+	} else {
+		w.pending = append(w.pending, simWaiting{bytes, done})
+	}
+	return done
+}
+
+// taken frees bytes of connection k's window at t (the receiving step has
+// taken the message) and lets waiting messages into the network.
+func (e *simEngine) taken(k simKey, bytes int64, t float64) {
+	w, ok := e.windows[k]
+	if !ok {
+		return
+	}
+	w.out -= bytes
+	for len(w.pending) > 0 && (w.out == 0 || w.out+w.pending[0].bytes <= e.links.WindowBytes) {
+		m := w.pending[0]
+		w.pending = w.pending[1:]
+		w.out += m.bytes
+		e.transmit(k.ch, k.from, k.to, m.bytes, max(m.t, t), false)
+	}
+}
+
+// transmit moves the data through the connection and the NICs (and, with
+// sender, the sender's engine and CPU) from t on; it returns when the data
+// has left.
+func (e *simEngine) transmit(ch, from, to int, bytes int64, t float64, sender bool) float64 {
 	l := &e.links
 	inter := e.inter(from, to)
 	type use struct {
 		r  *simRes
 		bw float64
 	}
-	uses := make([]use, 0, 5)
+	uses := make([]use, 0, 3)
 	bw, lat := l.IntraGBps, l.IntraLatUs
 	if inter {
 		bw, lat = l.InterGBps, l.InterLatUs
 	}
 	k := simKey{ch, from, to}
 	uses = append(uses, use{getRes(e.conns, k), bw})
-	if l.EngineGBps > 0 {
+	if sender && l.EngineGBps > 0 {
 		uses = append(uses, use{getRes(e.engines, [2]int{from, ch}), l.EngineGBps})
 	}
-	if l.NodeGBps > 0 {
+	if sender && l.NodeGBps > 0 {
 		uses = append(uses, use{getRes(e.cpu, e.nodeOf[from]), l.NodeGBps})
 	}
+	var nics []*simRes
 	if inter && l.NICGBps > 0 {
-		uses = append(uses, use{getRes(e.nicOut, e.nodeOf[from]), l.NICGBps}, use{getRes(e.nicIn, e.nodeOf[to]), l.NICGBps})
+		nics = append(nics, e.nic(e.nicOut, e.nodeOf[from]), e.nic(e.nicIn, e.nodeOf[to]))
 	}
 	start := t
 	slowest := 0.0
@@ -201,8 +397,16 @@ func (e *simEngine) send(ch, from, to int, bytes int64, t float64) float64 {
 		start = max(start, u.r.free)
 		slowest = max(slowest, bwTime(bytes, u.bw))
 	}
+	for _, r := range nics {
+		start = max(start, r.free)
+	}
 	for _, u := range uses {
 		u.r.free = start + bwTime(bytes, u.bw)
+	}
+	for _, r := range nics {
+		d, tok := e.nicTime(r, bytes, start)
+		slowest = max(slowest, d)
+		r.free, r.tokens = start+d, tok
 	}
 	left := start + slowest
 	e.deliver(k, left+lat)
@@ -210,13 +414,15 @@ func (e *simEngine) send(ch, from, to int, bytes int64, t float64) float64 {
 	for _, m := range e.mirror[k] {
 		// A phantom sibling sends at the same moment; only the receiving
 		// node's NIC is shared with the simulated ranks.
-		ms := start
+		ms, d := start, 0.0
 		if inter && l.NICGBps > 0 {
-			in := getRes(e.nicIn, e.nodeOf[m.to])
+			in := e.nic(e.nicIn, e.nodeOf[m.to])
 			ms = max(ms, in.free)
-			in.free = ms + bwTime(bytes, l.NICGBps)
+			var tok float64
+			d, tok = e.nicTime(in, bytes, ms)
+			in.free, in.tokens = ms+d, tok
 		}
-		e.deliver(m, ms+slowest+lat)
+		e.deliver(m, ms+max(slowest, d)+lat)
 		e.res.Messages++
 	}
 	return left
@@ -224,25 +430,41 @@ func (e *simEngine) send(ch, from, to int, bytes int64, t float64) float64 {
 
 // work occupies rank's engine on channel ch (and its node's CPU) for
 // bytes from t on and returns when it is done.
-func (e *simEngine) work(rank, ch int, bytes int64, t float64) float64 {
+// bytes arrive (or leave) in msgs messages, each costing MsgCPUUs; with
+// HostCores the work also takes the host core that is free first.
+func (e *simEngine) work(rank, ch int, bytes int64, msgs int, t float64) float64 {
 	l := &e.links
-	var eng, cpu *simRes
-	if l.EngineGBps > 0 {
+	fixed := float64(msgs) * l.MsgCPUUs
+	var eng, cpu, core *simRes
+	if l.EngineGBps > 0 || fixed > 0 {
 		eng = getRes(e.engines, [2]int{rank, ch})
 		t = max(t, eng.free)
 	}
-	if l.NodeGBps > 0 {
+	if l.NodeGBps > 0 || (fixed > 0 && len(e.cores) == 0) {
 		cpu = getRes(e.cpu, e.nodeOf[rank])
 		t = max(t, cpu.free)
 	}
+	if len(e.cores) > 0 {
+		core = &e.cores[0]
+		for i := range e.cores {
+			if e.cores[i].free < core.free {
+				core = &e.cores[i]
+			}
+		}
+		t = max(t, core.free)
+	}
 	end := t
 	if eng != nil {
-		eng.free = t + bwTime(bytes, l.EngineGBps)
+		eng.free = t + fixed + bwTime(bytes, l.EngineGBps)
 		end = max(end, eng.free)
 	}
 	if cpu != nil {
-		cpu.free = t + bwTime(bytes, l.NodeGBps)
+		cpu.free = t + fixed + bwTime(bytes, l.NodeGBps)
 		end = max(end, cpu.free)
+	}
+	if core != nil {
+		core.free = t + fixed + bwTime(bytes, l.HostCoreGBps)
+		end = max(end, core.free)
 	}
 	return end
 }
@@ -275,7 +497,10 @@ func (e *simEngine) run() (SimResult, error) {
 		if k := int64(len(st.RecvFrom)); k > 0 {
 			// Taking the data in (reading it out of the FIFO) is work
 			// for the receiver's engine and its node's CPU.
-			t = e.work(s.rank, s.ch, k*bytes, t)
+			t = e.work(s.rank, s.ch, k*bytes, int(k), t)
+			for _, peer := range st.RecvFrom {
+				e.taken(simKey{s.ch, peer, s.rank}, bytes, t)
+			}
 		}
 		if st.Prim == RecvReduceSend || st.Prim == RecvReduceCopySend {
 			t += bwTime(bytes*int64(len(st.RecvFrom)), e.links.ReduceGBps)
@@ -332,4 +557,53 @@ func SimulatePlan(p *Plan, nodeOf []int, l SimLinks) (SimResult, error) {
 	r, err := newSimEngine(p, nodeOf, nil, l).run()
 	r.Method = "exact"
 	return r, err
+}
+
+// SimulatePlans runs plans one after another on one link model, the way a
+// benchmark loop issues calls: every rank starts call i BaseUs after it
+// has finished its own part of call i-1 (ranks do not wait for each other
+// between calls), and the connections, engines, CPUs and NIC token buckets
+// keep their state from call to call. times[i] is call i's time on the
+// slowest rank, from the end of that rank's previous call (0 before the
+// first): what gotree perf reports per iteration. All plans must have the
+// same number of ranks.
+func SimulatePlans(plans []*Plan, nodeOf []int, l SimLinks) (times []float64, err error) {
+	if len(plans) == 0 {
+		return nil, nil
+	}
+	n := plans[0].NRanks
+	if len(nodeOf) < n {
+		return nil, fmt.Errorf("gotree/algorithms: sim: plan of %d ranks, %d node entries", n, len(nodeOf))
+	}
+	prev := make([]float64, n)
+	var e *simEngine
+	for i, p := range plans {
+		if p == nil || p.NRanks != n {
+			return nil, fmt.Errorf("gotree/algorithms: sim: plan %d is nil or not of %d ranks", i, n)
+		}
+		start := func(r int) float64 { return prev[r] + l.BaseUs }
+		if e == nil {
+			e = newSimEngine(p, nodeOf, nil, l)
+			e.load(p, start)
+		} else {
+			e.load(p, start)
+		}
+		if _, err := e.run(); err != nil {
+			return times, fmt.Errorf("call %d: %w", i, err)
+		}
+		end := make([]float64, n)
+		for r := range end {
+			end[r] = start(r)
+		}
+		for _, s := range e.streams {
+			end[s.rank] = max(end[s.rank], s.free)
+		}
+		t := 0.0
+		for r := range end {
+			t = max(t, end[r]-prev[r])
+		}
+		times = append(times, t)
+		prev = end
+	}
+	return times, nil
 }

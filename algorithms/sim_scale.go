@@ -6,14 +6,19 @@ import (
 
 // This file scales the simulator to tens of thousands of nodes.
 //
-//  1. Per channel. Channels carry disjoint slices of the message over
-//     their own connections; they meet only in the per-node NIC and CPU,
-//     which Simulate divides evenly between the channels in use. Channel
-//     0 (tree 0; tree 1 is its mirror image) is simulated alone with
-//     bytes/channels.
-//  2. Exact. When channel 0's plan has at most SimConfig.MaxExactSteps
-//     steps (and MaxExactRanks ranks), the real plan (BuildPlan) runs on
-//     the event model.
+//  1. Exact. When the real plan (BuildPlan, every channel the call uses)
+//     has at most SimConfig.MaxExactSteps steps (and MaxExactRanks ranks),
+//     it runs on the event model: the channels share the NICs and CPUs as
+//     they really do, and the two trees of a double binary tree, which
+//     load different nodes, are both there.
+//  2. Per channel. Otherwise channels are simulated apart: they carry
+//     disjoint slices of the message over their own connections and meet
+//     only in the per-node NIC and CPU, which are divided evenly between
+//     the channels in use. Channel 0 (tree 0; tree 1 is its mirror image)
+//     is simulated alone with bytes/channels — exactly while its plan is
+//     small enough, else with the reduced models below. For trees this is
+//     pessimistic where a NIC is the bottleneck: an interior node of tree
+//     0 carries three times a leaf's traffic, which tree 1 balances.
 //  3. Ring, periodic. Every node of a ring does the same work at the same
 //     time, so one node's ranks are simulated with the ring closed on
 //     itself: its last rank sends to its own first rank over an
@@ -110,12 +115,9 @@ func Simulate(cfg SimConfig, coll Collective, a Algorithm, bytes int64) (SimResu
 		maxExact = 2_000_000
 	}
 	ch := ChannelsFor(a, cfg.Proto, n, bytes, 2*cfg.Channels)
-	l := cfg.Links
-	l.NICGBps /= float64(ch)
-	l.NodeGBps /= float64(ch)
 	perCh := max(1, bytes/int64(ch))
 	if n == 1 {
-		return SimResult{TimeUs: l.BaseUs, Ranks: 1, Method: "one rank"}, nil
+		return SimResult{TimeUs: cfg.Links.BaseUs, Ranks: 1, Method: "one rank"}, nil
 	}
 	// Steps of channel 0 in the real plan.
 	var steps int64
@@ -133,6 +135,24 @@ func Simulate(cfg SimConfig, coll Collective, a Algorithm, bytes int64) (SimResu
 	if maxRanks <= 0 {
 		maxRanks = 8192
 	}
+	if steps*int64(ch) <= maxExact && (n <= maxRanks || coll != AllReduce) {
+		// Every channel of the real plan, sharing the NICs and CPUs as
+		// they really do (the two trees of a double binary tree load
+		// different nodes).
+		p, nodeOf, err := SimExactPlan(cfg, coll, a, bytes)
+		if err != nil {
+			return SimResult{}, err
+		}
+		r, err := SimulatePlan(p, nodeOf, cfg.Links)
+		r.Method = fmt.Sprintf("exact plan, %s", plural(ch, "channel", "channels"))
+		return r, err
+	}
+	// The reduced models simulate channel 0 alone, with its share of the
+	// NICs and CPUs.
+	l := cfg.Links
+	l.NICGBps /= float64(ch)
+	l.NICBurstBytes /= float64(ch)
+	l.NodeGBps /= float64(ch)
 	if steps <= maxExact && (n <= maxRanks || coll != AllReduce) {
 		g, err := BuildGraph(UniformLayout(cfg.Nodes, cfg.RanksPerNode, 1, BalancedTree))
 		if err != nil {
@@ -158,6 +178,35 @@ func Simulate(cfg SimConfig, coll Collective, a Algorithm, bytes int64) (SimResu
 		return simRingPeriodic(cfg, l, perCh, n, ch)
 	}
 	return simTreePath(cfg, l, perCh, n, ch)
+}
+
+// SimExactPlan returns the plan Simulate runs exactly for coll of bytes
+// with algorithm a on cfg's machine (every channel the call uses, float32
+// elements) and the node of every rank.
+func SimExactPlan(cfg SimConfig, coll Collective, a Algorithm, bytes int64) (*Plan, []int, error) {
+	n := cfg.Nodes * cfg.RanksPerNode
+	g, err := BuildGraph(UniformLayout(cfg.Nodes, cfg.RanksPerNode, cfg.Channels, BalancedTree))
+	if err != nil {
+		return nil, nil, err
+	}
+	es := int64(4)
+	count := max(1, bytes/es)
+	if coll == AllGather || coll == ReduceScatter {
+		count = max(1, bytes/es/int64(n))
+	}
+	ch := ChannelsFor(a, cfg.Proto, n, bytes, 2*cfg.Channels)
+	p, err := BuildPlan(g, PlanRequest{Coll: coll, Algo: a, Proto: cfg.Proto, Count: count, DType: Float32, Op: Sum, Channels: ch, ChunkBytes: cfg.ChunkBytes})
+	if err != nil {
+		return nil, nil, err
+	}
+	return p, g.NodeOf, nil
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, one)
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
 
 // simChunk is the chunk in bytes BuildPlan would use for a channel slice.

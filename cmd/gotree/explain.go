@@ -4,6 +4,13 @@ package main
 // communicator and what the cost model predicts: the channels, the rings,
 // every channel's tree with each rank's role, depth and fan-out, the
 // predicted time of ring and tree across sizes, and where they cross.
+//
+// The layout comes from a topology — a file (--topo, gotree JSON or NCCL
+// XML; or $GOTREE_TOPO_FILE) or this machine (topology/discover) — run
+// through gotree's channel search (topology.Search, ring and tree) and
+// turned into an algorithms.Layout per search the way topology's package
+// comment describes; or, with --nranks/--nodes and no topology, from the
+// uniform layout. The output says which.
 
 import (
 	"flag"
@@ -14,25 +21,45 @@ import (
 	"strings"
 
 	"github.com/gotree/gotree/algorithms"
+	"github.com/gotree/gotree/topology"
 )
 
 func init() {
 	register("explain", "explain the channels, rings and trees of a communicator and the predicted ring/tree crossover", runExplain)
 }
 
+// explainSource says where the communicator's layout comes from: a
+// topology (a file or this machine) run through gotree's channel search,
+// or the uniform layout of --nranks/--nodes.
+type explainSource struct {
+	kind       string // "file", "discovered", "uniform"
+	path       string // the file
+	sys        *topology.System
+	ring, tree *topology.SearchResult
+	channels   int   // search channels used (min of ring and tree)
+	gpuOf      []int // rank -> GPU index in its node; nil for the uniform layout
+	nodes      int
+	note       string // why a topology was not used (no GPU)
+	intra      algorithms.Transport
+}
+
 func runExplain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("explain", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	nranks := fs.Int("nranks", 4, "ranks in the communicator")
-	nodes := fs.Int("nodes", 1, "nodes (ranks are spread evenly, rank r on node r/(nranks/nodes))")
-	channels := fs.Int("channels", 2, "channels found by the search (the graph has twice as many)")
-	link := fs.String("links", "gpu", "gpu: NVLink inside a node, network between nodes (NCCL's constants); cpu: shm and tcp (the tuning file's)")
+	topoFile := fs.String("topo", "", "topology file (gotree JSON or NCCL topology XML): explain what gotree's channel search builds for it; default $GOTREE_TOPO_FILE unless --nranks is given, else this machine (discovery) unless --nranks or --nodes is given (then the uniform layout)")
+	nranks := fs.Int("nranks", 4, "ranks in the communicator (uniform layout; with a topology: must be GPUs × nodes)")
+	nodes := fs.Int("nodes", 1, "nodes (uniform layout: rank r on node r/(nranks/nodes); with a topology: copies of the machine)")
+	channels := fs.Int("channels", 2, "channels found by the search (the graph has twice as many); with a topology: at most this many (default: the search's)")
+	link := fs.String("links", "gpu", "gpu: NVLink inside a node, network between (NCCL's constants); cpu: shm and tcp (the tuning file's); default cpu for a machine without GPUs")
 	tuning := fs.String("tuning", os.Getenv("GOTREE_TUNING_FILE"), "tuning file (default $GOTREE_TUNING_FILE, else built-in values)")
 	maxS := fs.String("e", "1G", "largest size of the prediction table")
 	trees := fs.Int("show", 4, "print at most this many channels' trees in full")
+	verbose := fs.Bool("v", false, "log discovery at INFO level on stderr")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	maxB, err := parseSize(*maxS)
 	if err == nil && (*nranks < 1 || *nodes < 1 || *nranks%*nodes != 0) {
 		err = fmt.Errorf("--nranks %d must be a positive multiple of --nodes %d", *nranks, *nodes)
@@ -40,15 +67,8 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	if err == nil && (*channels < 1 || *channels > algorithms.MaxSearchChannels) {
 		err = fmt.Errorf("--channels must be in 1..%d", algorithms.MaxSearchChannels)
 	}
-	intra, inter := algorithms.NVLink, algorithms.Net
-	switch *link {
-	case "gpu":
-	case "cpu":
-		intra, inter = algorithms.Shm, algorithms.TCP
-	default:
-		if err == nil {
-			err = fmt.Errorf("--links %q: want gpu or cpu", *link)
-		}
+	if err == nil && fs.NArg() > 0 {
+		err = fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	tu := algorithms.DefaultTuning()
 	if err == nil && *tuning != "" {
@@ -61,16 +81,291 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "gotree explain: %v\n", err)
 		return 2
 	}
-	perNode := *nranks / *nodes
-	g, err := algorithms.BuildGraph(algorithms.UniformLayout(*nodes, perNode, *channels, algorithms.BalancedTree))
-	if err != nil {
-		fmt.Fprintf(stderr, "gotree explain: %v\n", err)
-		return 1
+
+	// Where the layout comes from.
+	// --topo; else, unless --nranks asks for the uniform layout,
+	// $GOTREE_TOPO_FILE; else, unless --nodes does, this machine.
+	src := explainSource{kind: "uniform", nodes: *nodes}
+	file := *topoFile
+	useTopo := file != ""
+	if !useTopo && !set["nranks"] {
+		file = topoFileFromEnv()
+		useTopo = file != "" || !set["nodes"]
+	}
+	if useTopo {
+		src.kind, src.path = "discovered", file
+		if file != "" {
+			src.kind = "file"
+		}
+		s, err := loadTopo(file, "", *verbose, stderr)
+		if err != nil {
+			fmt.Fprintf(stderr, "gotree explain: %v\n", err)
+			return 1
+		}
+		src.sys = s
+	}
+	if src.sys != nil && src.sys.Count(topology.GPU) == 0 {
+		src.note = fmt.Sprintf("it has no GPU, so the channel search has nothing to order. gotree runs its CPU executor there, whose communicator visits the ranks of a node in rank order on every channel (pg/comm.go, buildGraph); what follows is that uniform layout for --nranks %d on --nodes %d",
+			*nranks, *nodes)
+		if !set["links"] {
+			*link = "cpu"
+			src.note += ", with the CPU transports (shared memory inside a node, TCP between nodes)"
+		}
+	}
+	intra, inter := algorithms.NVLink, algorithms.Net
+	switch *link {
+	case "gpu":
+	case "cpu":
+		intra, inter = algorithms.Shm, algorithms.TCP
+	default:
+		fmt.Fprintf(stderr, "gotree explain: --links %q: want gpu or cpu\n", *link)
+		return 2
+	}
+	src.intra = intra
+	var g *algorithms.Graph
+	search := *channels
+	if src.sys != nil && src.note == "" {
+		maxCh := 0
+		if set["channels"] {
+			maxCh = *channels
+		}
+		if g, err = explainTopoGraph(&src, maxCh); err != nil {
+			fmt.Fprintf(stderr, "gotree explain: %v\n", err)
+			return 1
+		}
+		if set["nranks"] && *nranks != g.NRanks {
+			fmt.Fprintf(stderr, "gotree explain: --nranks %d: the topology gives %d GPUs × %d nodes = %d ranks\n", *nranks, src.sys.Count(topology.GPU), *nodes, g.NRanks)
+			return 2
+		}
+		search = src.channels
+		if !set["links"] {
+			src.intra = explainIntra(src.ring.TypeIntra)
+			intra = src.intra
+		}
+		tu = explainTopoTuning(tu, &src)
+	} else {
+		perNode := *nranks / *nodes
+		if g, err = algorithms.BuildGraph(algorithms.UniformLayout(*nodes, perNode, *channels, algorithms.BalancedTree)); err != nil {
+			fmt.Fprintf(stderr, "gotree explain: %v\n", err)
+			return 1
+		}
 	}
 	topo := algorithms.TopoOfGraph(g, intra, inter)
-	explainGraph(stdout, g, *channels, *trees)
+	explainSourceText(stdout, &src, g, search)
+	explainGraph(stdout, g, search, *trees, &src)
 	explainCost(stdout, tu, topo, maxB)
 	return 0
+}
+
+// explainIntra is the cost model's transport for the search's worst path
+// type between GPUs: NVLink (direct or through one GPU) or PCI.
+func explainIntra(t topology.PathType) algorithms.Transport {
+	if t <= topology.PathNVB {
+		return algorithms.NVLink
+	}
+	return algorithms.PCI
+}
+
+// explainTopoGraph runs gotree's channel search on src.sys the way NCCL
+// does for a communicator of src.nodes copies of the machine (one rank per
+// GPU, ranks numbered node by node): a ring search and a tree search
+// (through the network ports when there are several nodes); the
+// communicator takes the smaller channel count of the two (NCCL: min of
+// the ring and tree graphs), the ring graph's orders for its rings and the
+// tree graph's orders for its chains, and doubles the channels
+// (algorithms.BuildGraph). maxCh > 0 caps the search.
+func explainTopoGraph(src *explainSource, maxCh int) (*algorithms.Graph, error) {
+	s := src.sys
+	inter := src.nodes > 1
+	var err error
+	if src.ring, err = topology.Search(s, topology.SearchOptions{Pattern: topology.PatternRing, InterNode: inter, MaxChannels: maxCh}); err != nil {
+		return nil, err
+	}
+	if src.tree, err = topology.Search(s, topology.SearchOptions{Pattern: topology.PatternTree, InterNode: inter, MaxChannels: maxCh}); err != nil {
+		return nil, err
+	}
+	C := min(src.ring.Channels, src.tree.Channels, algorithms.MaxSearchChannels)
+	if C < 1 {
+		return nil, fmt.Errorf("the channel search found no channel (ring %d, tree %d)", src.ring.Channels, src.tree.Channels)
+	}
+	src.channels = C
+	G := s.Count(topology.GPU)
+	// A GPU's rank on its node: its local rank (GPUInfo.Rank) when those
+	// number the GPUs 0..G-1, else its index.
+	lr := make([]int, G)
+	seen := make([]bool, G)
+	ok := true
+	for i, gi := range s.GPUs() {
+		lr[i] = s.Nodes[gi].GPU.Rank
+		if lr[i] < 0 || lr[i] >= G || seen[lr[i]] {
+			ok = false
+			break
+		}
+		seen[lr[i]] = true
+	}
+	if !ok {
+		for i := range lr {
+			lr[i] = i
+		}
+	}
+	local := func(r *topology.SearchResult) [][]int {
+		out := make([][]int, len(r.Orders))
+		for c, o := range r.Orders {
+			for _, x := range o {
+				out[c] = append(out[c], lr[x])
+			}
+		}
+		return out
+	}
+	ringL, treeL := local(src.ring), local(src.tree)
+	src.gpuOf = make([]int, G*src.nodes)
+	for i := range lr {
+		for nd := 0; nd < src.nodes; nd++ {
+			src.gpuOf[nd*G+lr[i]] = i
+		}
+	}
+	layout := func(orders [][]int, p algorithms.Pattern) algorithms.Layout {
+		l := algorithms.Layout{NodeOf: make([]int, G*src.nodes), Channels: C, Pattern: p, Intra: make([][][]int, C)}
+		for r := range l.NodeOf {
+			l.NodeOf[r] = r / G
+		}
+		for c := 0; c < C; c++ {
+			l.Intra[c] = make([][]int, src.nodes)
+			for nd := 0; nd < src.nodes; nd++ {
+				for _, x := range orders[c] {
+					l.Intra[c][nd] = append(l.Intra[c][nd], nd*G+x)
+				}
+			}
+		}
+		return l
+	}
+	gr, err := algorithms.BuildGraph(layout(ringL, algorithms.RingPattern))
+	if err != nil {
+		return nil, err
+	}
+	gt, err := algorithms.BuildGraph(layout(treeL, algorithms.Pattern(src.tree.Pattern)))
+	if err != nil {
+		return nil, err
+	}
+	g := *gt
+	g.Rings, g.RingOrder = gr.Rings, gr.RingOrder
+	return &g, nil
+}
+
+// explainTopoTuning gives the GPU transports the search's bandwidths: the
+// ring graph's C channels at its speed for ring, the tree graph's for tree
+// (NCCL's busBw = channels × speed), spread over the 2C channels of the
+// communicator, so each carries half the search's per-channel speed.
+func explainTopoTuning(tu *algorithms.Tuning, src *explainSource) *algorithms.Tuning {
+	t := *tu
+	def := algorithms.DefaultTuning()
+	scale := func(tr algorithms.Transport, defGBps float64, ring, tree float64) {
+		if !t.Transports[tr].PerChannel || ring <= 0 || tree <= 0 {
+			return
+		}
+		tc := t.Transports[tr]
+		for p := 0; p < algorithms.NumProtocols; p++ {
+			tc.BusGBps[algorithms.Ring][p] = def.Transports[tr].BusGBps[algorithms.Ring][p] * ring / 2 / defGBps
+			tc.BusGBps[algorithms.Tree][p] = def.Transports[tr].BusGBps[algorithms.Tree][p] * tree / 2 / defGBps
+		}
+		t.Transports[tr] = tc
+	}
+	switch src.intra {
+	case algorithms.NVLink:
+		scale(algorithms.NVLink, algorithms.DefaultNVLinkGBps, src.ring.SpeedIntra, src.tree.SpeedIntra)
+	case algorithms.PCI:
+		scale(algorithms.PCI, algorithms.DefaultPCIGBps, src.ring.SpeedIntra, src.tree.SpeedIntra)
+	}
+	if src.nodes > 1 {
+		scale(algorithms.Net, algorithms.DefaultNetGBps, src.ring.SpeedInter, src.tree.SpeedInter)
+	}
+	t.Source = fmt.Sprintf("%s; GPU link bandwidths from the channel search", tu.Source)
+	return &t
+}
+
+// explainSourceText says where the layout comes from and, for a topology,
+// what the channel search found.
+func explainSourceText(w io.Writer, src *explainSource, g *algorithms.Graph, search int) {
+	fmt.Fprintf(w, "== Source\n\n")
+	what := ""
+	switch src.kind {
+	case "file":
+		what = fmt.Sprintf("Topology file %s", src.path)
+	case "discovered":
+		what = "This machine, discovered (topology/discover: NVML for GPUs, sysfs for PCI, CPUs and NICs)"
+	}
+	if src.kind == "uniform" {
+		fmt.Fprintf(w, "Uniform layout from --nranks %d and --nodes %d (no topology): every node holds the same number of ranks,\n", g.NRanks, g.NNodes)
+		fmt.Fprintf(w, "and every channel visits a node's ranks in ascending order — what gotree's CPU communicator builds\n")
+		fmt.Fprintf(w, "(pg/comm.go) and what a GPU machine whose search returns index order would give. Give --topo FILE (or no\n")
+		fmt.Fprintf(w, "--nranks/--nodes, to discover this machine) to see the channels the topology search builds instead.\n\n")
+		return
+	}
+	s := src.sys
+	text := fmt.Sprintf("%s: %d GPUs, %d CPUs (NUMA nodes), %d NICs.", what, s.Count(topology.GPU), s.Count(topology.CPU), s.Count(topology.NIC))
+	if src.note != "" {
+		text += fmt.Sprintf(" Not used for the layout: %s.", src.note)
+	}
+	wrapText(w, text, 104)
+	if src.note != "" {
+		fmt.Fprintln(w)
+		return
+	}
+	if src.nodes > 1 {
+		fmt.Fprintf(w, "The communicator spans %d nodes, each a copy of this machine with one rank per GPU (%d ranks); the\n", src.nodes, g.NRanks)
+		fmt.Fprintf(w, "search is the inter-node one: every channel enters and leaves the node through a network port.\n")
+	} else {
+		fmt.Fprintf(w, "The communicator is this one node with one rank per GPU (%d ranks).\n", g.NRanks)
+	}
+	fmt.Fprintf(w, "\n== Channel search (gotree's version of NCCL's, topology.Search)\n\n")
+	fmt.Fprintf(w, "The search looks for orders of the GPUs in which every step from one GPU to the next has a fast path,\n")
+	fmt.Fprintf(w, "and as many such channels as the links can carry at one speed (each channel takes its bandwidth off\n")
+	fmt.Fprintf(w, "every link it uses). It runs twice, once for rings and once for trees (chains).\n\n")
+	for _, r := range []*topology.SearchResult{src.ring, src.tree} {
+		fmt.Fprintf(w, "%s search: %s at %g GB/s each (%s between GPUs", r.Pattern, plural(r.Channels, "channel", "channels"), r.SpeedIntra, r.TypeIntra)
+		if src.nodes > 1 {
+			fmt.Fprintf(w, ", %g GB/s and %s to the network", r.SpeedInter, r.TypeInter)
+		}
+		fmt.Fprintf(w, ")")
+		if r.Duplicated {
+			fmt.Fprintf(w, ", duplicated (the links had room for each order twice)")
+		}
+		fmt.Fprintln(w, ":")
+		for c, o := range r.Orders {
+			fmt.Fprintf(w, "  search channel %2d: GPUs", c)
+			for _, x := range o {
+				fmt.Fprintf(w, " %d", x)
+			}
+			if c < len(r.Nets) {
+				fmt.Fprintf(w, "  (in through net%d, out through net%d)", r.Nets[c][0], r.Nets[c][1])
+			}
+			fmt.Fprintln(w)
+		}
+	}
+	fmt.Fprintf(w, "\nThe communicator uses the smaller count, %d = min(%d ring, %d tree) as NCCL does: search channel c gives\n", search, src.ring.Channels, src.tree.Channels)
+	fmt.Fprintf(w, "channel c's ring (the ring search's order) and its chain (the tree search's order). Ranks are the GPUs'\n")
+	fmt.Fprintf(w, "local ranks; node k holds ranks %d·k .. %d·k+%d.", g.NRanks/g.NNodes, g.NRanks/g.NNodes, g.NRanks/g.NNodes-1)
+	if src.tree.Pattern != topology.PatternTree || src.nodes > 1 {
+		fmt.Fprintf(w, " The tree pattern is %s.", src.tree.Pattern)
+	}
+	fmt.Fprintf(w, "\n\n")
+}
+
+// wrapText writes text as lines of at most width characters.
+func wrapText(w io.Writer, text string, width int) {
+	line := 0
+	for i, word := range strings.Fields(text) {
+		if i > 0 && line+1+len(word) > width {
+			fmt.Fprintln(w)
+			line = 0
+		} else if i > 0 {
+			fmt.Fprint(w, " ")
+			line++
+		}
+		fmt.Fprint(w, word)
+		line += len(word)
+	}
+	fmt.Fprintln(w)
 }
 
 func plural(n int, one, many string) string {
@@ -81,9 +376,10 @@ func plural(n int, one, many string) string {
 }
 
 // explainGraph prints the channels, rings and trees with sentences.
-func explainGraph(w io.Writer, g *algorithms.Graph, search, show int) {
+func explainGraph(w io.Writer, g *algorithms.Graph, search, show int, src *explainSource) {
 	n, m := g.NRanks, g.NNodes
 	per := n / max(m, 1)
+	topo := src.gpuOf != nil
 	fmt.Fprintf(w, "== Communicator\n\n")
 	fmt.Fprintf(w, "%s on %s (%d per node). Ranks are numbered node by node: node k holds ranks %d·k .. %d·k+%d.\n\n",
 		plural(n, "rank", "ranks"), plural(m, "node", "nodes"), per, per, per, per-1)
@@ -101,7 +397,11 @@ func explainGraph(w io.Writer, g *algorithms.Graph, search, show int) {
 	}
 	steps := 2 * (n - 1)
 	fmt.Fprintf(w, "\nEvery rank sends to the next one in the list (the last to the first). Inside a node the ring visits\n")
-	fmt.Fprintf(w, "the ranks in order; between nodes the last rank of node k sends to the first rank of node k+1.\n")
+	if topo {
+		fmt.Fprintf(w, "the ranks in the ring search's order for its channel; between nodes the last rank of node k sends\nto the first rank of node k+1.\n")
+	} else {
+		fmt.Fprintf(w, "the ranks in order; between nodes the last rank of node k sends to the first rank of node k+1.\n")
+	}
 	fmt.Fprintf(w, "A ring allreduce cuts each channel's slice into %d pieces and takes 2(n-1) = %d steps: %d steps of\n", n, steps, n-1)
 	fmt.Fprintf(w, "reduce-scatter (each piece is added up as it goes round) and %d of all-gather (the finished pieces\n", n-1)
 	fmt.Fprintf(w, "go round once more). Each rank sends 2(n-1)/n = %.2f times the message, which is optimal, but the\n", 2*float64(n-1)/float64(n))
@@ -109,17 +409,41 @@ func explainGraph(w io.Writer, g *algorithms.Graph, search, show int) {
 
 	fmt.Fprintf(w, "== Trees\n\n")
 	l2 := bits.Len(uint(max(m, 1))) - 1
+	chainWhy := func() {
+		fmt.Fprintf(w, "NCCL (and gotree) build chains inside a node on purpose: the tree is pipelined in chunks, so a\n")
+		fmt.Fprintf(w, "deeper tree only adds one hop latency per level (about a microsecond on NVLink), while a chain gives\n")
+		fmt.Fprintf(w, "every rank at most one child and one parent: no rank has to receive and add up two streams at once,\n")
+		fmt.Fprintf(w, "and every link carries the data once in each direction, at the speed the search found for it.\n")
+		fmt.Fprintf(w, "A balanced binary tree would be shallower but its inner ranks would split their links between two\n")
+		fmt.Fprintf(w, "children and their root would be the bottleneck.\n\n")
+	}
 	if m == 1 {
-		fmt.Fprintf(w, "With one node there is no tree between nodes: the tree of every channel is the node's chain\n")
-		fmt.Fprintf(w, "%s, so its depth is %d = ranks per node - 1, not log2(%d) as a balanced binary tree would\n", joinArrow(g, 0), per-1, n)
-		fmt.Fprintf(w, "have. NCCL (and gotree) build chains inside a node on purpose: the links inside a node are fast\n")
-		fmt.Fprintf(w, "and the tree is pipelined in chunks, so extra depth only adds a few hop latencies, while a chain\n")
-		fmt.Fprintf(w, "gives every rank at most one child and one parent, so no rank has to receive and add up two\n")
-		fmt.Fprintf(w, "streams at once and every link carries the data once in each direction.\n\n")
+		if topo {
+			fmt.Fprintf(w, "With one node there is no tree between nodes: the tree of every channel is a chain through the\n")
+			fmt.Fprintf(w, "node's GPUs in the tree search's order for that channel (channel 0: %s), so its depth is\n", joinArrow(g, 0))
+			fmt.Fprintf(w, "%d = GPUs per node - 1, not floor(log2 %d) = %d as a balanced binary tree would have; each channel\n", per-1, n, bits.Len(uint(n))-1)
+			fmt.Fprintf(w, "starts its chain at another GPU, so the roots (and the ends) are spread over the GPUs.\n")
+		} else {
+			fmt.Fprintf(w, "With one node there is no tree between nodes: the tree of every channel is the node's chain\n")
+			fmt.Fprintf(w, "%s, so its depth is %d = ranks per node - 1, not log2(%d) as a balanced binary tree would\n", joinArrow(g, 0), per-1, n)
+			fmt.Fprintf(w, "have.\n")
+		}
+		chainWhy()
 	} else {
 		fmt.Fprintf(w, "Inside each node the ranks form a chain (%d deep); the double binary tree connects the nodes\n", per-1)
-		fmt.Fprintf(w, "(depth floor(log2 %d) = %d). The first rank of a node talks to the parent node; children nodes\n", m, l2)
-		fmt.Fprintf(w, "attach to the first or second rank of the chain (the balanced-tree pattern). Tree 0 and tree 1 are\n")
+		fmt.Fprintf(w, "(depth floor(log2 %d) = %d). ", m, l2)
+		switch g.Pattern {
+		case algorithms.TreePattern:
+			fmt.Fprintf(w, "With the tree pattern every link between nodes enters and leaves a\n")
+			fmt.Fprintf(w, "node through the first rank of its chain (the one next to the network port the search chose). ")
+		case algorithms.SplitTree:
+			fmt.Fprintf(w, "With the split-tree pattern the first rank of a chain talks to the parent node and\n")
+			fmt.Fprintf(w, "child nodes attach to its second rank. ")
+		default:
+			fmt.Fprintf(w, "The first rank of a node talks to the parent node; children nodes\n")
+			fmt.Fprintf(w, "attach to the second (child 0) or the first rank (child 1) of the chain (the balanced-tree pattern). ")
+		}
+		fmt.Fprintf(w, "Tree 0 and tree 1 are\n")
 		fmt.Fprintf(w, "built so that a node that is a leaf in one is interior in the other (for even node counts), which\n")
 		fmt.Fprintf(w, "spreads the work. NCCL's depth estimate is %d - 1 + %d = %d; ", per, l2, algorithms.NCCLTreeDepth(n, m))
 		deepest := 0
@@ -131,10 +455,15 @@ func explainGraph(w io.Writer, g *algorithms.Graph, search, show int) {
 		} else {
 			fmt.Fprintf(w, "the exact depth here is %d.\n\n", deepest)
 		}
+		if per > 1 {
+			chainWhy()
+		}
 	}
 	fmt.Fprintf(w, "A tree allreduce sends every chunk up the tree (each rank adds its children's data to its own and\n")
 	fmt.Fprintf(w, "passes the sum to its parent) and then down again (the root's result is copied to every rank).\n")
-	fmt.Fprintf(w, "Up and down run at the same time on different chunks. Its latency grows with the depth, not with n.\n\n")
+	fmt.Fprintf(w, "Up and down run at the same time on different chunks. Its latency grows with the depth, not with n.\n")
+	fmt.Fprintf(w, "Roles: the root has no parent, an internal rank has a parent and children, a leaf has no children;\n")
+	fmt.Fprintf(w, "a rank's depth is its distance from the root, its fan-out its number of children.\n\n")
 	for c := 0; c < g.Channels; c++ {
 		tr := g.Trees[c]
 		if same := sameTreeAs(g, c); same >= 0 {
@@ -158,13 +487,21 @@ func explainGraph(w io.Writer, g *algorithms.Graph, search, show int) {
 		fmt.Fprintf(w, "Channel %d (tree %d): root %d, depth %d, largest fan-out %d; %s, %s.\n",
 			c, which, root, height, fan, plural(roles["internal"], "internal rank", "internal ranks"), plural(roles["leaf"], "leaf", "leaves"))
 		if c < show {
-			fmt.Fprintf(w, "  %6s %5s %5s %6s  %s\n", "rank", "node", "depth", "fanout", "role")
+			if topo {
+				fmt.Fprintf(w, "  %6s %5s %4s %5s %6s  %s\n", "rank", "node", "gpu", "depth", "fanout", "role")
+			} else {
+				fmt.Fprintf(w, "  %6s %5s %5s %6s  %s\n", "rank", "node", "depth", "fanout", "role")
+			}
 			for r, t := range tr {
 				if r >= 64 {
 					fmt.Fprintf(w, "  ... (%d more ranks)\n", n-r)
 					break
 				}
-				fmt.Fprintf(w, "  %6d %5d %5d %6d  %s\n", r, g.NodeOf[r], t.Depth, len(t.Children()), graphTreeRole(t))
+				if topo {
+					fmt.Fprintf(w, "  %6d %5d %4d %5d %6d  %s\n", r, g.NodeOf[r], src.gpuOf[r], t.Depth, len(t.Children()), graphTreeRole(t))
+				} else {
+					fmt.Fprintf(w, "  %6d %5d %5d %6d  %s\n", r, g.NodeOf[r], t.Depth, len(t.Children()), graphTreeRole(t))
+				}
 			}
 			if n <= 64 && root >= 0 {
 				graphPrintTreeText(w, g, c, root)

@@ -2,8 +2,18 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gotree/gotree/algorithms"
+	"github.com/gotree/gotree/topology"
+	"github.com/gotree/gotree/topology/discover"
 )
 
 func TestExplainOneNode(t *testing.T) {
@@ -51,4 +61,154 @@ func TestSimCommand(t *testing.T) {
 	if strings.Count(s, "exact plan") != 8 || !strings.Contains(s, "      64      256") {
 		t.Errorf("output:\n%s", s)
 	}
+}
+
+// flat joins s's words with single spaces (sentences wrap).
+func flat(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// explainRun runs gotree explain and returns its output.
+func explainRun(t *testing.T, args ...string) string {
+	t.Helper()
+	var out, errb bytes.Buffer
+	if rc := runExplain(args, &out, &errb); rc != 0 {
+		t.Fatalf("explain %v: rc %d: %s", args, rc, errb.String())
+	}
+	return out.String()
+}
+
+// searchFixture runs the ring and tree searches on a fixture the way NCCL
+// sizes a communicator: min of the two channel counts.
+func searchFixture(t *testing.T, path string, internode bool) (*topology.System, *topology.SearchResult, *topology.SearchResult, int) {
+	t.Helper()
+	s, err := topology.LoadFile(path)
+	require.NoError(t, err)
+	ring, err := topology.Search(s, topology.SearchOptions{Pattern: topology.PatternRing, InterNode: internode})
+	require.NoError(t, err)
+	tree, err := topology.Search(s, topology.SearchOptions{Pattern: topology.PatternTree, InterNode: internode})
+	require.NoError(t, err)
+	return s, ring, tree, min(ring.Channels, tree.Channels)
+}
+
+// One node of 4 V100s (NCCL XML): the chains of the tree search, depth
+// GPUs-1, and each channel's root where the search starts its chain.
+func TestExplainTopoOneNodeXML(t *testing.T) {
+	path := filepath.Join(fixtureDir, "v100x4-nv2.xml")
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	gpus := strings.Count(string(raw), "<gpu ") // from the file itself
+	require.Equal(t, 4, gpus)
+	_, ring, tree, C := searchFixture(t, path, false)
+	require.Equal(t, 6, C) // ring 6, tree 8 (topology/testdata/golden/v100x4-nv2.txt)
+
+	s := explainRun(t, "--topo", path, "-e", "1M", "--show", "2", "--tuning", "")
+	assert.Contains(t, s, "Topology file "+path+": 4 GPUs")
+	assert.Contains(t, s, fmt.Sprintf("The communicator uses the smaller count, %d = min(%d ring, %d tree)", C, ring.Channels, tree.Channels))
+	assert.Contains(t, s, fmt.Sprintf("gotree doubles\nthem to %d", 2*C))
+	// Rings: the ring search's orders (GPU i is local rank i in this file),
+	// repeated for the second copy of each channel.
+	for c := 0; c < 2*C; c++ {
+		var want strings.Builder
+		fmt.Fprintf(&want, "Channel %02d/%02d : ", c, 2*C)
+		for _, g := range ring.Orders[c%C] {
+			fmt.Fprintf(&want, "%4d", g)
+		}
+		assert.Contains(t, s, want.String()+"\n")
+	}
+	assert.NotContains(t, s, fmt.Sprintf("Channel %02d/", 2*C))
+	// One node: a chain of depth gpus-1, not log2.
+	assert.Contains(t, s, fmt.Sprintf("%d = GPUs per node - 1, not floor(log2 %d) = 2", gpus-1, gpus))
+	// Every channel's tree is the tree search's chain: its first GPU is the
+	// root, its last the only leaf, the others internal.
+	for c := 0; c < C; c++ {
+		o := tree.Orders[c]
+		same := -1
+		for d := 0; d < c; d++ {
+			if equalInts(o, tree.Orders[d]) {
+				same = d
+				break
+			}
+		}
+		if same >= 0 {
+			assert.Contains(t, s, fmt.Sprintf("Channel %d: the same tree as channel %d", c, same))
+			continue
+		}
+		assert.Contains(t, s, fmt.Sprintf("Channel %d (tree 0): root %d, depth %d, largest fan-out 1; %d internal ranks, 1 leaf.", c, o[0], gpus-1, gpus-2))
+	}
+	// Channel 1's table (shown): rank o[i] has depth i; the last is the leaf.
+	o := tree.Orders[1]
+	assert.Equal(t, []int{1, 3, 0, 2}, o)
+	assert.Contains(t, s, fmt.Sprintf("  %6d %5d %4d %5d %6d  %s\n", o[3], 0, o[3], 3, 0, "leaf"))
+	assert.Contains(t, s, fmt.Sprintf("  %6d %5d %4d %5d %6d  %s\n", o[0], 0, o[0], 0, 1, "root"))
+	assert.Contains(t, s, fmt.Sprintf("  %6d %5d %4d %5d %6d  %s\n", o[1], 0, o[1], 1, 1, "internal"))
+	// The second copy of a channel carries tree 1, which on one node is the
+	// same chain.
+	assert.Contains(t, s, fmt.Sprintf("Channel %d: the same tree as channel 0", C))
+	assert.Contains(t, s, "Predicted choice by size")
+}
+
+// Two nodes of a DGX-1 (gotree JSON): the inter-node searches, chains of
+// 8 joined by the double binary tree through each chain's first rank.
+func TestExplainTopoTwoNodesJSON(t *testing.T) {
+	path := filepath.Join(fixtureDir, "dgx1-v100.json")
+	sys, ring, tree, C := searchFixture(t, path, true)
+	G := sys.Count(topology.GPU)
+	require.Equal(t, 8, G)
+	require.Equal(t, topology.PatternTree, tree.Pattern)
+	s := explainRun(t, "--topo", path, "--nodes", "2", "-e", "1M", "--show", "1", "--tuning", "")
+	assert.Contains(t, s, fmt.Sprintf("%d ranks on 2 nodes (%d per node)", 2*G, G))
+	assert.Contains(t, s, fmt.Sprintf("The communicator uses the smaller count, %d = min(%d ring, %d tree)", C, ring.Channels, tree.Channels))
+	assert.Contains(t, s, fmt.Sprintf("Channel %02d/%02d :", 2*C-1, 2*C))
+	// Tree 0 of channel 0: node 0's chain head is the root; node 1's head
+	// hangs below it (tree pattern: links between nodes at the chain's
+	// first rank), so the deepest rank is node 1's chain end at 1 + (G-1).
+	o := tree.Orders[0]
+	root := o[0]
+	assert.Contains(t, s, fmt.Sprintf("Channel 0 (tree 0): root %d, depth %d, largest fan-out 2; %d internal ranks, 2 leaves.", root, G, 2*G-3))
+	leaf1 := G + o[G-1] // node 1's last chain rank
+	assert.Contains(t, s, fmt.Sprintf("  %6d %5d %4d %5d %6d  %s\n", leaf1, 1, o[G-1], G, 0, "leaf"))
+	assert.Contains(t, s, fmt.Sprintf("  %6d %5d %4d %5d %6d  %s\n", G+o[0], 1, o[0], 1, 1, "internal"))
+	// Tree 1 (channel C) has its root on the other node.
+	_, t1 := algorithms.Dtree(2, 1)
+	rootNode := 0
+	if t1.Up == -1 {
+		rootNode = 1
+	}
+	assert.Contains(t, s, fmt.Sprintf("Channel %d (tree 1): root %d, depth %d", C, rootNode*G+o[0], G))
+}
+
+func TestExplainSources(t *testing.T) {
+	t.Setenv("GOTREE_TOPO_FILE", "")
+	// No topology and no --nranks/--nodes: this machine.
+	sys, err := topology.LoadSystem(topology.LoadOptions{Discoverer: discover.New(discover.Options{})})
+	require.NoError(t, err)
+	s := flat(explainRun(t, "-e", "1K", "--tuning", ""))
+	assert.Contains(t, s, "This machine, discovered")
+	if sys.Count(topology.GPU) == 0 {
+		assert.Contains(t, s, "Not used for the layout: it has no GPU")
+		assert.Contains(t, s, "4 ranks on 1 node")
+		assert.Contains(t, s, "shm inside nodes, tcp between")
+	}
+	// --nranks alone: the uniform layout, said so.
+	s = explainRun(t, "--nranks", "8", "--nodes", "2", "-e", "1K", "--tuning", "")
+	assert.Contains(t, s, "Uniform layout from --nranks 8 and --nodes 2 (no topology)")
+	// $GOTREE_TOPO_FILE stands for --topo.
+	path := filepath.Join(fixtureDir, "pcie-8gpu.xml")
+	t.Setenv("GOTREE_TOPO_FILE", path)
+	s = explainRun(t, "-e", "1K", "--tuning", "")
+	assert.Contains(t, s, "Topology file "+path+": 8 GPUs")
+	assert.Contains(t, s, "pci inside nodes") // SYS paths between GPUs: PCI costs
+	// ... with --nodes as copies of that machine; --nranks means uniform.
+	s = flat(explainRun(t, "--nodes", "2", "-e", "1K", "--tuning", ""))
+	assert.Contains(t, s, "Topology file "+path+": 8 GPUs")
+	assert.Contains(t, s, "16 ranks on 2 nodes (8 per node)")
+	s = flat(explainRun(t, "--nranks", "4", "-e", "1K", "--tuning", ""))
+	assert.Contains(t, s, "Uniform layout from --nranks 4 and --nodes 1")
+	// A GPU-less file falls back to the uniform layout with CPU links.
+	s = flat(explainRun(t, "--topo", filepath.Join(fixtureDir, "cpu-2s.xml"), "-e", "1K", "--tuning", ""))
+	assert.Contains(t, s, "0 GPUs, 2 CPUs")
+	assert.Contains(t, s, "Not used for the layout")
+	// --nranks must match the topology.
+	var out, errb bytes.Buffer
+	assert.Equal(t, 2, runExplain([]string{"--topo", path, "--nranks", "4"}, &out, &errb))
+	assert.Contains(t, errb.String(), "8 GPUs × 1 nodes = 8 ranks")
 }

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Checks `gotree sim` against `gotree perf` across 2, 3 and 4 network-namespace
+# nodes (docs/crossover/netns/README.md):
+#
+#   sim_validate.sh OUTDIR GOTREE [REPS] [RATE]
+#
+# 1. calibration: 2 nodes, ring, 1-16 KiB, on 1 channel and on 2 channels
+#    (GOTREE_MIN_NCHANNELS=2), at RATE (default 1gbit);
+# 2. validation: 2, 3, 4 nodes x ring, tree x 1 KiB .. 16 MiB (x4), at RATE and
+#    without a rate limit, REPS repetitions (default 5) in fresh namespaces;
+# 3. fit --hop-us and --msg-cpu-us on step 1 only (sim_calibrate.py);
+# 4. `gotree sim --perf` with those and the tuning file's link bandwidth for
+#    both rates, and the comparison tables (sim_compare.py).
+#
+# Writes OUTDIR/raw/{cal-1ch,cal-2ch,measured}/RATE/*.json (perf --json of
+# rank 0, with commands.txt), OUTDIR/env.txt, OUTDIR/calibration.txt,
+# OUTDIR/sim-RATE.json and OUTDIR/comparison-RATE.md. Needs root; uses the
+# netns.sh lock, so it waits for other netns.sh users. Keep the machine
+# otherwise idle: the emulated nodes share its cores.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+out=${1:?OUTDIR}; bin=${2:?GOTREE}; reps=${3:-5}; rate=${4:-1gbit}
+mkdir -p "$out/raw"
+out=$(cd "$out" && pwd)
+bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
+tuning=$repo/docs/crossover/tuning.json
+{
+  echo "date: $(date -u +%FT%TZ)"
+  echo "host: $(uname -r), $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-)"
+  echo "gotree: $(git -C "$repo" rev-parse HEAD 2>/dev/null || echo '?')"
+  echo "tc: $(tc -V 2>&1 | head -1); netns.sh shapes each namespace link both ways: tbf rate $rate burst 1mb latency 50ms"
+  echo "load before: $(cat /proc/loadavg)"
+} >"$out/env.txt"
+
+pm=("$here/perf_matrix.sh")
+sizes=(-b 1K -e 16K -f 4 -n 20 -w 5 -c 1)
+"${pm[@]}" "$out/raw/cal-1ch" "$rate" "$bin" "$reps" 2 ring "${sizes[@]}"
+PERF_ENV=GOTREE_MIN_NCHANNELS=2 "${pm[@]}" "$out/raw/cal-2ch" "$rate" "$bin" "$reps" 2 ring "${sizes[@]}"
+"${pm[@]}" "$out/raw/measured" "$rate" "$bin" "$reps"
+"${pm[@]}" "$out/raw/measured" none "$bin" "$reps"
+echo "load after: $(cat /proc/loadavg)" >>"$out/env.txt"
+
+sim=("$bin" sim --links cpu --tuning "$tuning" --ranks-per-node 1 --mtu 1500 --host-cores "$(nproc)")
+lat=$(python3 "$here/sim_calibrate.py" "$out/raw/cal-1ch/$rate" "$out/raw/cal-2ch/$rate" -- "${sim[@]}" --nic-rate "$rate" --nic-burst 1M 2>"$out/calibration.txt")
+echo "fit: $lat" >>"$out/calibration.txt"
+# shellcheck disable=SC2086
+"${sim[@]}" $lat --perf --json --nodes 2,3,4 -b 1K -e 16M -f 4 --nic-rate "$rate" --nic-burst 1M >"$out/sim-$rate.json"
+# shellcheck disable=SC2086
+"${sim[@]}" $lat --perf --json --nodes 2,3,4 -b 1K -e 16M -f 4 --nic-gbps 0 >"$out/sim-none.json"
+python3 "$here/sim_compare.py" "$out/raw/measured/$rate" "$out/sim-$rate.json" --title "tbf $rate per namespace link and direction" >"$out/comparison-$rate.md"
+python3 "$here/sim_compare.py" "$out/raw/measured/none" "$out/sim-none.json" --title "no rate limit" >"$out/comparison-none.md"
+echo "sim: ${sim[*]} $lat" >>"$out/calibration.txt"
+tail -n 1 "$out/comparison-$rate.md" "$out/comparison-none.md"
