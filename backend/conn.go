@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 )
 
 // Sentinel errors. Errors returned by Conns wrap one of these where it
@@ -93,13 +94,14 @@ type msg struct {
 }
 
 type fifo struct {
-	free   chan []byte
-	ready  chan msg
-	done   chan struct{} // closed when the link fails or closes
-	err    error         // set before done is closed
-	cur    []byte        // slot borrowed by the consumer
-	peeked *msg          // taken from ready by probe, not yet returned by recv
-	curCap []byte
+	free     chan []byte
+	ready    chan msg
+	done     chan struct{} // closed when the link fails or closes
+	failOnce sync.Once
+	err      error  // set before done is closed
+	cur      []byte // slot borrowed by the consumer
+	peeked   *msg   // taken from ready by probe, not yet returned by recv
+	curCap   []byte
 }
 
 func newFIFO(slots, slotBytes int) *fifo {
@@ -114,14 +116,13 @@ func newFIFO(slots, slotBytes int) *fifo {
 	return f
 }
 
-// fail records err (the first one wins) and wakes everyone.
+// fail records err (the first one wins) and wakes everyone. Both ends of
+// a link may fail it at once (each side aborting), so it is guarded.
 func (f *fifo) fail(err error) {
-	select {
-	case <-f.done:
-	default:
+	f.failOnce.Do(func() {
 		f.err = err
 		close(f.done)
-	}
+	})
 }
 
 // getFree blocks for a free slot (producer side).
