@@ -129,6 +129,11 @@ type collArgs struct {
 	name    string           // overrides coll's name in messages
 	plan    *algorithms.Plan // a prepared (point-to-point) plan
 	tag     uint32           // names this call on the wire (opTag)
+	seq     uint64           // the call's sequence number on the communicator
+
+	// all-to-all: elements sent to / expected from each rank (the
+	// agreement check compares them pairwise)
+	sendCounts, recvCounts []int64
 }
 
 // opTag hashes what every rank must agree on for one operation (FNV-1a):
@@ -156,6 +161,19 @@ func (a collArgs) String() string {
 	return n
 }
 
+// describe names the call in messages: "allreduce #6 (4194304 x float32,
+// sum)", "broadcast #2 (1000 x float32, root 1)".
+func (a collArgs) describe() string {
+	desc := fmt.Sprintf("%s #%d (%d x %v", a, a.seq, a.count, a.dt)
+	if a.coll == algorithms.AllReduce || a.coll == algorithms.Reduce || a.coll == algorithms.ReduceScatter {
+		desc += ", " + a.op.String()
+	}
+	if a.coll == algorithms.Broadcast || a.coll == algorithms.Reduce || a.coll == algorithms.Gather || a.coll == algorithms.Scatter {
+		desc += fmt.Sprintf(", root %d", a.root)
+	}
+	return desc + ")"
+}
+
 // usable reports why no new operation may start (c.mu held).
 func (c *Comm) usable(what string) error {
 	if c.closed {
@@ -174,15 +192,9 @@ func (c *Comm) enqueue(a collArgs) (*Request, error) {
 		return nil, err
 	}
 	c.seq++
+	a.seq = c.seq
 	a.tag = opTag(a.coll, c.seq, a.count, a.dt, a.op, a.root)
-	desc := fmt.Sprintf("%s #%d (%d x %v", a, c.seq, a.count, a.dt)
-	if a.coll == algorithms.AllReduce || a.coll == algorithms.Reduce || a.coll == algorithms.ReduceScatter {
-		desc += ", " + a.op.String()
-	}
-	if a.coll == algorithms.Broadcast || a.coll == algorithms.Reduce || a.coll == algorithms.Gather || a.coll == algorithms.Scatter {
-		desc += fmt.Sprintf(", root %d", a.root)
-	}
-	desc += ")"
+	desc := a.describe()
 	r := newRequest(desc, c.cfg.Timeout, func(c *Comm) error { return c.runColl(a, desc) })
 	select {
 	case c.queue <- r:
@@ -247,8 +259,30 @@ func (c *Comm) choice(a collArgs) algorithms.Prediction {
 }
 
 func (c *Comm) runColl(a collArgs, desc string) error {
+	// One deadline for the whole call: data and agreement check.
+	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.Timeout)
+	defer cancel()
+	explain := func(peer int, tag uint32) string { return c.explainTag(a, peer, tag) }
 	if a.plan != nil {
-		return c.execPlan(a.plan, a.in, a.out, desc, a.tag)
+		// The whole ring check first: the links of the split check and
+		// the data are made (or waited for) only once all issued this.
+		if _, err := c.ringAgree(ctx, a, func(int) bool { return true }); err != nil {
+			return c.collFailed(desc, err)
+		}
+		var peers []p2pPeer
+		if c.nranks > 1 {
+			peers = c.p2pPeers(a)
+			if err := c.p2pAgreeBefore(ctx, a, peers); err != nil {
+				return c.collFailed(desc, err)
+			}
+		}
+		if err := c.execPlanCtx(ctx, a.plan, a.in, a.out, desc, a.tag, explain); err != nil {
+			return err
+		}
+		if err := c.p2pAgreeAfter(ctx, a, peers); err != nil {
+			return c.collFailed(desc, err)
+		}
+		return nil
 	}
 	pr := c.choice(a)
 	req := algorithms.PlanRequest{
@@ -266,8 +300,15 @@ func (c *Comm) runColl(a collArgs, desc string) error {
 	}
 	plan := v.(*algorithms.Plan)
 	c.log.Infof("COLL", "%s: %v/%v, %d channels", desc, req.Algo, req.Proto, plan.Channels)
-	if err := c.execPlan(plan, a.in, a.out, desc, a.tag); err != nil {
+	later, err := c.ringAgree(ctx, a, func(peer int) bool { return recvsOnChannel(plan, c.rank, 0, peer) })
+	if err != nil {
+		return c.collFailed(desc, err)
+	}
+	if err := c.execPlanCtx(ctx, plan, a.in, a.out, desc, a.tag, explain); err != nil {
 		return err
+	}
+	if err := c.ringAgreeAfter(ctx, a, later); err != nil {
+		return c.collFailed(desc, err)
 	}
 	if a.op == algorithms.Avg && (a.coll == algorithms.AllReduce || (a.coll == algorithms.Reduce && c.rank == a.root) || a.coll == algorithms.ReduceScatter) {
 		reduce.Finalize(a.out, a.dt, a.op, c.nranks)
@@ -281,10 +322,38 @@ func (c *Comm) runColl(a collArgs, desc string) error {
 func (c *Comm) execPlan(plan *algorithms.Plan, in, out []byte, desc string, tag uint32) error {
 	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.Timeout)
 	defer cancel()
+	return c.execPlanCtx(ctx, plan, in, out, desc, tag, nil)
+}
+
+// execPlanCtx is execPlan under ctx; explain, when set, adds what a peer
+// that sent a foreign tag issued to the error.
+func (c *Comm) execPlanCtx(ctx context.Context, plan *algorithms.Plan, in, out []byte, desc string, tag uint32, explain func(peer int, tag uint32) string) error {
 	err := backend.Exec(ctx, plan, c.rank, c, in, out, c.cfg.SlotBytes, tag)
 	if err == nil {
 		return nil
 	}
+	var mm *backend.MismatchError
+	if explain != nil && errors.As(err, &mm) && mm.GotTag != mm.WantTag {
+		if s := explain(mm.Peer, mm.GotTag); s != "" {
+			err = fmt.Errorf("%w%s", err, s)
+		}
+	}
+	// A send to a peer that has just aborted may report only a closed
+	// socket; its reason waits on the link's receive side. (Not on the
+	// point-to-point channel: its receives may be running elsewhere.)
+	var pe *backend.PeerError
+	var ra *backend.RemoteAbortError
+	if errors.As(err, &pe) && pe.Op == "send" && pe.Channel != p2pChannel && !errors.As(err, &ra) {
+		if l, lerr := c.Conn(pe.Channel, pe.Peer); lerr == nil {
+			err = peerReason(ctx, l, err)
+		}
+	}
+	return c.collFailed(desc, err)
+}
+
+// collFailed classifies err, the failure of the call desc, aborts the
+// communicator with it and returns it.
+func (c *Comm) collFailed(desc string, err error) error {
 	var mm *backend.MismatchError
 	kind := ErrRemote
 	switch {
@@ -292,7 +361,7 @@ func (c *Comm) execPlan(plan *algorithms.Plan, in, out []byte, desc string, tag 
 		err = fmt.Errorf("rank %d: %s failed: %w", c.rank, desc, err)
 		c.fail(err)
 		return err
-	case errors.As(err, &mm):
+	case errors.As(err, &mm) || errors.Is(err, errMismatch):
 		kind = ErrInvalidArgument
 	case errors.Is(err, backend.ErrTimeout):
 		kind = ErrTimeout

@@ -242,7 +242,8 @@ func (c *Comm) AllToAll(send, recv []byte, sendCounts, sendDispls, recvCounts, r
 	for _, n := range sendCounts {
 		total += n
 	}
-	return c.enqueueP2P(collArgs{coll: algorithms.AllToAll, count: total, dt: dt, in: send, out: recv}, sends, recvs, copies)
+	return c.enqueueP2P(collArgs{coll: algorithms.AllToAll, count: total, dt: dt, in: send, out: recv,
+		sendCounts: append([]int64(nil), sendCounts...), recvCounts: append([]int64(nil), recvCounts...)}, sends, recvs, copies)
 }
 
 func checkSplits(coll, what string, b []byte, counts, displs []int64, dt algorithms.DType) error {

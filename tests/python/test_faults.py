@@ -36,7 +36,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CHECK_RE, REPO, WORKERS, worker_env
+from conftest import CHECK_RE, REPO, WORKERS, assert_checks, torchrun, worker_env
 
 sys.path.insert(0, str(WORKERS))
 import faults_netns  # noqa: E402
@@ -222,6 +222,123 @@ def test_mismatched_collectives(ranks_factory):
         assert got == set(range(n)), f"{case}: ranks {sorted(set(range(n)) - got)} did not raise:\n{out[-6000:]}"
     assert all(r["took_s"] < TIMEOUT_S + 5 for r in recs)
     assert_summaries(out, range(n), rcs)
+
+
+# The worker of test_mismatch_fails_every_rank_in_the_same_call, written to a temporary
+# file by the test (the worker scripts of workers/ belong to other cases). Through
+# torchrun: every rank survives its error, so its agent has nothing to kill.
+SAME_CALL_WORKER = r"""
+import datetime
+
+from faults_common import Checker, call_error, report, text_of, timeout_s
+
+import torch
+import torch.distributed as dist
+
+# (name, roots by rank): one odd rank; nobody names itself (each names the next rank,
+# so in every rank's view someone else is the root); everyone names itself.
+BROADCASTS = [("odd", [0, 0, 1]), ("rotated", [1, 2, 0]), ("self", [0, 1, 2])]
+# (name, (from, to, elements `from` sends, elements `to` expects)): the other pairs agree.
+SPLITS = [("fewer-expected", (0, 2, 3, 2)), ("none-sent", (1, 0, 0, 2))]
+
+
+def split_matrix(n, case):
+    send = [[r + p + 1 for p in range(n)] for r in range(n)]  # send[r][p]: r -> p
+    expect = [[send[p][r] for p in range(n)] for r in range(n)]  # expect[r][p]: p -> r
+    if case is not None:
+        src, dst, sends, expects = case
+        send[src][dst] = sends
+        expect[dst][src] = expects
+    return send, expect
+
+
+def main():
+    T = timeout_s()
+    dist.init_process_group(backend="gotree", timeout=datetime.timedelta(seconds=T))
+    rank, n = dist.get_rank(), dist.get_world_size()
+    c = Checker("faults-same-call")
+
+    def fresh():
+        g = dist.new_group(backend="gotree", timeout=datetime.timedelta(seconds=T))
+        t = torch.ones(4)
+        dist.all_reduce(t, group=g)
+        c.check(torch.equal(t, torch.full((4,), float(n))), "a fresh group works")
+        return g
+
+    def expect_error(case, fn, names):
+        g = fresh()
+        e, took = call_error(lambda: fn(g))
+        c.check(e is not None, f"{case}: rank {rank}'s call raised (not only a later one)")
+        if e is not None:
+            text = text_of(e)
+            report(case, took_s=round(took, 3), error=text)
+            c.check(took < T, f"{case}: error within the timeout (took {took:.2f} s)")
+            c.check("issued different collectives" in text, f"{case}: the text says the ranks disagree: {text[:600]!r}")
+            c.check(all(p in text for p in names), f"{case}: the text names {names}: {text[:900]!r}")
+        e2, _ = call_error(lambda: dist.all_reduce(torch.ones(4), group=g))
+        c.check(e2 is not None and "abort" in str(e2), f"{case}: the group is aborted afterwards")
+        w = torch.ones(4)
+        dist.all_reduce(w)
+        c.check(torch.equal(w, torch.full((4,), float(n))), f"{case}: the world group still works")
+
+    # consistent calls still work, with exact results
+    g = fresh()
+    t = torch.arange(1000, dtype=torch.float32) + 100 * rank
+    dist.broadcast(t, src=1, group=g)
+    c.check(torch.equal(t, torch.arange(1000, dtype=torch.float32) + 100), "broadcast from 1")
+    send, expect = split_matrix(n, None)
+    inp = torch.cat([torch.full((send[rank][p],), float(10 * rank + p)) for p in range(n)])
+    out = torch.empty(sum(expect[rank]))
+    dist.all_to_all_single(out, inp, expect[rank], send[rank], group=g)
+    want = torch.cat([torch.full((expect[rank][p],), float(10 * p + rank)) for p in range(n)])
+    c.check(torch.equal(out, want), "all_to_all_single with uneven splits")
+
+    for name, roots in BROADCASTS:
+        t = torch.full((1000,), float(rank))
+        # every text names this rank's root and some other rank's root
+        mine = f"root {roots[rank]})"
+        others = sorted({f"root {r})" for r in roots} - {mine})
+        expect_error(
+            "broadcast-" + name,
+            lambda g: dist.broadcast(t, src=roots[rank], group=g),
+            [mine, "root", "broadcast"] + ([others[0]] if name == "odd" else []),
+        )
+
+    for name, case in SPLITS:
+        send, expect = split_matrix(n, case)
+        inp = torch.zeros(sum(send[rank]))
+        out = torch.empty(sum(expect[rank]))
+        src, dst, sends, expects = case
+        expect_error(
+            "alltoall-" + name,
+            lambda g: dist.all_to_all_single(out, inp, expect[rank], send[rank], group=g),
+            [f"rank {src} sends {sends} x float32 to rank {dst}, which expects {expects} from it"],
+        )
+    c.exit_now()
+
+
+main()
+"""
+
+
+def test_mismatch_fails_every_rank_in_the_same_call(built, tmp_path):
+    """Broadcast with ranks that disagree on the root, and all-to-all(v) with splits that
+    disagree between two ranks: every rank's *same* call raises (a rank whose root or
+    splits agree with some peers included), within the timeout, naming the disagreement;
+    consistent calls on a fresh group stay exact."""
+    n = 3
+    script = tmp_path / "faults_same_call.py"
+    script.write_text(SAME_CALL_WORKER)
+    env = worker_env({"FAULT_TIMEOUT_S": str(TIMEOUT_S), "GOTREE_SOCKET_IFNAME": "=lo", "TORCH_CPP_LOG_LEVEL": "ERROR"})
+    rc, out = torchrun(script, n, timeout=240, env=env)
+    recs = results(out)
+    show(recs)
+    cases = ["broadcast-odd", "broadcast-rotated", "broadcast-self", "alltoall-fewer-expected", "alltoall-none-sent"]
+    for case in cases:
+        got = {r["rank"] for r in recs if r["case"] == case}
+        assert got == set(range(n)), f"{case}: ranks {sorted(set(range(n)) - got)} did not raise in that call:\n{out[-6000:]}"
+    assert all(r["took_s"] < TIMEOUT_S for r in recs if r["case"] in cases)
+    assert_checks(rc, out, n, min_passed=30)
 
 
 # --------------------------------------------------------------------------- (f) fork
