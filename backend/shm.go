@@ -393,7 +393,8 @@ func (s *shmConn) wait(ctx context.Context, ready func() bool, w, flag *uint32) 
 			return nil
 		}
 	}
-	for i := 0; i < 16; i++ {
+	yieldUntil := time.Now().Add(yieldSpin)
+	for i := 0; i < 16 || time.Now().Before(yieldUntil); i++ {
 		runtime.Gosched()
 		unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 		if ready() {
@@ -436,6 +437,13 @@ func (s *shmConn) wait(ctx context.Context, ready func() bool, w, flag *uint32) 
 }
 
 var errFailed = errors.New("link failed")
+
+// yieldSpin is how long a wait keeps yielding the processor before it
+// sleeps on the futex. Yielding lets other runnable threads go first, so
+// it costs little when the machine is oversubscribed; sleeping instead
+// lets the (virtual) CPU go idle, and waking it again costs tens of
+// microseconds, more than a small message's whole round trip.
+var yieldSpin = 50 * time.Microsecond
 
 func (s *shmConn) Send(ctx context.Context, tag uint32, p []byte) error {
 	buf, err := s.Acquire(ctx, len(p))

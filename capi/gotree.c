@@ -102,6 +102,11 @@ gotree_status_t gotree_comm_abort(gotree_comm_t comm) {
   return (gotree_status_t)gotreego_comm_destroy(comm, 1);
 }
 
+gotree_status_t gotree_comm_will_wait(gotree_comm_t comm, int will_wait) {
+  GUARD();
+  return (gotree_status_t)gotreego_comm_will_wait(comm, will_wait);
+}
+
 enum {
   COLL_ALLREDUCE = 0,
   COLL_BROADCAST = 1,

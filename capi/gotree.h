@@ -164,6 +164,17 @@ gotree_status_t gotree_comm_destroy(gotree_comm_t comm);
  * communicator's sockets and threads. Peers see GOTREE_ERR_REMOTE. */
 gotree_status_t gotree_comm_abort(gotree_comm_t comm);
 
+/* will_wait = 1 announces that the caller waits for the next collective it
+ * issues on comm (including all-to-all, gather, scatter; not send/recv) at
+ * once, with gotree_request_wait(request, -1) on the issuing thread. When
+ * nothing is queued before it, the operation then runs on that waiting
+ * thread and no library thread is woken: two thread hand-offs fewer per
+ * call, which is most of a small blocking collective's cost. The next issue
+ * consumes the announcement; will_wait = 0 withdraws it (after an issue
+ * that failed). An operation whose caller breaks the promise starts when it
+ * is tested, waited for with a time limit, or followed by another one. */
+gotree_status_t gotree_comm_will_wait(gotree_comm_t comm, int will_wait);
+
 /*
  * Collectives. All take the same arguments; each documents which it uses.
  *   sendbuf, recvbuf: may be equal (in place). NULL is allowed only when the

@@ -176,6 +176,17 @@ func gotreego_comm_info(h C.int64_t, rank, nranks *C.int) (st C.int) {
 	return stSuccess
 }
 
+//export gotreego_comm_will_wait
+func gotreego_comm_will_wait(h C.int64_t, on C.int) (st C.int) {
+	defer guard(int64(h), &st)
+	c, err := table.comm(int64(h))
+	if err != nil {
+		return fail(0, err)
+	}
+	c.WillWait(on != 0)
+	return stSuccess
+}
+
 //export gotreego_comm_destroy
 func gotreego_comm_destroy(h C.int64_t, abort C.int) (st C.int) {
 	defer guard(int64(h), &st)

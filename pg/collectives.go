@@ -196,10 +196,8 @@ func (c *Comm) enqueue(a collArgs) (*Request, error) {
 	a.tag = opTag(a.coll, c.seq, a.count, a.dt, a.op, a.root)
 	desc := a.describe()
 	r := newRequest(desc, c.cfg.Timeout, func(c *Comm) error { return c.runColl(a, desc) })
-	select {
-	case c.queue <- r:
-	default:
-		return nil, fmt.Errorf("%w: rank %d: more than %d operations in flight", ErrInvalidArgument, c.rank, cap(c.queue))
+	if err := c.queueRequest(r); err != nil {
+		return nil, err
 	}
 	return r, nil
 }

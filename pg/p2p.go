@@ -419,14 +419,7 @@ func (c *Comm) runP2P(keys []p2pKey, r *Request, op func() error) {
 		for _, prev := range prevs {
 			<-prev.done
 		}
-		c.mu.Lock()
-		failure := c.failure
-		c.mu.Unlock()
-		if failure != nil {
-			r.finish(fmt.Errorf("%w (%v)", ErrAborted, failure))
-		} else {
-			r.finish(op())
-		}
+		c.finishUnlessFailed(r, op)
 		c.p2p.mu.Lock()
 		for _, k := range keys {
 			if c.p2p.last[k] == r {

@@ -3,6 +3,7 @@ package pg
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -15,6 +16,14 @@ type Request struct {
 	done   chan struct{}
 	err    error
 	source int // the sending rank of a receive from any source
+
+	// Operations on the ordered queue: the worker runs them in order, but
+	// a waiter that finds its operation not yet started and the one
+	// before it finished runs it itself (claimed decides who), saving two
+	// thread hand-offs on every synchronous call.
+	comm    *Comm
+	claimed atomic.Bool
+	prev    atomic.Pointer[Request] // queued just before; nil once finished
 }
 
 func newRequest(desc string, timeout time.Duration, op func(*Comm) error) *Request {
@@ -25,7 +34,40 @@ func (r *Request) run(c *Comm) error { return r.op(c) }
 
 func (r *Request) finish(err error) {
 	r.err = err
+	r.prev.Store(nil) // keep no chain of finished requests alive
 	close(r.done)
+}
+
+func (r *Request) finished() bool {
+	select {
+	case <-r.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// runHere runs a queued operation on the waiter's goroutine when it has
+// not started and everything queued before it finished. It reports
+// whether it did.
+func (r *Request) runHere() bool {
+	c := r.comm
+	if c == nil || r.claimed.Load() {
+		return false
+	}
+	if p := r.prev.Load(); p != nil && !p.finished() {
+		return false
+	}
+	c.mu.Lock()
+	if c.closed || !r.claimed.CompareAndSwap(false, true) {
+		c.mu.Unlock()
+		return false
+	}
+	c.wg.Add(1) // Destroy waits for it like for the worker
+	c.mu.Unlock()
+	defer c.wg.Done()
+	c.runQueued(r)
+	return true
 }
 
 // Source is the rank a receive from any source took its message from, once
@@ -46,6 +88,9 @@ func (r *Request) String() string { return r.desc }
 
 // Test reports whether the request finished, and its error once it has.
 func (r *Request) Test() (bool, error) {
+	if r.comm != nil && !r.claimed.Load() {
+		r.comm.undefer(r)
+	}
 	select {
 	case <-r.done:
 		return true, r.err
@@ -66,6 +111,12 @@ func (r *Request) Wait(timeout time.Duration) error {
 	case <-r.done:
 		return r.err
 	default:
+	}
+	if timeout < 0 && r.runHere() {
+		return r.err
+	}
+	if r.comm != nil && !r.claimed.Load() {
+		r.comm.undefer(r)
 	}
 	if timeout < 0 {
 		// The operation's own deadline (the communicator's timeout, counted

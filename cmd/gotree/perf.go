@@ -395,6 +395,7 @@ func perfSize(comm *pg.Comm, o perfOpts, count int64, send, recv []byte, inplace
 	issue := func() error {
 		var r *pg.Request
 		var err error
+		comm.WillWait(true) // blocking calls, like nccl-tests without -a
 		switch o.coll {
 		case algorithms.AllReduce:
 			r, err = comm.AllReduce(in, out, count, o.dtype, o.op)
@@ -404,6 +405,7 @@ func perfSize(comm *pg.Comm, o perfOpts, count int64, send, recv []byte, inplace
 			r, err = comm.Broadcast(in, out, count, o.dtype, 0)
 		}
 		if err != nil {
+			comm.WillWait(false)
 			return err
 		}
 		return r.Wait(-1)

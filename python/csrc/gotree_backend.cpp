@@ -49,6 +49,18 @@
 
 #include "gotree.h"
 
+// Whether the caller asked for an async op. Options carry asyncOp from
+// torch 2.7 on (false for dist.all_reduce(t) without async_op=True: the
+// caller waits at once); older options do not, and count as async.
+template <typename O>
+auto isAsyncOp(const O& o, int) -> decltype(o.asyncOp, bool()) {
+  return o.asyncOp;
+}
+template <typename O>
+bool isAsyncOp(const O&, long) {
+  return true;
+}
+
 // Backend::split(store, ranks, options), which ProcessGroup::splitGroup
 // (torch.distributed.split_group) calls, exists from torch 2.9 on.
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 9)
@@ -79,6 +91,7 @@ struct Api {
   decltype(&gotree_comm_size) comm_size = nullptr;
   decltype(&gotree_comm_destroy) comm_destroy = nullptr;
   decltype(&gotree_comm_abort) comm_abort = nullptr;
+  decltype(&gotree_comm_will_wait) comm_will_wait = nullptr;
   decltype(&gotree_allreduce) allreduce = nullptr;
   decltype(&gotree_broadcast) broadcast = nullptr;
   decltype(&gotree_allgather) allgather = nullptr;
@@ -162,6 +175,7 @@ const Api& loadApi(const std::string& path) {
     resolve(h, "gotree_comm_size", a->comm_size, path);
     resolve(h, "gotree_comm_destroy", a->comm_destroy, path);
     resolve(h, "gotree_comm_abort", a->comm_abort, path);
+    resolve(h, "gotree_comm_will_wait", a->comm_will_wait, path);
     resolve(h, "gotree_allreduce", a->allreduce, path);
     resolve(h, "gotree_broadcast", a->broadcast, path);
     resolve(h, "gotree_allgather", a->allgather, path);
@@ -725,6 +739,7 @@ class GotreeWork : public c10d::Work {
   std::vector<gotree_request_t> reqs_;
   gotree_comm_t comm_ = 0;
   int sourceRank_ = -1;
+  bool sync_ = false;  // the caller waits at once: retired on its thread
   const Clock::time_point deadline_;
   const milliseconds timeout_;
   const bool explicitTimeout_;
@@ -931,7 +946,7 @@ class GotreeBackend : public c10d::Backend {
     TORCH_CHECK_VALUE(
         !opts.sparseIndices.has_value(), "gotree: sparse allreduce is not supported");
     ReducePlan p = planReduce(t.scalar_type(), opts.reduceOp, coll);
-    auto work = makeWork(c10d::OpType::ALLREDUCE, coll, {t}, opts.timeout);
+    auto work = makeWork(c10d::OpType::ALLREDUCE, coll, {t}, opts);
     work->detail_ = c10::str(describe(t), ", ", opName(opts.reduceOp.op_));
     issueLocked(work, [&](std::vector<std::function<gotree_status_t(gotree_request_t*)>>& calls) {
       addAllreduce(work, t, p, calls);
@@ -952,7 +967,7 @@ class GotreeBackend : public c10d::Backend {
       plans.push_back(planReduce(tensors[i].scalar_type(), opts.reduceOp, coll));
     }
     auto work = makeWork(
-        c10d::OpType::ALLREDUCE_COALESCED, coll, tensors, opts.timeout);
+        c10d::OpType::ALLREDUCE_COALESCED, coll, tensors, opts);
     work->detail_ = c10::str(tensors.size(), " tensors, ", opName(opts.reduceOp.op_));
     issueLocked(work, [&](auto& calls) {
       for (size_t i = 0; i < tensors.size(); i++) {
@@ -976,7 +991,7 @@ class GotreeBackend : public c10d::Backend {
     if (getRank() != opts.rootRank) {
       checkWritable(t, coll, "the tensor");
     }
-    auto work = makeWork(c10d::OpType::BROADCAST, coll, {t}, opts.timeout);
+    auto work = makeWork(c10d::OpType::BROADCAST, coll, {t}, opts);
     work->detail_ = c10::str(describe(t), ", root ", opts.rootRank);
     int root = static_cast<int>(opts.rootRank);
     issueLocked(work, [&](auto& calls) {
@@ -1029,7 +1044,7 @@ class GotreeBackend : public c10d::Backend {
           outs[i].numel(), " elements (sizes ", outs[i].sizes(), "), expected ",
           in.numel(), " (the input's, sizes ", in.sizes(), ")");
     }
-    auto work = makeWork(c10d::OpType::ALLGATHER, coll, outs, opts.timeout);
+    auto work = makeWork(c10d::OpType::ALLGATHER, coll, outs, opts);
     work->detail_ = describe(in);
     issueLocked(work, [&](auto& calls) {
       const int64_t nbytes = in.numel() * in.element_size();
@@ -1069,7 +1084,7 @@ class GotreeBackend : public c10d::Backend {
     const char* coll = "all_gather_into_tensor";
     checkUsable(coll);
     checkAllgatherBase(output, input, coll, "");
-    auto work = makeWork(c10d::OpType::_ALLGATHER_BASE, coll, {output}, opts.timeout);
+    auto work = makeWork(c10d::OpType::_ALLGATHER_BASE, coll, {output}, opts);
     work->detail_ = describe(input);
     issueLocked(work, [&](auto& calls) { addAllgatherBase(work, output, input, calls); });
     return work;
@@ -1086,7 +1101,7 @@ class GotreeBackend : public c10d::Backend {
     for (size_t i = 0; i < inputs.size(); i++) {
       checkAllgatherBase(outputs[i], inputs[i], coll, c10::str("[", i, "]"));
     }
-    auto work = makeWork(c10d::OpType::COALESCED, coll, outputs, opts.timeout);
+    auto work = makeWork(c10d::OpType::COALESCED, coll, outputs, opts);
     work->detail_ = c10::str(inputs.size(), " tensors");
     issueLocked(work, [&](auto& calls) {
       for (size_t i = 0; i < inputs.size(); i++) {
@@ -1100,7 +1115,7 @@ class GotreeBackend : public c10d::Backend {
       const c10d::BarrierOptions& opts) override {
     const char* coll = "barrier";
     checkUsable(coll);
-    auto work = makeWork(c10d::OpType::BARRIER, coll, {}, opts.timeout);
+    auto work = makeWork(c10d::OpType::BARRIER, coll, {}, opts);
     issueLocked(work, [&](auto& calls) {
       gotree_comm_t comm = comm_;
       const Api* a = &api();
@@ -1128,7 +1143,7 @@ class GotreeBackend : public c10d::Backend {
       checkWritable(t, coll, "the tensor");
     }
     ReducePlan p = planReduce(t.scalar_type(), opts.reduceOp, coll);
-    auto work = makeWork(c10d::OpType::REDUCE, coll, {t}, opts.timeout);
+    auto work = makeWork(c10d::OpType::REDUCE, coll, {t}, opts);
     work->detail_ = c10::str(describe(t), ", ", opName(opts.reduceOp.op_), ", root ", root);
     issueLocked(work, [&](auto& calls) {
       at::Tensor send = reduceInput(work, t, p);
@@ -1181,7 +1196,7 @@ class GotreeBackend : public c10d::Backend {
           "), expected ", out.numel(), " (the output's, sizes ", out.sizes(), ")");
     }
     ReducePlan p = planReduce(out.scalar_type(), opts.reduceOp, coll);
-    auto work = makeWork(c10d::OpType::REDUCE_SCATTER, coll, {out}, opts.timeout);
+    auto work = makeWork(c10d::OpType::REDUCE_SCATTER, coll, {out}, opts);
     work->detail_ = c10::str(describe(out), ", ", opName(opts.reduceOp.op_));
     issueLocked(work, [&](auto& calls) {
       std::vector<at::Tensor> flat;
@@ -1203,7 +1218,7 @@ class GotreeBackend : public c10d::Backend {
     checkUsable(coll);
     checkReduceScatterBase(output, input, coll, "");
     ReducePlan p = planReduce(input.scalar_type(), opts.reduceOp, coll);
-    auto work = makeWork(c10d::OpType::_REDUCE_SCATTER_BASE, coll, {output}, opts.timeout);
+    auto work = makeWork(c10d::OpType::_REDUCE_SCATTER_BASE, coll, {output}, opts);
     work->detail_ = c10::str(describe(output), ", ", opName(opts.reduceOp.op_));
     issueLocked(work, [&](auto& calls) {
       at::Tensor send = reduceInput(work, input, p);
@@ -1225,7 +1240,7 @@ class GotreeBackend : public c10d::Backend {
       checkReduceScatterBase(outputs[i], inputs[i], coll, c10::str("[", i, "]"));
       plans.push_back(planReduce(inputs[i].scalar_type(), opts.reduceOp, coll));
     }
-    auto work = makeWork(c10d::OpType::COALESCED, coll, outputs, opts.timeout);
+    auto work = makeWork(c10d::OpType::COALESCED, coll, outputs, opts);
     work->detail_ = c10::str(inputs.size(), " tensors, ", opName(opts.reduceOp.op_));
     issueLocked(work, [&](auto& calls) {
       for (size_t i = 0; i < inputs.size(); i++) {
@@ -1273,7 +1288,7 @@ class GotreeBackend : public c10d::Backend {
         flatOuts.push_back(o);
       }
     }
-    auto work = makeWork(c10d::OpType::ALLGATHER_COALESCED, coll, flatOuts, opts.timeout);
+    auto work = makeWork(c10d::OpType::ALLGATHER_COALESCED, coll, flatOuts, opts);
     work->detail_ = c10::str(inputs.size(), " tensors");
     issueLocked(work, [&](auto& calls) {
       for (size_t i = 0; i < inputs.size(); i++) {
@@ -1325,7 +1340,7 @@ class GotreeBackend : public c10d::Backend {
           "gotree: gather: only the root (rank ", root, ") passes output "
           "tensors; rank ", getRank(), " passed ", outputTensors.size(), " list(s)");
     }
-    auto work = makeWork(c10d::OpType::GATHER, coll, outs, opts.timeout);
+    auto work = makeWork(c10d::OpType::GATHER, coll, outs, opts);
     work->detail_ = c10::str(describe(in), ", root ", root);
     issueLocked(work, [&](auto& calls) {
       at::Tensor send = in.contiguous();
@@ -1378,7 +1393,7 @@ class GotreeBackend : public c10d::Backend {
           "gotree: scatter: only the root (rank ", root, ") passes input "
           "tensors; rank ", getRank(), " passed ", inputTensors.size(), " list(s)");
     }
-    auto work = makeWork(c10d::OpType::SCATTER, coll, {out}, opts.timeout);
+    auto work = makeWork(c10d::OpType::SCATTER, coll, {out}, opts);
     work->detail_ = c10::str(describe(out), ", root ", root);
     issueLocked(work, [&](auto& calls) {
       at::Tensor send;
@@ -1466,7 +1481,7 @@ class GotreeBackend : public c10d::Backend {
           output.numel(), " elements but the input ", input.numel(),
           " (equal splits need equal sizes)");
     }
-    auto work = makeWork(c10d::OpType::ALLTOALL_BASE, coll, {output}, opts.timeout);
+    auto work = makeWork(c10d::OpType::ALLTOALL_BASE, coll, {output}, opts);
     work->detail_ = c10::str(describe(input), equal ? ", equal splits" : ", uneven splits");
     issueLocked(work, [&](auto& calls) {
       at::Tensor send = input.contiguous();
@@ -1537,7 +1552,7 @@ class GotreeBackend : public c10d::Backend {
           " (", wi, ": ", dtypeName(inputTensors[i].scalar_type()), ", ", wo,
           ": ", dtypeName(outputTensors[i].scalar_type()), ")");
     }
-    auto work = makeWork(c10d::OpType::ALLTOALL, coll, outputTensors, opts.timeout);
+    auto work = makeWork(c10d::OpType::ALLTOALL, coll, outputTensors, opts);
     work->detail_ = c10::str(n, " tensors of ", dtypeName(dtype));
     issueLocked(work, [&](auto& calls) {
       std::vector<at::Tensor> flat;
@@ -2063,6 +2078,17 @@ class GotreeBackend : public c10d::Backend {
         in.numel(), ")");
   }
 
+  // makeWork for a collective called with options opts: a synchronous
+  // call (asyncOp false) is waited for on the calling thread.
+  template <typename O>
+  c10::intrusive_ptr<GotreeWork> makeWork(
+      c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
+      const O& opts) {
+    auto work = makeWork(type, name, std::move(outputs), opts.timeout);
+    work->sync_ = !isAsyncOp(opts, 0);
+    return work;
+  }
+
   c10::intrusive_ptr<GotreeWork> makeWork(
       c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
       milliseconds opTimeout) {
@@ -2083,13 +2109,25 @@ class GotreeBackend : public c10d::Backend {
       const c10::intrusive_ptr<GotreeWork>& work, Builder&& build, bool p2p = false) {
     std::vector<Call> calls;
     build(calls);
-    std::lock_guard<std::mutex> issue(issueMu_);
+    // A synchronous call (asyncOp false) with nothing queued before it is
+    // waited for here, on the calling thread; a single library call is
+    // also announced (gotree_comm_will_wait) so that the library runs it
+    // on this thread without waking its own.
+    const bool sync = work->sync_ && !coalescing_ && !p2p && idle();
+    const bool announce = sync && !work->explicitTimeout_ && calls.size() == 1;
+    std::unique_lock<std::mutex> issue(issueMu_);
     work->seq_ = p2p ? seq_ : ++seq_;
     gotree_status_t st = GOTREE_SUCCESS;
     for (auto& call : calls) {
       gotree_request_t r = 0;
+      if (announce) {
+        api().comm_will_wait(comm_, 1);
+      }
       st = call(&r);
       if (st != GOTREE_SUCCESS) {
+        if (announce) {
+          api().comm_will_wait(comm_, 0);
+        }
         break;
       }
       work->reqs_.push_back(r);
@@ -2108,10 +2146,28 @@ class GotreeBackend : public c10d::Backend {
       enqueue(work);
       throwStatus(st, msg);
     }
+    if (sync) {
+      // Retire the work here, saving the hand-off to the completion thread
+      // and back. An announced call is waited for without a time limit, as
+      // promised (the library's own deadline still applies); an operation
+      // with its own shorter timeout keeps the watchdog's bounded waits.
+      issue.unlock();
+      const Api& a = api();
+      if (announce) {
+        a.request_wait(work->reqs_[0], -1);
+      }
+      retire(a, work);
+      return;
+    }
     enqueue(work);
     if (coalescing_) {
       coalesced_.push_back(work);
     }
+  }
+
+  bool idle() {
+    std::lock_guard<std::mutex> g(queueMu_);
+    return queue_.empty();
   }
 
   void enqueue(const c10::intrusive_ptr<GotreeWork>& work) {

@@ -64,10 +64,12 @@ static void test_allreduce(gotree_comm_t comm, uint64_t count, int inplace) {
     dr[i] = NAN;
   }
   gotree_request_t req = 0;
-  /* int64 SUM */
+  /* int64 SUM, announced as waited for at once (runs on this thread) */
+  OK(gotree_comm_will_wait(comm, 1), comm);
   OK(gotree_allreduce(comm, send, inplace ? send : recv, count, GOTREE_INT64, GOTREE_SUM, 0,
                       GOTREE_DEVICE_CPU, NULL, &req), comm);
-  OK(run(req), req);
+  OK(gotree_request_wait(req, -1), req);
+  gotree_request_free(req);
   int64_t *res = inplace ? send : recv;
   int bad = 0;
   for (uint64_t i = 0; i < count; i++) {
