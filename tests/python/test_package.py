@@ -165,14 +165,15 @@ def test_wheel_in_fresh_venv_from_another_directory(built, tmp_path):
     assert rc == 0, out
     vpy = venv / "bin" / "python"
     # torch comes from this interpreter's site-packages (no multi-GB download in tests);
-    # gotree must come from the wheel only.
+    # gotree must come from the wheel only (--ignore-installed: after `make demo` the dev
+    # venv has gotree too, and pip would otherwise count that as already installed).
     site = subprocess.check_output([str(vpy), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True).strip()
     torch_site = os.path.dirname(os.path.dirname(__import__("torch").__file__))
     with open(os.path.join(site, "_torch_from_dev_venv.pth"), "w") as f:
         f.write(torch_site + "\n")
     clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GOTREE_LIBRARY", "VIRTUAL_ENV")}
     clean["OMP_NUM_THREADS"] = "1"
-    rc, out = run_command([str(vpy), "-m", "pip", "install", "--no-deps", "--no-index", wheels[0]], 300, env=clean)
+    rc, out = run_command([str(vpy), "-m", "pip", "install", "--no-deps", "--no-index", "--ignore-installed", wheels[0]], 300, env=clean)
     assert rc == 0, out[-3000:]
 
     elsewhere = tmp_path / "elsewhere"

@@ -57,7 +57,10 @@ def init_group(T, store_timeout_s=90):
 def report(case, **fields):
     rec = {"rank": int(os.environ.get("RANK", "-1")), "case": case}
     rec.update(fields)
-    print("FAULT-RESULT " + json.dumps(rec), flush=True)
+    # One write(2) of the whole line: the ranks share torchrun's pipe, and a
+    # line written in pieces can be interleaved with another rank's.
+    sys.stdout.flush()
+    os.write(1, ("FAULT-RESULT " + json.dumps(rec) + "\n").encode())
 
 
 def call_error(fn):
