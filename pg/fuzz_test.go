@@ -1,9 +1,12 @@
 package pg
 
 import (
+	"bytes"
 	"net"
 	"testing"
 	"time"
+
+	"github.com/gotree/gotree/algorithms"
 )
 
 // FuzzHandshake: whatever a stranger sends, the listener's side of the
@@ -52,5 +55,32 @@ func FuzzBootstrapFrame(f *testing.F) {
 		var info rankInfo
 		_ = readFrame(b, &info)
 		b.Close()
+	})
+}
+
+// Agreement-check headers come from the wire: any 56 bytes (or any other
+// length) must decode or be refused, and comparing and describing what
+// decodes must not panic, whatever collective, dtype, op or counts it
+// claims.
+func FuzzAgreementHeader(f *testing.F) {
+	mine := collArgs{coll: algorithms.AllToAll, count: 12, dt: algorithms.Float32, op: algorithms.Sum, root: 1, seq: 7,
+		sendCounts: []int64{4, 4, 4}, recvCounts: []int64{4, 4, 4}}
+	f.Add(mine.header(hdrView).encode())
+	f.Add(collArgs{coll: algorithms.Broadcast, count: 1, dt: algorithms.BFloat16, root: 2, seq: 1}.header(hdrRound).encode())
+	f.Add(make([]byte, hdrLen))
+	f.Add([]byte("short"))
+	c := &Comm{rank: 0, nranks: 3}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		h, ok := decodeHeader(data)
+		if !ok {
+			return
+		}
+		if got := h.encode(); !bytes.Equal(got, data) {
+			t.Fatalf("header does not round-trip: % x -> % x", data, got)
+		}
+		_ = c.compareView(mine, 1, h)
+		_ = c.compareSplits(mine, 1, h)
+		_ = c.compareSplits(mine, 5, h)
+		_ = h.args().describe()
 	})
 }

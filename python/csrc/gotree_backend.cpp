@@ -909,11 +909,11 @@ class GotreeBackend : public c10d::Backend {
   }
 #endif
 
-  c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() override {
+  c10::intrusive_ptr<c10d::Backend::Options> getBackendOptions() {  // virtual in newer torch only: no `override` (torch 2.4 builds)
     return c10::make_intrusive<c10d::Backend::Options>("gotree", timeout_);
   }
 
-  void setTimeout(milliseconds timeout) override {
+  void setTimeout(milliseconds timeout) {  // virtual in newer torch only: no `override`
     timeout_ = timeout.count() > 0 ? timeout : kBackendDefaultTimeout;
   }
 
@@ -925,11 +925,11 @@ class GotreeBackend : public c10d::Backend {
     return seq_;
   }
 
-  void abort() override {
+  void abort() {  // virtual in newer torch only: no `override`
     stop(/*abort=*/true);
   }
 
-  void shutdown() override {
+  void shutdown() {  // virtual in newer torch only: no `override`
     stop(/*abort=*/false);
   }
 
@@ -1831,7 +1831,7 @@ class GotreeBackend : public c10d::Backend {
 
   // -- coalescing (batch_isend_irecv, _coalescing_manager) ------------------
 
-  bool supportsCoalescing() const override {
+  bool supportsCoalescing() const {  // virtual in newer torch only: no `override`
     return true;
   }
 
