@@ -138,11 +138,6 @@ func TestMismatchedRootsFailEveryRank(t *testing.T) {
 					if n > 4 {
 						maxDiffer = 1
 					}
-					if v.name == "tcp" {
-						// Fewer over TCP: simultaneous aborts there can hit a
-						// race in backend's fifo.fail (close of a closed channel).
-						maxFull, maxDiffer = 2, 1
-					}
 					for _, roots := range assignments(n, maxFull, maxDiffer) {
 						name := fmt.Sprintf("%s/n=%d/%s/count=%d/roots=%v", v.name, n, coll, count, roots)
 						t.Run(name, func(t *testing.T) {
