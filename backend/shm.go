@@ -496,12 +496,15 @@ func (s *shmConn) Post(tag uint32, n int) {
 	s.exit()
 }
 
-func (s *shmConn) Recv(ctx context.Context) ([]byte, uint32, error) {
+// awaitMessage waits until the peer has published a message (call names
+// the caller in errors) and returns the head index. On success the link is
+// left entered (the caller exits it); on failure it is not.
+func (s *shmConn) awaitMessage(ctx context.Context, call string) (uint64, error) {
 	if s.borrowed {
-		return nil, 0, &PeerError{s.peer, s.channel, "recv", fmt.Errorf("%w: Recv called before Release", ErrProto)}
+		return 0, &PeerError{s.peer, s.channel, "recv", fmt.Errorf("%w: %s called before Release", ErrProto, call)}
 	}
 	if !s.enter() {
-		return nil, 0, s.err("recv")
+		return 0, s.err("recv")
 	}
 	head := atomic.LoadUint64(s.rx.u64(offHead))
 	tail := s.rx.u64(offTail)
@@ -509,9 +512,17 @@ func (s *shmConn) Recv(ctx context.Context) ([]byte, uint32, error) {
 	if err := s.wait(ctx, ready, s.rx.u32(offTail), s.rx.u32(offRxWait)); err != nil {
 		s.exit()
 		if err == errFailed {
-			return nil, 0, s.err("recv")
+			return 0, s.err("recv")
 		}
-		return nil, 0, &PeerError{s.peer, s.channel, "recv", err}
+		return 0, &PeerError{s.peer, s.channel, "recv", err}
+	}
+	return head, nil
+}
+
+func (s *shmConn) Recv(ctx context.Context) ([]byte, uint32, error) {
+	head, err := s.awaitMessage(ctx, "Recv")
+	if err != nil {
+		return nil, 0, err
 	}
 	s.seg.hb[s.rx.idx][0].Load()
 	i := int(head % uint64(s.rx.slots))
@@ -526,22 +537,10 @@ func (s *shmConn) Recv(ctx context.Context) ([]byte, uint32, error) {
 
 // Probe implements Prober: it waits like Recv but takes nothing.
 func (s *shmConn) Probe(ctx context.Context) error {
-	if s.borrowed {
-		return &PeerError{s.peer, s.channel, "recv", fmt.Errorf("%w: Probe called before Release", ErrProto)}
+	if _, err := s.awaitMessage(ctx, "Probe"); err != nil {
+		return err
 	}
-	if !s.enter() {
-		return s.err("recv")
-	}
-	defer s.exit()
-	head := atomic.LoadUint64(s.rx.u64(offHead))
-	tail := s.rx.u64(offTail)
-	ready := func() bool { return atomic.LoadUint64(tail) != head }
-	if err := s.wait(ctx, ready, s.rx.u32(offTail), s.rx.u32(offRxWait)); err != nil {
-		if err == errFailed {
-			return s.err("recv")
-		}
-		return &PeerError{s.peer, s.channel, "recv", err}
-	}
+	s.exit()
 	return nil
 }
 

@@ -151,13 +151,18 @@ func (t *tcpConn) Send(ctx context.Context, tag uint32, p []byte) error {
 func (t *tcpConn) Recv(ctx context.Context) ([]byte, uint32, error) {
 	b, tag, err := t.rx.recv(ctx)
 	if err != nil {
-		var pe *PeerError
-		if errors.As(err, &pe) {
-			return nil, 0, err
-		}
-		return nil, 0, t.peerErr("recv", err)
+		return nil, 0, t.recvErr(err)
 	}
 	return b, tag, nil
+}
+
+// recvErr names the peer in a receive-side error unless it already does.
+func (t *tcpConn) recvErr(err error) error {
+	var pe *PeerError
+	if errors.As(err, &pe) {
+		return err
+	}
+	return t.peerErr("recv", err)
 }
 
 // Abort sends an abort frame with the reason, unless a send is in
@@ -182,11 +187,7 @@ func (t *tcpConn) Release() { t.rx.release() }
 // Probe implements Prober.
 func (t *tcpConn) Probe(ctx context.Context) error {
 	if err := t.rx.probe(ctx); err != nil {
-		var pe *PeerError
-		if errors.As(err, &pe) {
-			return err
-		}
-		return t.peerErr("recv", err)
+		return t.recvErr(err)
 	}
 	return nil
 }

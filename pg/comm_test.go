@@ -20,8 +20,9 @@ func testConfig() Config {
 }
 
 // startComms forms one communicator of n ranks inside this process; hosts
-// gives each rank's host id (nil: all on one host).
-func startComms(t *testing.T, n int, hosts []string, cfg Config) []*Comm {
+// gives each rank's host id (nil: all on one host). Tests and benchmarks
+// share it.
+func startComms(t testing.TB, n int, hosts []string, cfg Config) []*Comm {
 	t.Helper()
 	uid, err := NewUniqueID(cfg)
 	require.NoError(t, err)

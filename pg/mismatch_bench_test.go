@@ -8,39 +8,6 @@ import (
 	"github.com/gotree/gotree/algorithms"
 )
 
-// benchComms forms one communicator of n ranks in this process (shared
-// memory links: one host).
-func benchComms(b *testing.B, n int) []*Comm {
-	b.Helper()
-	cfg := testConfig()
-	uid, err := NewUniqueID(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	comms := make([]*Comm, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := 0; r < n; r++ {
-		wg.Add(1)
-		go func(r int) {
-			defer wg.Done()
-			comms[r], errs[r] = Init(uid, r, n, cfg)
-		}(r)
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			b.Fatalf("rank %d: %v", r, err)
-		}
-	}
-	b.Cleanup(func() {
-		for _, c := range comms {
-			c.Destroy()
-		}
-	})
-	return comms
-}
-
 // BenchmarkSmallCollectives measures small-message latency: every
 // iteration issues one call on every rank and waits for all of them
 // ("sync": the time until the last rank is done), or every rank loops on
@@ -54,7 +21,7 @@ func BenchmarkSmallCollectives(b *testing.B) {
 		for _, coll := range []string{"broadcast", "reduce", "allreduce"} {
 			for _, mode := range []string{"sync", "stream"} {
 				b.Run(fmt.Sprintf("%s/n=%d/%s", coll, n, mode), func(b *testing.B) {
-					comms := benchComms(b, n)
+					comms := startComms(b, n, nil, testConfig())
 					bufs := make([][]byte, n)
 					for r := range bufs {
 						bufs[r] = make([]byte, 4*count)

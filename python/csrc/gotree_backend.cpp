@@ -2115,25 +2115,25 @@ class GotreeBackend : public c10d::Backend {
     // on this thread without waking its own.
     const bool sync = work->sync_ && !coalescing_ && !p2p && idle();
     const bool announce = sync && !work->explicitTimeout_ && calls.size() == 1;
+    const Api& a = api();
     std::unique_lock<std::mutex> issue(issueMu_);
     work->seq_ = p2p ? seq_ : ++seq_;
     gotree_status_t st = GOTREE_SUCCESS;
     for (auto& call : calls) {
       gotree_request_t r = 0;
       if (announce) {
-        api().comm_will_wait(comm_, 1);
+        a.comm_will_wait(comm_, 1);
       }
       st = call(&r);
       if (st != GOTREE_SUCCESS) {
         if (announce) {
-          api().comm_will_wait(comm_, 0);
+          a.comm_will_wait(comm_, 0);
         }
         break;
       }
       work->reqs_.push_back(r);
     }
     if (st != GOTREE_SUCCESS) {
-      const Api& a = api();
       std::string msg = c10::str(
           work->label(), " could not be issued: ",
           describeFailure(a, st, {comm_, 0}));
@@ -2152,7 +2152,6 @@ class GotreeBackend : public c10d::Backend {
       // promised (the library's own deadline still applies); an operation
       // with its own shorter timeout keeps the watchdog's bounded waits.
       issue.unlock();
-      const Api& a = api();
       if (announce) {
         a.request_wait(work->reqs_[0], -1);
       }
