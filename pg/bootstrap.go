@@ -22,6 +22,7 @@ type rankInfo struct {
 	DataAddr  string `json:"addr"`
 	Pid       int    `json:"pid"`
 	TimeoutMS int64  `json:"timeout_ms"`
+	CPUs      int    `json:"cpus,omitempty"` // runtime.NumCPU() of the rank's process
 }
 
 type rootReply struct {

@@ -282,22 +282,11 @@ func (c *Comm) runColl(a collArgs, desc string) error {
 		}
 		return nil
 	}
-	pr := c.choice(a)
-	req := algorithms.PlanRequest{
-		Coll: a.coll, Algo: c.algorithm(a), Proto: algorithms.Simple,
-		Count: a.count, DType: a.dt, Op: a.op, Root: a.root,
-		ChunkBytes: int64(backend.DefaultSlots * c.cfg.SlotBytes / 2),
-		// The model's channel count (within GOTREE_MIN/MAX_NCHANNELS);
-		// a minimum above one keeps that many even for small messages.
-		Channels:     min(max(pr.Channels, 0), c.graph.Channels),
-		KeepChannels: c.cfg.MinChannels > 1,
-	}
-	v, err := c.plans.get(req, func() (any, error) { return algorithms.BuildPlan(c.graph, req) })
+	plan, err := c.planFor(a)
 	if err != nil {
 		return fmt.Errorf("%w: rank %d: %s: no plan: %v", ErrInvalidArgument, c.rank, desc, err)
 	}
-	plan := v.(*algorithms.Plan)
-	c.log.Infof("COLL", "%s: %v/%v, %d channels", desc, req.Algo, req.Proto, plan.Channels)
+	c.log.Infof("COLL", "%s: %v/%v, %d channels", desc, plan.Algo, plan.Proto, plan.Channels)
 	later, err := c.ringAgree(ctx, a, func(peer int) bool { return recvsOnChannel(plan, c.rank, 0, peer) })
 	if err != nil {
 		return c.collFailed(desc, err)
@@ -312,6 +301,41 @@ func (c *Comm) runColl(a collArgs, desc string) error {
 		reduce.Finalize(a.out, a.dt, a.op, c.nranks)
 	}
 	return nil
+}
+
+// planFor is the plan of a ring or tree collective (cached per request):
+// the cost model's algorithm and channel count for its size.
+func (c *Comm) planFor(a collArgs) (*algorithms.Plan, error) {
+	pr := c.choice(a)
+	req := algorithms.PlanRequest{
+		Coll: a.coll, Algo: c.algorithm(a), Proto: algorithms.Simple,
+		Count: a.count, DType: a.dt, Op: a.op, Root: a.root,
+		ChunkBytes: int64(backend.DefaultSlots * c.cfg.SlotBytes / 2),
+		// The model's channel count (within GOTREE_MIN/MAX_NCHANNELS);
+		// a minimum above one keeps that many even for small messages.
+		Channels:     min(max(pr.Channels, 0), c.graph.Channels),
+		KeepChannels: c.cfg.MinChannels > 1,
+	}
+	v, err := c.plans.get(req, func() (any, error) { return algorithms.BuildPlan(c.graph, req) })
+	if err != nil {
+		return nil, err
+	}
+	return v.(*algorithms.Plan), nil
+}
+
+// PlanOf returns the plan that a call of allreduce, broadcast, reduce,
+// allgather or reducescatter with these arguments runs on this
+// communicator (the same on every rank), for tools that explain or bound a
+// run (gotree perf's memory-traffic column). It issues nothing.
+func (c *Comm) PlanOf(coll algorithms.Collective, count int64, dt algorithms.DType, op algorithms.Op, root int) (*algorithms.Plan, error) {
+	if coll > algorithms.ReduceScatter {
+		return nil, fmt.Errorf("%w: %v has no ring or tree plan", ErrInvalidArgument, coll)
+	}
+	p, err := c.planFor(collArgs{coll: coll, count: count, dt: dt, op: op, root: root})
+	if err != nil {
+		return nil, fmt.Errorf("%w: rank %d: %v: no plan: %v", ErrInvalidArgument, c.rank, coll, err)
+	}
+	return p, nil
 }
 
 // execPlan runs this rank's part of plan under the communicator's timeout

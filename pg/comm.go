@@ -127,10 +127,15 @@ func Init(id UniqueID, rank, nranks int, cfg Config) (*Comm, error) {
 		host = defaultHostID()
 	}
 	log.Infof("INIT", "rank %d/%d host %q using interface %s %v", rank, nranks, host, ifc.Name, ln.Addr())
-	table, err := joinRoot(uid, rankInfo{Rank: rank, NRanks: nranks, HostID: host, DataAddr: ln.Addr().String(), Pid: os.Getpid(), TimeoutMS: cfg.Timeout.Milliseconds()}, cfg.Timeout)
+	table, err := joinRoot(uid, rankInfo{Rank: rank, NRanks: nranks, HostID: host, DataAddr: ln.Addr().String(), Pid: os.Getpid(), TimeoutMS: cfg.Timeout.Milliseconds(), CPUs: runtime.NumCPU()}, cfg.Timeout)
 	if err != nil {
 		ln.Close()
 		return nil, err
+	}
+	if cfg.MaxChannels <= 0 {
+		cfg.MaxChannels = autoChannels(table)
+		cfg.MinChannels = min(cfg.MinChannels, cfg.MaxChannels)
+		log.Infof("INIT", "%d channel(s) at most (GOTREE_MAX_NCHANNELS unset; %d CPUs here)", cfg.MaxChannels, runtime.NumCPU())
 	}
 	c := &Comm{rank: rank, nranks: nranks, cfg: cfg, log: log, peers: table, ln: ln, links: map[linkKey]backend.Conn{}, queue: make(chan *Request, 1024)}
 	c.ctx, c.cancel = context.WithCancelCause(context.Background())

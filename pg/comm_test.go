@@ -22,7 +22,18 @@ func testConfig() Config {
 // startComms forms one communicator of n ranks inside this process; hosts
 // gives each rank's host id (nil: all on one host). Tests and benchmarks
 // share it.
+// Without a channel count in cfg they get two, even on a small machine,
+// so that tests cover channels in parallel (startCommsAs keeps the
+// default).
 func startComms(t testing.TB, n int, hosts []string, cfg Config) []*Comm {
+	t.Helper()
+	if cfg.MaxChannels == 0 {
+		cfg.MaxChannels = 2
+	}
+	return startCommsAs(t, n, hosts, cfg)
+}
+
+func startCommsAs(t testing.TB, n int, hosts []string, cfg Config) []*Comm {
 	t.Helper()
 	uid, err := NewUniqueID(cfg)
 	require.NoError(t, err)

@@ -101,16 +101,43 @@ func (c Config) withDefaults() Config {
 		c.SlotBytes = 128 << 10
 	}
 	c.SlotBytes &^= 15
-	if c.MaxChannels <= 0 {
-		c.MaxChannels = 2
-	}
+	// MaxChannels 0 (GOTREE_MAX_NCHANNELS unset): chosen at Init from the
+	// CPUs per local rank (autoChannels).
 	if c.MinChannels <= 0 {
 		c.MinChannels = 1
 	}
-	if c.MinChannels > c.MaxChannels {
+	if c.MaxChannels > 0 && c.MinChannels > c.MaxChannels {
 		c.MinChannels = c.MaxChannels
 	}
 	return c
+}
+
+// DefaultChannels is the channel count when GOTREE_MAX_NCHANNELS is not
+// set, for a host with cpus CPUs running local ranks: channels run in
+// parallel only when each rank has a CPU for each of them (every extra
+// channel is another thread to wake per step), so ranks with fewer than
+// two CPUs each get one channel, else two.
+func DefaultChannels(cpus, local int) int {
+	if cpus > 0 && cpus/max(local, 1) < 2 {
+		return 1
+	}
+	return 2
+}
+
+// autoChannels is DefaultChannels of the most crowded host, so that every
+// rank builds the same plans.
+func autoChannels(table []rankInfo) int {
+	local := map[string]int{}
+	cpus := map[string]int{}
+	for _, r := range table {
+		local[r.HostID]++
+		cpus[r.HostID] = max(cpus[r.HostID], r.CPUs)
+	}
+	ch := 2
+	for h, n := range local {
+		ch = min(ch, DefaultChannels(cpus[h], n))
+	}
+	return ch
 }
 
 // algoFor returns the algorithm forced for a collective by GOTREE_ALGO, or

@@ -286,6 +286,13 @@ type perfRow struct {
 	Median   float64 `json:"median_us"`
 	P95      float64 `json:"p95_us"`
 	CV       float64 `json:"cv"`
+	// The memory-traffic bound (see memBound): the copy bandwidth of all
+	// ranks copying at once, in bytes read plus written per second, and
+	// the time the plan's traffic takes at that rate.
+	CopyBW     float64 `json:"copy_gbps"`
+	BoundUs    float64 `json:"bound_us"`
+	OutOfBound float64 `json:"bound_fraction"`
+	InOfBound  float64 `json:"inplace_bound_fraction"`
 }
 
 func busFactor(c algorithms.Collective, n int) float64 {
@@ -316,10 +323,12 @@ func perfRun(o perfOpts, uid pg.UniqueID, rank, n int, cfg pg.Config, stdout, st
 	}
 	if rank == 0 && !o.asJSON {
 		fmt.Fprintf(stdout, "# gotree perf: %v, %d ranks, algo %s, dtype %v, op %v, %d iterations after %d warm-up\n", o.coll, n, o.algo, o.dtype, o.op, o.iters, o.warmup)
-		fmt.Fprintf(stdout, "#%11s %12s %9s %6s %5s   %9s %7s %7s %6s   %9s %7s %7s %6s   %9s %9s %6s\n",
-			"size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "median", "p95", "cv")
-		fmt.Fprintf(stdout, "#%11s %12s %9s %6s %5s   %9s %7s %7s %6s   %9s %7s %7s %6s   %9s %9s %6s\n",
-			"(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "")
+		fmt.Fprintf(stdout, "#%11s %12s %9s %6s %5s   %9s %7s %7s %6s   %9s %7s %7s %6s   %9s %9s %6s   %7s %9s %6s %6s\n",
+			"size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "median", "p95", "cv",
+			"copybw", "bound", "%bnd", "%bnd")
+		fmt.Fprintf(stdout, "#%11s %12s %9s %6s %5s   %9s %7s %7s %6s   %9s %7s %7s %6s   %9s %9s %6s   %7s %9s %6s %6s\n",
+			"(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "",
+			"(GB/s)", "(us)", "oop", "ip")
 	}
 	tty := isTerminal(stderr)
 	var rows []perfRow
@@ -342,12 +351,17 @@ func perfRun(o perfOpts, uid pg.UniqueID, rank, n int, cfg pg.Config, stdout, st
 				row.InTime, row.InAlgBW, row.InBusBW, row.InWrong = med, alg, alg*busFactor(o.coll, n), wrong
 			}
 		}
+		if err := memBound(comm, o, count, send, recv, &row); err != nil {
+			fmt.Fprintf(stderr, "gotree perf: rank %d: size %d: memory-traffic bound: %v\n", rank, size, err)
+			return 1
+		}
 		busSum += row.OutBusBW
 		rows = append(rows, row)
 		if rank == 0 && !o.asJSON {
-			fmt.Fprintf(stdout, "%12d %12d %9s %6s %5d   %9.1f %7.2f %7.2f %6d   %9.1f %7.2f %7.2f %6d   %9.1f %9.1f %5.1f%%\n",
+			fmt.Fprintf(stdout, "%12d %12d %9s %6s %5d   %9.1f %7.2f %7.2f %6d   %9.1f %7.2f %7.2f %6d   %9.1f %9.1f %5.1f%%   %7.2f %9.1f %5.0f%% %5.0f%%\n",
 				row.Bytes, row.Count, row.Type, row.Op, row.Root, row.OutTime, row.OutAlgBW, row.OutBusBW, row.OutWrong,
-				row.InTime, row.InAlgBW, row.InBusBW, row.InWrong, row.Median, row.P95, 100*row.CV)
+				row.InTime, row.InAlgBW, row.InBusBW, row.InWrong, row.Median, row.P95, 100*row.CV,
+				row.CopyBW, row.BoundUs, 100*row.OutOfBound, 100*row.InOfBound)
 		}
 		if rank == 0 && tty {
 			fmt.Fprintf(stderr, "\r[%-30s] %d/%d", strings.Repeat("#", 30*(si+1)/len(sizes)), si+1, len(sizes))
@@ -453,6 +467,55 @@ func perfSize(comm *pg.Comm, o perfOpts, count int64, send, recv []byte, inplace
 		err = r.Wait(-1)
 	}
 	return times, int64(binary.LittleEndian.Uint64(wb)), err
+}
+
+// memBound fills row's memory-traffic bound: every rank copies the size's
+// bytes from its send to its receive buffer at the same moment (after a
+// barrier), 5 times after one warm-up; the slowest rank's median copy
+// gives the machine's copy bandwidth with all ranks busy, counted as bytes
+// read plus written. The plan's Traffic (bytes all ranks must read and
+// write) at that rate is the bound; the fractions are bound ÷ measured
+// median, out of place and in place. It holds for ranks that share one
+// host's memory (shm); across hosts the network, not memory, bounds.
+func memBound(comm *pg.Comm, o perfOpts, count int64, send, recv []byte, row *perfRow) error {
+	plan, err := comm.PlanOf(o.coll, count, o.dtype, o.op, 0)
+	if err != nil {
+		return err
+	}
+	nb := int(count) * o.dtype.Size()
+	src, dst := send[:nb], recv[:nb]
+	r, err := comm.Barrier()
+	if err == nil {
+		err = r.Wait(-1)
+	}
+	if err != nil {
+		return err
+	}
+	ts := make([]float64, 6)
+	for i := range ts {
+		t0 := time.Now()
+		copy(dst, src)
+		ts[i] = float64(time.Since(t0).Nanoseconds()) / 1e3
+	}
+	med, _, _ := stats(ts[1:])
+	mb := make([]byte, 8)
+	binary.LittleEndian.PutUint64(mb, math.Float64bits(med))
+	if r, err = comm.AllReduce(mb, mb, 1, algorithms.Float64, algorithms.Max); err == nil {
+		err = r.Wait(-1)
+	}
+	if err != nil {
+		return err
+	}
+	slowest := math.Float64frombits(binary.LittleEndian.Uint64(mb))
+	if nb == 0 || slowest <= 0 {
+		return nil
+	}
+	rate := float64(2*nb*comm.Size()) / (slowest * 1e3) // GB/s, all ranks
+	row.CopyBW = rate
+	row.BoundUs = float64(plan.Traffic(false)) / (rate * 1e3)
+	row.OutOfBound = row.BoundUs / row.OutTime
+	row.InOfBound = float64(plan.Traffic(true)) / (rate * 1e3) / row.InTime
+	return nil
 }
 
 // perfValue is rank r's element i: a small integer, exact in every dtype

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -89,7 +90,12 @@ func sweepAuto(cfg pg.Config) sweepAutoFunc {
 		tu = algorithms.DefaultTuning()
 	}
 	return func(n int, bytes int64) string {
-		g, err := algorithms.BuildGraph(algorithms.UniformLayout(1, n, max(1, cfg.MaxChannels/2), algorithms.BalancedTree))
+		maxCh, minCh := cfg.MaxChannels, cfg.MinChannels
+		if maxCh <= 0 { // as pg.Init resolves an unset GOTREE_MAX_NCHANNELS
+			maxCh = pg.DefaultChannels(runtime.NumCPU(), n)
+			minCh = min(minCh, maxCh)
+		}
+		g, err := algorithms.BuildGraph(algorithms.UniformLayout(1, n, max(1, maxCh/2), algorithms.BalancedTree))
 		if err != nil {
 			return "?"
 		}
@@ -98,7 +104,7 @@ func sweepAuto(cfg pg.Config) sweepAutoFunc {
 			return "?"
 		}
 		pr, err := tu.Choose(algorithms.AllReduce, algorithms.TopoOfGraph(g, algorithms.Shm, algorithms.TCP), bytes,
-			algorithms.Constraints{Algos: algos, Protos: 1 << algorithms.Simple, MinChannels: cfg.MinChannels, MaxChannels: cfg.MaxChannels})
+			algorithms.Constraints{Algos: algos, Protos: 1 << algorithms.Simple, MinChannels: minCh, MaxChannels: maxCh})
 		if err != nil {
 			return "?"
 		}

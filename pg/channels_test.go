@@ -1,0 +1,78 @@
+package pg
+
+import (
+	"runtime"
+
+	"github.com/gotree/gotree/algorithms"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestDefaultChannels(t *testing.T) {
+	for _, c := range []struct{ cpus, local, want int }{
+		{2, 1, 2}, {2, 2, 1}, {2, 4, 1}, {3, 2, 1}, {4, 2, 2}, {16, 8, 2}, {16, 9, 1}, {0, 4, 2}, {64, 0, 2},
+	} {
+		require.Equal(t, c.want, DefaultChannels(c.cpus, c.local), "%d CPUs, %d local ranks", c.cpus, c.local)
+	}
+	// The most crowded host decides for everyone; hosts that did not say
+	// how many CPUs they have do not lower it.
+	table := func(hosts []string, cpus []int) []rankInfo {
+		var t []rankInfo
+		for i, h := range hosts {
+			t = append(t, rankInfo{Rank: i, HostID: h, CPUs: cpus[i]})
+		}
+		return t
+	}
+	require.Equal(t, 2, autoChannels(table([]string{"a", "a", "b", "b"}, []int{8, 8, 8, 8})))
+	require.Equal(t, 1, autoChannels(table([]string{"a", "a", "b", "b"}, []int{8, 8, 2, 2})))
+	require.Equal(t, 1, autoChannels(table([]string{"a", "b", "b", "b"}, []int{2, 4, 4, 4})))
+	require.Equal(t, 2, autoChannels(table([]string{"a", "a"}, []int{0, 0})))
+	require.Equal(t, 2, autoChannels(table([]string{"a"}, []int{2})))
+}
+
+// Without GOTREE_MAX_NCHANNELS, Init picks DefaultChannels for this
+// machine; with it, the setting holds.
+func TestInitChannels(t *testing.T) {
+	for _, n := range []int{1, 3} {
+		comms := startCommsAs(t, n, nil, testConfig())
+		want := DefaultChannels(runtime.NumCPU(), n)
+		for _, c := range comms {
+			require.Equal(t, want, c.cfg.MaxChannels, "%d ranks", n)
+			require.LessOrEqual(t, c.cfg.MinChannels, c.cfg.MaxChannels)
+		}
+		checkAllReduce(t, comms, 1009)
+	}
+	cfg := testConfig()
+	cfg.MaxChannels, cfg.MinChannels = 4, 3
+	comms := startCommsAs(t, 3, nil, cfg)
+	for _, c := range comms {
+		require.Equal(t, 4, c.cfg.MaxChannels)
+		require.Equal(t, 3, c.cfg.MinChannels)
+	}
+	checkAllReduce(t, comms, 1009)
+}
+
+// checkAllReduce sums count int64 elements over the ranks and compares
+// every element with the sum computed here.
+func checkAllReduce(t *testing.T, comms []*Comm, count int64) {
+	t.Helper()
+	outs := make([][]byte, len(comms))
+	runAll(t, comms, func(r int, c *Comm) (*Request, error) {
+		in := make([]int64, count)
+		for i := range in {
+			in[i] = val(r, int64(i))
+		}
+		outs[r] = make([]byte, 8*count)
+		return c.AllReduce(i64s(in), outs[r], count, algorithms.Int64, algorithms.Sum)
+	})
+	want := make([]int64, count)
+	for i := range want {
+		for r := range comms {
+			want[i] += val(r, int64(i))
+		}
+	}
+	for r := range comms {
+		require.Equal(t, i64s(want), outs[r], "rank %d", r)
+	}
+}
