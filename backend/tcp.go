@@ -19,10 +19,17 @@ const (
 	DefaultSlotBytes = 128 << 10
 )
 
-// tcpConn is a Conn over one TCP socket. A reader goroutine moves incoming
-// messages into the FIFO; Send writes header and payload with one writev.
+// tcpConn is a Conn over one or more TCP sockets (NCCL's sockets per
+// connection). Socket 0 carries every message's header, the abort frame
+// and all of a small message; a message of at least StripeMin bytes is cut
+// into one part per socket (stripeSize), and each extra socket carries its
+// part, written and read by its own goroutines, so the parts travel in
+// parallel. Sockets keep order, so the n-th part on every socket belongs
+// to the n-th message. A reader goroutine moves incoming messages into the
+// FIFO; Send writes header and first part with one writev.
 type tcpConn struct {
 	c       net.Conn
+	extra   []*stripe
 	peer    int
 	channel int
 	rx      *fifo
@@ -35,26 +42,114 @@ type tcpConn struct {
 	once   sync.Once
 }
 
+// stripe is one extra socket with its writer and reader goroutines: a part
+// to write or to read into goes in on wwork/rwork, the result comes back on
+// wdone/rdone (buffered: a goroutine never blocks on a caller that left).
+type stripe struct {
+	c            net.Conn
+	wwork, rwork chan []byte
+	wdone, rdone chan error
+}
+
+// StripeMin is the smallest message cut over several sockets; smaller ones
+// go whole over the first socket, where a hand-off to other goroutines
+// would cost more than it saves.
+const StripeMin = 64 << 10
+
+// stripeSize is the part length of an n-byte message over k sockets (part
+// i covers [i·size, (i+1)·size) clipped to n): n itself below StripeMin or
+// with one socket, else n/k rounded up to 64 bytes.
+func stripeSize(n, k int) int {
+	if k <= 1 || n < StripeMin {
+		return n
+	}
+	return ((n+k-1)/k + 63) &^ 63
+}
+
 // NewTCPConn wraps an established (and authenticated) socket as a Conn with
 // the given FIFO geometry; slots <= 0 or slotBytes <= 0 pick the defaults.
 // Any stream connection works (tests use net.Pipe).
 func NewTCPConn(c net.Conn, peer, channel, slots, slotBytes int) Conn {
+	return NewStripedTCPConn([]net.Conn{c}, peer, channel, slots, slotBytes)
+}
+
+// NewStripedTCPConn is NewTCPConn over several sockets to the same peer,
+// in the same order at both ends.
+func NewStripedTCPConn(cs []net.Conn, peer, channel, slots, slotBytes int) Conn {
 	if slots <= 0 {
 		slots = DefaultSlots
 	}
 	if slotBytes <= 0 {
 		slotBytes = DefaultSlotBytes
 	}
-	if tc, ok := c.(*net.TCPConn); ok {
-		_ = tc.SetNoDelay(true)
+	for _, c := range cs {
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetNoDelay(true)
+		}
 	}
-	t := &tcpConn{c: c, peer: peer, channel: channel, rx: newFIFO(slots, slotBytes), maxMsg: slotBytes, closed: make(chan struct{})}
+	t := &tcpConn{c: cs[0], peer: peer, channel: channel, rx: newFIFO(slots, slotBytes), maxMsg: slotBytes, closed: make(chan struct{})}
 	t.bufs = make(net.Buffers, 0, 2)
+	for _, c := range cs[1:] {
+		s := &stripe{c: c, wwork: make(chan []byte, 1), rwork: make(chan []byte, 1), wdone: make(chan error, 1), rdone: make(chan error, 1)}
+		t.extra = append(t.extra, s)
+		go t.stripeLoop(s.wwork, s.wdone, func(b []byte) error { _, err := s.c.Write(b); return err })
+		go t.stripeLoop(s.rwork, s.rdone, func(b []byte) error { _, err := io.ReadFull(s.c, b); return err })
+	}
 	go t.readLoop()
 	return t
 }
 
+// stripeLoop runs one direction of an extra socket until the link closes.
+func (t *tcpConn) stripeLoop(work <-chan []byte, done chan<- error, do func([]byte) error) {
+	for {
+		select {
+		case b := <-work:
+			done <- do(b)
+		case <-t.closed:
+			return
+		}
+	}
+}
+
+// parts hands the parts of an n-byte message after the first to the extra
+// sockets' work channels (slicing buf) and returns the first part's length
+// and the stripes that got a part.
+func (t *tcpConn) parts(buf []byte, pick func(*stripe) chan []byte) (first int, busy []*stripe) {
+	n := len(buf)
+	size := stripeSize(n, len(t.extra)+1)
+	for i, s := range t.extra {
+		lo := min((i+1)*size, n)
+		hi := min(lo+size, n)
+		if lo == hi {
+			break
+		}
+		pick(s) <- buf[lo:hi]
+		busy = append(busy, s)
+	}
+	return min(size, n), busy
+}
+
+// wait collects the results of the stripes' parts: the first error, or
+// ErrClosed when the link closes first.
+func (t *tcpConn) wait(busy []*stripe, pick func(*stripe) chan error) error {
+	var first error
+	for _, s := range busy {
+		select {
+		case err := <-pick(s):
+			if first == nil {
+				first = err
+			}
+		case <-t.closed:
+			return ErrClosed
+		}
+	}
+	return first
+}
+
 func (t *tcpConn) MaxMessage() int { return t.maxMsg }
+
+// Sockets is how many sockets the link runs over.
+func (t *tcpConn) Sockets() int { return 1 + len(t.extra) }
 
 func (t *tcpConn) peerErr(op string, err error) error {
 	return &PeerError{Peer: t.peer, Channel: t.channel, Op: op, Err: err}
@@ -91,7 +186,12 @@ func (t *tcpConn) readLoop() {
 		if err != nil {
 			return
 		}
-		if _, err := io.ReadFull(t.c, slot[:n]); err != nil {
+		first, busy := t.parts(slot[:n], func(s *stripe) chan []byte { return s.rwork })
+		_, err = io.ReadFull(t.c, slot[:first])
+		if werr := t.wait(busy, func(s *stripe) chan error { return s.rdone }); err == nil {
+			err = werr
+		}
+		if err != nil {
 			t.rx.fail(t.peerErr("recv", t.readErr(err)))
 			return
 		}
@@ -122,19 +222,20 @@ func (t *tcpConn) Send(ctx context.Context, tag uint32, p []byte) error {
 		return t.peerErr("send", ErrClosed)
 	default:
 	}
-	if dl, ok := ctx.Deadline(); ok {
-		_ = t.c.SetWriteDeadline(dl)
-	} else {
-		_ = t.c.SetWriteDeadline(time.Time{})
-	}
+	dl, _ := ctx.Deadline() // zero: none
+	t.setWriteDeadline(dl)
 	// Abort (context cancellation) interrupts a blocked write.
-	stop := context.AfterFunc(ctx, func() { _ = t.c.SetWriteDeadline(time.Unix(1, 0)) })
+	stop := context.AfterFunc(ctx, func() { t.setWriteDeadline(time.Unix(1, 0)) })
 	defer stop()
+	first, busy := t.parts(p, func(s *stripe) chan []byte { return s.wwork })
 	binary.LittleEndian.PutUint32(t.hdr[:4], uint32(len(p)))
 	binary.LittleEndian.PutUint32(t.hdr[4:], tag)
-	t.bufs = append(t.bufs[:0], t.hdr[:], p)
+	t.bufs = append(t.bufs[:0], t.hdr[:], p[:first])
 	bufs := t.bufs
 	_, err := bufs.WriteTo(t.c)
+	if werr := t.wait(busy, func(s *stripe) chan error { return s.wdone }); err == nil {
+		err = werr
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return t.peerErr("send", ctxErr(ctx))
@@ -146,6 +247,13 @@ func (t *tcpConn) Send(ctx context.Context, tag uint32, p []byte) error {
 		return t.peerErr("send", t.readErr(err))
 	}
 	return nil
+}
+
+func (t *tcpConn) setWriteDeadline(d time.Time) {
+	_ = t.c.SetWriteDeadline(d)
+	for _, s := range t.extra {
+		_ = s.c.SetWriteDeadline(d)
+	}
 }
 
 func (t *tcpConn) Recv(ctx context.Context) ([]byte, uint32, error) {
@@ -197,6 +305,9 @@ func (t *tcpConn) Close() error {
 		close(t.closed)
 		t.rx.fail(t.peerErr("recv", ErrClosed))
 		t.c.Close()
+		for _, s := range t.extra {
+			s.c.Close()
+		}
 	})
 	return nil
 }

@@ -1,7 +1,9 @@
 package pg
 
 import (
+	"fmt"
 	"runtime"
+	"sync"
 
 	"github.com/gotree/gotree/algorithms"
 	"testing"
@@ -74,5 +76,50 @@ func checkAllReduce(t *testing.T, comms []*Comm, count int64) {
 	}
 	for r := range comms {
 		require.Equal(t, i64s(want), outs[r], "rank %d", r)
+	}
+}
+
+// Links between hosts run over several sockets: messages of 64 KiB and
+// more are cut over them. The rank that dials decides how many, so ranks
+// that were given different counts still connect.
+func TestStripedLinks(t *testing.T) {
+	for _, socks := range [][]int{{1, 1, 1}, {3, 3, 3}, {2, 5, 1}} {
+		t.Run(fmt.Sprint(socks), func(t *testing.T) {
+			cfg := testConfig()
+			uid, err := NewUniqueID(cfg)
+			require.NoError(t, err)
+			comms := make([]*Comm, 3)
+			errs := make([]error, 3)
+			var wg sync.WaitGroup
+			for r := range comms {
+				wg.Add(1)
+				go func(r int) {
+					defer wg.Done()
+					c := cfg
+					c.HostID = fmt.Sprint("host", r)
+					c.Sockets = socks[r]
+					comms[r], errs[r] = Init(uid, r, 3, c)
+				}(r)
+			}
+			wg.Wait()
+			for r, err := range errs {
+				require.NoError(t, err, "rank %d", r)
+			}
+			t.Cleanup(func() {
+				for _, c := range comms {
+					c.Destroy()
+				}
+			})
+			for r, c := range comms {
+				for k, l := range c.links {
+					s, ok := l.(interface{ Sockets() int })
+					require.True(t, ok, "rank %d: link %v is not TCP", r, k)
+					require.Equal(t, socks[min(r, k.peer)], s.Sockets(), "rank %d link %v: the dialer's count", r, k)
+				}
+			}
+			for _, count := range []int64{1, 8191, 8192, 100003, 262147} {
+				checkAllReduce(t, comms, count)
+			}
+		})
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -292,7 +293,15 @@ func (c *Comm) connect(secret [32]byte, deadline time.Time) error {
 		c   backend.Conn
 		err error
 	}
-	makeLink := func(k linkKey, conn *net.TCPConn) (backend.Conn, error) { return c.makeLink(k, conn, deadline) }
+	makeLink := func(k linkKey, conns []*net.TCPConn) (backend.Conn, error) {
+		l, err := c.makeLink(k, conns, deadline)
+		if err != nil {
+			for _, conn := range conns {
+				conn.Close()
+			}
+		}
+		return l, err
+	}
 	results := make(chan result, len(need))
 	expect := map[linkKey]bool{}
 	for _, k := range accept {
@@ -302,57 +311,66 @@ func (c *Comm) connect(secret [32]byte, deadline time.Time) error {
 	go func() {
 		defer close(acceptDone)
 		remaining := len(accept)
+		partial := map[linkKey][]*net.TCPConn{} // a link's sockets so far, by index
 		for remaining > 0 {
 			_ = c.ln.(*net.TCPListener).SetDeadline(deadline)
 			conn, err := c.ln.Accept()
 			if err != nil {
+				for _, cs := range partial {
+					closeAll(cs)
+				}
 				return
 			}
 			h, err := serverHandshake(conn, secret, deadline)
-			k := linkKey{int(h.Channel), int(h.Rank)}
-			if err == nil && h.Kind == kindData && k.channel == p2pChannel {
+			if err == nil && h.Kind == kindData && h.Channel == p2pChannel {
 				go c.acceptedP2P(h, conn.(*net.TCPConn)) // a fast peer's lazy link
 				continue
+			}
+			ch, idx, nsock := splitDataChannel(h.Channel)
+			k := linkKey{ch, int(h.Rank)}
+			if err == nil && (idx >= nsock || (partial[k] != nil && (len(partial[k]) != nsock || partial[k][idx] != nil))) {
+				err = fmt.Errorf("socket %d of %d of the link from rank %d (channel %d) is out of place", idx, nsock, h.Rank, ch)
 			}
 			if err != nil || h.Kind != kindData || !expect[k] {
 				c.refusals.warn(c.log, "refused a data connection from %v: %v", conn.RemoteAddr(), orKind(err, h))
 				conn.Close()
 				continue
 			}
+			if partial[k] == nil {
+				partial[k] = make([]*net.TCPConn, nsock)
+			}
+			partial[k][idx] = conn.(*net.TCPConn)
+			if slices.Contains(partial[k], nil) {
+				continue
+			}
+			conns := partial[k]
+			delete(partial, k)
 			expect[k] = false
 			remaining--
-			go func(k linkKey, conn *net.TCPConn) {
-				l, err := makeLink(k, conn)
-				if err != nil {
-					conn.Close()
-				}
+			go func(k linkKey, conns []*net.TCPConn) {
+				l, err := makeLink(k, conns)
 				results <- result{k: k, c: l, err: err}
-			}(k, conn.(*net.TCPConn))
+			}(k, conns)
 		}
 	}()
 	for _, k := range dial {
 		go func(k linkKey) {
-			addr := c.peers[k.peer].DataAddr
-			for backoff := 5 * time.Millisecond; ; backoff = min(2*backoff, 500*time.Millisecond) {
-				d := net.Dialer{Deadline: deadline}
-				conn, err := d.Dial("tcp", addr)
-				if err == nil {
-					if err = clientHandshake(conn, secret, hello{Kind: kindData, Rank: int32(c.rank), Channel: int32(k.channel)}, deadline); err == nil {
-						l, err := makeLink(k, conn.(*net.TCPConn))
-						if err != nil {
-							conn.Close()
-						}
-						results <- result{k: k, c: l, err: err}
-						return
-					}
-					conn.Close()
-				}
-				if time.Now().Add(backoff).After(deadline) {
+			nsock := 1
+			if c.peers[k.peer].HostID != c.peers[c.rank].HostID {
+				nsock = c.cfg.Sockets // shared memory needs one socket (its liveness watch)
+			}
+			var conns []*net.TCPConn
+			for i := 0; i < nsock; i++ {
+				conn, err := c.dialData(secret, k.peer, dataChannel(k.channel, i, nsock), deadline)
+				if err != nil {
+					closeAll(conns)
 					results <- result{k: k, err: err}
 					return
 				}
-				time.Sleep(backoff)
+				conns = append(conns, conn)
 			}
+			l, err := makeLink(k, conns)
+			results <- result{k: k, c: l, err: err}
 		}(k)
 	}
 	var firstErr error
@@ -388,17 +406,66 @@ func (c *Comm) connect(secret [32]byte, deadline time.Time) error {
 	return nil
 }
 
-// makeLink turns an authenticated socket into a link: shared memory (the
-// socket stays as its liveness watch) when the peer is on this host, else
-// TCP. The lower rank creates the segment.
-func (c *Comm) makeLink(k linkKey, conn *net.TCPConn, deadline time.Time) (backend.Conn, error) {
+// dialData connects to peer's data listener and authenticates as this
+// rank for the given (encoded) channel, retrying until deadline or until
+// the communicator fails.
+func (c *Comm) dialData(secret [32]byte, peer int, channel int32, deadline time.Time) (*net.TCPConn, error) {
+	addr := c.peers[peer].DataAddr
+	for backoff := 5 * time.Millisecond; ; backoff = min(2*backoff, 500*time.Millisecond) {
+		d := net.Dialer{Deadline: deadline}
+		conn, err := d.Dial("tcp", addr)
+		if err == nil {
+			if err = clientHandshake(conn, secret, hello{Kind: kindData, Rank: int32(c.rank), Channel: channel}, deadline); err == nil {
+				return conn.(*net.TCPConn), nil
+			}
+			conn.Close()
+		}
+		if time.Now().Add(backoff).After(deadline) || c.ctx.Err() != nil {
+			return nil, err
+		}
+		time.Sleep(backoff)
+	}
+}
+
+// dataChannel encodes a link's channel with the index of one of its
+// sockets and their number for the hello (channels stay below 1<<24;
+// p2pChannel is sent as it is); splitDataChannel decodes it (a count of 0,
+// as older peers send, means one socket).
+func dataChannel(ch, idx, nsock int) int32 {
+	return int32(uint32(ch) | uint32(idx)<<24 | uint32(nsock-1)<<28)
+}
+
+func splitDataChannel(v int32) (ch, idx, nsock int) {
+	u := uint32(v)
+	return int(u & (1<<24 - 1)), int(u >> 24 & 15), int(u>>28) + 1
+}
+
+func closeAll(cs []*net.TCPConn) {
+	for _, c := range cs {
+		if c != nil {
+			c.Close()
+		}
+	}
+}
+
+// makeLink turns authenticated sockets into a link: shared memory (the
+// one socket stays as its liveness watch) when the peer is on this host,
+// else TCP over all of them. The lower rank creates the segment.
+func (c *Comm) makeLink(k linkKey, conns []*net.TCPConn, deadline time.Time) (backend.Conn, error) {
 	if c.peers[k.peer].HostID != c.peers[c.rank].HostID {
-		return backend.NewTCPConn(conn, k.peer, k.channel, backend.DefaultSlots, c.cfg.SlotBytes), nil
+		cs := make([]net.Conn, len(conns))
+		for i, conn := range conns {
+			cs[i] = conn
+		}
+		return backend.NewStripedTCPConn(cs, k.peer, k.channel, backend.DefaultSlots, c.cfg.SlotBytes), nil
+	}
+	if len(conns) != 1 {
+		return nil, fmt.Errorf("%w: rank %d sent %d sockets for a shared-memory link (channel %d)", ErrRemote, k.peer, len(conns), k.channel)
 	}
 	if c.rank < k.peer {
-		return backend.CreateShmConn(conn, k.peer, k.channel, backend.DefaultSlots, c.cfg.SlotBytes, deadline)
+		return backend.CreateShmConn(conns[0], k.peer, k.channel, backend.DefaultSlots, c.cfg.SlotBytes, deadline)
 	}
-	return backend.OpenShmConn(conn, k.peer, k.channel, deadline)
+	return backend.OpenShmConn(conns[0], k.peer, k.channel, deadline)
 }
 
 // closeLinks closes every link; with a reason, each peer is told why

@@ -13,6 +13,13 @@ import (
 // DefaultTimeout is torch's default for non-NCCL process groups.
 const DefaultTimeout = 30 * time.Minute
 
+// Sockets per TCP link: the default and the most (GOTREE_NSOCKS_PERTHREAD
+// × GOTREE_SOCKET_NTHREADS).
+const (
+	DefaultSockets = 4
+	MaxSockets     = 16
+)
+
 // Config is everything a communicator takes from its environment. Build it
 // with LoadConfig; the zero value plus defaults() is valid.
 type Config struct {
@@ -30,6 +37,11 @@ type Config struct {
 	TopoDumpFile string        // GOTREE_TOPO_DUMP_FILE
 	Proto        string        // GOTREE_PROTO: NCCL_PROTO syntax, e.g. "Simple", "^LL128", "allreduce:Simple"
 	TuningFile   string        // GOTREE_TUNING_FILE: a file written by `gotree tune`
+	// Sockets is the number of TCP sockets per link to a rank on another
+	// host: GOTREE_NSOCKS_PERTHREAD × GOTREE_SOCKET_NTHREADS (NCCL's pair;
+	// each socket has its own goroutines), at most MaxSockets. The rank
+	// that dials (the lower) decides for the link.
+	Sockets int
 	// Tuning is the cost model's calibration: the tuning file's, or
 	// algorithms.DefaultTuning() when nil.
 	Tuning *algorithms.Tuning
@@ -73,8 +85,17 @@ func LoadConfig(getenv Getenv) (Config, error) {
 	intVar("GOTREE_MIN_NCHANNELS", &c.MinChannels, 1, 32)
 	intVar("GOTREE_MAX_NCHANNELS", &c.MaxChannels, 1, 32)
 	intVar("GOTREE_BUFFSIZE", &buff, 64<<10, 1<<30)
+	nsocks, nthreads := 0, 0
+	intVar("GOTREE_NSOCKS_PERTHREAD", &nsocks, 1, MaxSockets)
+	intVar("GOTREE_SOCKET_NTHREADS", &nthreads, 1, MaxSockets)
 	if err != nil {
 		return c, err
+	}
+	if nsocks > 0 || nthreads > 0 {
+		c.Sockets = max(nsocks, 1) * max(nthreads, 1)
+		if c.Sockets > MaxSockets {
+			return c, fmt.Errorf("gotree: GOTREE_NSOCKS_PERTHREAD=%d x GOTREE_SOCKET_NTHREADS=%d = %d sockets per link: at most %d", max(nsocks, 1), max(nthreads, 1), c.Sockets, MaxSockets)
+		}
 	}
 	c.Timeout = time.Duration(timeoutMS) * time.Millisecond
 	c.SlotBytes = buff / 8
@@ -101,6 +122,10 @@ func (c Config) withDefaults() Config {
 		c.SlotBytes = 128 << 10
 	}
 	c.SlotBytes &^= 15
+	if c.Sockets <= 0 {
+		c.Sockets = DefaultSockets
+	}
+	c.Sockets = min(c.Sockets, MaxSockets)
 	// MaxChannels 0 (GOTREE_MAX_NCHANNELS unset): chosen at Init from the
 	// CPUs per local rank (autoChannels).
 	if c.MinChannels <= 0 {

@@ -141,29 +141,16 @@ func context_cause(c *Comm) error {
 }
 
 func (c *Comm) dialP2P(peer int, deadline time.Time) (backend.Conn, error) {
-	addr := c.peers[peer].DataAddr
-	var err error
-	for backoff := 5 * time.Millisecond; ; backoff = min(2*backoff, 500*time.Millisecond) {
-		d := net.Dialer{Deadline: deadline}
-		var conn net.Conn
-		conn, err = d.Dial("tcp", addr)
-		if err == nil {
-			err = clientHandshake(conn, c.secret, hello{Kind: kindData, Rank: int32(c.rank), Channel: p2pChannel}, deadline)
-			if err == nil {
-				l, err := c.makeLink(linkKey{p2pChannel, peer}, conn.(*net.TCPConn), deadline)
-				if err != nil {
-					conn.Close()
-					return nil, fmt.Errorf("%w: rank %d: point-to-point link to rank %d: %v", ErrRemote, c.rank, peer, err)
-				}
-				return l, nil
-			}
-			conn.Close()
-		}
-		if time.Now().Add(backoff).After(deadline) || c.ctx.Err() != nil {
-			return nil, fmt.Errorf("%w: rank %d: could not connect to rank %d at %s: %v", ErrRemote, c.rank, peer, addr, err)
-		}
-		time.Sleep(backoff)
+	conn, err := c.dialData(c.secret, peer, p2pChannel, deadline)
+	if err != nil {
+		return nil, fmt.Errorf("%w: rank %d: could not connect to rank %d at %s: %v", ErrRemote, c.rank, peer, c.peers[peer].DataAddr, err)
 	}
+	l, err := c.makeLink(linkKey{p2pChannel, peer}, []*net.TCPConn{conn}, deadline)
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("%w: rank %d: point-to-point link to rank %d: %v", ErrRemote, c.rank, peer, err)
+	}
+	return l, nil
 }
 
 // acceptP2P serves the data listener after init: authenticated lazy links
@@ -202,7 +189,7 @@ func (c *Comm) acceptP2P(secret [32]byte) {
 
 func (c *Comm) acceptedP2P(h hello, conn *net.TCPConn) {
 	peer := int(h.Rank)
-	l, err := c.makeLink(linkKey{p2pChannel, peer}, conn, time.Now().Add(c.cfg.Timeout))
+	l, err := c.makeLink(linkKey{p2pChannel, peer}, []*net.TCPConn{conn}, time.Now().Add(c.cfg.Timeout))
 	if err != nil {
 		conn.Close()
 		err = fmt.Errorf("%w: rank %d: point-to-point link from rank %d: %v", ErrRemote, c.rank, peer, err)
