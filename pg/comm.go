@@ -49,6 +49,7 @@ type Comm struct {
 	peers        []rankInfo
 	graph        *algorithms.Graph
 	nodeOf       []int
+	busyPoll     time.Duration // shared-memory links poll this long before yielding (busyPollFor)
 
 	links map[linkKey]backend.Conn
 	ln    net.Listener
@@ -141,6 +142,7 @@ func Init(id UniqueID, rank, nranks int, cfg Config) (*Comm, error) {
 	c := &Comm{rank: rank, nranks: nranks, cfg: cfg, log: log, peers: table, ln: ln, links: map[linkKey]backend.Conn{}, queue: make(chan *Request, 1024)}
 	c.ctx, c.cancel = context.WithCancelCause(context.Background())
 	c.nodeOf = nodesOf(table)
+	c.busyPoll = busyPollFor(table, rank)
 	setGOMAXPROCS(table, rank, log)
 	c.loadTopology()
 	if err := c.buildGraph(); err != nil {
@@ -462,11 +464,39 @@ func (c *Comm) makeLink(k linkKey, conns []*net.TCPConn, deadline time.Time) (ba
 	if len(conns) != 1 {
 		return nil, fmt.Errorf("%w: rank %d sent %d sockets for a shared-memory link (channel %d)", ErrRemote, k.peer, len(conns), k.channel)
 	}
+	var l backend.Conn
+	var err error
 	if c.rank < k.peer {
-		return backend.CreateShmConn(conns[0], k.peer, k.channel, backend.DefaultSlots, c.cfg.SlotBytes, deadline)
+		l, err = backend.CreateShmConn(conns[0], k.peer, k.channel, backend.DefaultSlots, c.cfg.SlotBytes, deadline)
+	} else {
+		l, err = backend.OpenShmConn(conns[0], k.peer, k.channel, deadline)
 	}
-	return backend.OpenShmConn(conns[0], k.peer, k.channel, deadline)
+	if bp, ok := l.(backend.BusyPoller); ok && err == nil {
+		bp.SetBusyPoll(c.busyPoll)
+	}
+	return l, err
 }
+
+// busyPollFor is how long shared-memory waits poll before they yield:
+// BusyPoll when this host has a CPU for each of its ranks, else 0.
+func busyPollFor(table []rankInfo, rank int) time.Duration {
+	local := 0
+	for _, r := range table {
+		if r.HostID == table[rank].HostID {
+			local++
+		}
+	}
+	if local <= runtime.NumCPU() {
+		return BusyPoll
+	}
+	return 0
+}
+
+// BusyPoll is how long a shared-memory wait polls the peer before it
+// yields when ranks have CPUs of their own (Open MPI and NCCL poll for
+// good; gotree then yields, then sleeps, so that a rank waiting for a slow
+// peer gives its CPU back to the training process's threads).
+const BusyPoll = 20 * time.Microsecond
 
 // closeLinks closes every link; with a reason, each peer is told why
 // first (best effort), so that its blocked steps fail at once with our
