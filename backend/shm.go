@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -110,9 +111,9 @@ type shmConn struct {
 	ctrl          net.Conn
 	maxMsg        int
 
-	failed   atomic.Bool
-	failErr  atomic.Pointer[error]
-	busyPoll atomic.Int64 // ns a wait polls before it yields (SetBusyPoll)
+	failed  atomic.Bool
+	failErr atomic.Pointer[error]
+	policy  atomic.Pointer[WaitPolicy] // nil: the zero policy
 
 	mu       sync.Mutex
 	inflight int
@@ -393,8 +394,12 @@ func (s *shmConn) wait(ctx context.Context, ready func() bool, w, flag *uint32) 
 			return nil
 		}
 	}
-	if d := s.busyPoll.Load(); d > 0 {
-		end := time.Now().Add(time.Duration(d))
+	var pol WaitPolicy
+	if p := s.policy.Load(); p != nil {
+		pol = *p
+	}
+	if pol.BusyPoll > 0 {
+		end := time.Now().Add(pol.BusyPoll)
 		for i := 1; ; i++ {
 			if ready() {
 				return nil
@@ -404,16 +409,16 @@ func (s *shmConn) wait(ctx context.Context, ready func() bool, w, flag *uint32) 
 			}
 		}
 	}
-	// The thread yields, not the goroutine: runtime.Gosched on a goroutine
-	// locked to its thread (every call from C, e.g. torch's, is one) hands
-	// the thread over to another through a futex sleep and wake each time,
-	// which made small collectives 10x slower when ranks share CPUs. And
-	// sched_yield is a raw system call: it never blocks, and through
-	// Syscall the runtime's monitor would see the P sitting in system
-	// calls, take it away and wake another thread to run it (4 ranks on 2
-	// CPUs, 64 MiB: 47 ms against 34 ms as a raw call).
+	// The thread yields; the goroutine only when the policy says so (see
+	// WaitPolicy). sched_yield is a raw system call: it never blocks, and
+	// through Syscall the runtime's monitor would see the P sitting in
+	// system calls, take it away and wake another thread to run it (4
+	// ranks on 2 CPUs, 64 MiB: 47 ms against 34 ms as a raw call).
 	yieldUntil := time.Now().Add(yieldSpin)
 	for i := 0; i < 16 || time.Now().Before(yieldUntil); i++ {
+		if pol.YieldGoroutine {
+			runtime.Gosched()
+		}
 		unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
 		if ready() {
 			return nil
@@ -456,17 +461,32 @@ func (s *shmConn) wait(ctx context.Context, ready func() bool, w, flag *uint32) 
 
 var errFailed = errors.New("link failed")
 
-// BusyPoller is a link whose waits can poll the peer's counters for a
-// while before they yield the processor: worth it when every rank of the
-// host has a CPU of its own (a message a few hundred nanoseconds away is
-// then caught without a system call), harmful when ranks share CPUs (the
-// poller keeps the peer it waits for off the CPU).
-type BusyPoller interface {
-	SetBusyPoll(d time.Duration)
+// WaitPolicy says how a link's waits behave before they sleep on the
+// futex (after a few hundred polls, and a yield phase of yieldSpin).
+type WaitPolicy struct {
+	// BusyPoll is how long to poll the peer's counters before yielding:
+	// worth it when every rank of the host has a CPU of its own (a message
+	// a few hundred nanoseconds away is then caught without a system
+	// call), harmful when ranks share CPUs (the poller keeps the peer it
+	// waits for off the CPU).
+	BusyPoll time.Duration
+	// YieldGoroutine also yields the goroutine (runtime.Gosched) in the
+	// yield phase: needed when other ranks of the link run as goroutines
+	// of this process (they may be queued behind the waiter), costly
+	// otherwise: on a goroutine locked to its thread (every call from C,
+	// e.g. torch's) Gosched hands the thread over to another through a
+	// futex sleep and wake each time (small allreduces 10x slower when
+	// ranks share CPUs).
+	YieldGoroutine bool
 }
 
-// SetBusyPoll implements BusyPoller (0, the default: 256 polls only).
-func (s *shmConn) SetBusyPoll(d time.Duration) { s.busyPoll.Store(int64(d)) }
+// WaitTuner is a link whose waits follow a WaitPolicy (shared memory).
+type WaitTuner interface {
+	SetWaitPolicy(WaitPolicy)
+}
+
+// SetWaitPolicy implements WaitTuner.
+func (s *shmConn) SetWaitPolicy(p WaitPolicy) { s.policy.Store(&p) }
 
 // yieldSpin is how long a wait keeps yielding the processor before it
 // sleeps on the futex. Yielding lets other runnable threads go first, so

@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/gotree/gotree/algorithms"
+	"github.com/gotree/gotree/backend"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -122,4 +123,32 @@ func TestStripedLinks(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestWaitPolicy(t *testing.T) {
+	table := func(hosts []string, pids []int) []rankInfo {
+		var t []rankInfo
+		for i, h := range hosts {
+			t = append(t, rankInfo{Rank: i, HostID: h, Pid: pids[i]})
+		}
+		return t
+	}
+	cpus := runtime.NumCPU()
+	var few, many []string
+	var fewPids, manyPids []int
+	for i := 0; i < cpus; i++ {
+		few, fewPids = append(few, "a"), append(fewPids, 100+i)
+	}
+	for i := 0; i <= cpus; i++ {
+		many, manyPids = append(many, "a"), append(manyPids, 100+i)
+	}
+	// A CPU per local rank: poll before yielding.
+	require.Equal(t, backend.WaitPolicy{BusyPoll: BusyPoll}, waitPolicyFor(table(few, fewPids), 0))
+	// More local ranks than CPUs: yield at once.
+	require.Equal(t, backend.WaitPolicy{}, waitPolicyFor(table(many, manyPids), 0))
+	// Ranks on other hosts do not count.
+	require.Equal(t, backend.WaitPolicy{BusyPoll: BusyPoll}, waitPolicyFor(table(append(few, "b", "b", "b"), append(fewPids, 1, 2, 3)), 0))
+	// Another rank in this process: yield the goroutine, never poll.
+	require.Equal(t, backend.WaitPolicy{YieldGoroutine: true}, waitPolicyFor(table([]string{"a", "a", "b"}, []int{7, 7, 7}), 1))
+	require.Equal(t, backend.WaitPolicy{}, waitPolicyFor(table(many, manyPids), len(many)-1))
 }

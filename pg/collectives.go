@@ -286,7 +286,9 @@ func (c *Comm) runColl(a collArgs, desc string) error {
 	if err != nil {
 		return fmt.Errorf("%w: rank %d: %s: no plan: %v", ErrInvalidArgument, c.rank, desc, err)
 	}
-	c.log.Infof("COLL", "%s: %v/%v, %d channels", desc, plan.Algo, plan.Proto, plan.Channels)
+	if c.log.Enabled(LevelInfo, "COLL") {
+		c.log.Infof("COLL", "%s: %v/%v, %d channels", desc, plan.Algo, plan.Proto, plan.Channels)
+	}
 	later, err := c.ringAgree(ctx, a, func(peer int) bool { return recvsOnChannel(plan, c.rank, 0, peer) })
 	if err != nil {
 		return c.collFailed(desc, err)
@@ -306,6 +308,32 @@ func (c *Comm) runColl(a collArgs, desc string) error {
 // planFor is the plan of a ring or tree collective (cached per request):
 // the cost model's algorithm and channel count for its size.
 func (c *Comm) planFor(a collArgs) (*algorithms.Plan, error) {
+	key := lastPlanKey{a.coll, a.count, a.dt, a.op, a.root}
+	if lp := c.lastPlan.Load(); lp != nil && lp.key == key {
+		return lp.plan, nil // a training loop repeats its calls: skip the cache's locks and hashing
+	}
+	plan, err := c.buildPlanFor(a)
+	if err == nil {
+		c.lastPlan.Store(&lastPlan{key, plan})
+	}
+	return plan, err
+}
+
+// lastPlan is the most recent call's plan, by what selects it.
+type lastPlan struct {
+	key  lastPlanKey
+	plan *algorithms.Plan
+}
+
+type lastPlanKey struct {
+	coll  algorithms.Collective
+	count int64
+	dt    algorithms.DType
+	op    algorithms.Op
+	root  int
+}
+
+func (c *Comm) buildPlanFor(a collArgs) (*algorithms.Plan, error) {
 	pr := c.choice(a)
 	req := algorithms.PlanRequest{
 		Coll: a.coll, Algo: c.algorithm(a), Proto: algorithms.Simple,

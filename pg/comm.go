@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gotree/gotree/algorithms"
@@ -49,7 +50,8 @@ type Comm struct {
 	peers        []rankInfo
 	graph        *algorithms.Graph
 	nodeOf       []int
-	busyPoll     time.Duration // shared-memory links poll this long before yielding (busyPollFor)
+	waitPolicy   backend.WaitPolicy // of the shared-memory links (waitPolicyFor)
+	lastPlan     atomic.Pointer[lastPlan]
 
 	links map[linkKey]backend.Conn
 	ln    net.Listener
@@ -142,7 +144,7 @@ func Init(id UniqueID, rank, nranks int, cfg Config) (*Comm, error) {
 	c := &Comm{rank: rank, nranks: nranks, cfg: cfg, log: log, peers: table, ln: ln, links: map[linkKey]backend.Conn{}, queue: make(chan *Request, 1024)}
 	c.ctx, c.cancel = context.WithCancelCause(context.Background())
 	c.nodeOf = nodesOf(table)
-	c.busyPoll = busyPollFor(table, rank)
+	c.waitPolicy = waitPolicyFor(table, rank)
 	setGOMAXPROCS(table, rank, log)
 	c.loadTopology()
 	if err := c.buildGraph(); err != nil {
@@ -471,31 +473,36 @@ func (c *Comm) makeLink(k linkKey, conns []*net.TCPConn, deadline time.Time) (ba
 	} else {
 		l, err = backend.OpenShmConn(conns[0], k.peer, k.channel, deadline)
 	}
-	if bp, ok := l.(backend.BusyPoller); ok && err == nil {
-		bp.SetBusyPoll(c.busyPoll)
+	if wt, ok := l.(backend.WaitTuner); ok && err == nil {
+		wt.SetWaitPolicy(c.waitPolicy)
 	}
 	return l, err
 }
 
-// busyPollFor is how long shared-memory waits poll before they yield:
-// BusyPoll when this host has a CPU for each of its ranks, else 0.
-func busyPollFor(table []rankInfo, rank int) time.Duration {
-	local := 0
+// waitPolicyFor is how shared-memory waits behave on this rank: ranks of
+// this communicator that are goroutines of this very process (tests,
+// ranks as threads) share its Ps, so a waiter yields its goroutine and
+// never busy-polls; otherwise it busy-polls for BusyPoll when the host has
+// a CPU for each of its ranks.
+func waitPolicyFor(table []rankInfo, rank int) backend.WaitPolicy {
+	local, here := 0, 0
 	for _, r := range table {
 		if r.HostID == table[rank].HostID {
 			local++
+			if r.Pid == table[rank].Pid {
+				here++
+			}
 		}
 	}
-	if local <= runtime.NumCPU() {
-		return BusyPoll
+	switch {
+	case here > 1:
+		return backend.WaitPolicy{YieldGoroutine: true}
+	case local <= runtime.NumCPU():
+		return backend.WaitPolicy{BusyPoll: BusyPoll}
 	}
-	return 0
+	return backend.WaitPolicy{}
 }
 
-// BusyPoll is how long a shared-memory wait polls the peer before it
-// yields when ranks have CPUs of their own (Open MPI and NCCL poll for
-// good; gotree then yields, then sleeps, so that a rank waiting for a slow
-// peer gives its CPU back to the training process's threads).
 const BusyPoll = 20 * time.Microsecond
 
 // closeLinks closes every link; with a reason, each peer is told why
