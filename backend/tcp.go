@@ -169,10 +169,7 @@ func (t *tcpConn) readLoop() {
 		ln := binary.LittleEndian.Uint32(hdr[:4])
 		tag := binary.LittleEndian.Uint32(hdr[4:])
 		if ln == abortFrame {
-			why := make([]byte, min(int(tag), maxAbortText))
-			_ = t.c.SetReadDeadline(time.Now().Add(time.Second))
-			k, _ := io.ReadFull(t.c, why)
-			t.rx.fail(t.peerErr("recv", &RemoteAbortError{string(why[:k])}))
+			t.rx.fail(t.peerErr("recv", t.abortReason(tag)))
 			t.c.Close()
 			return
 		}
@@ -188,8 +185,10 @@ func (t *tcpConn) readLoop() {
 		}
 		first, busy := t.parts(slot[:n], func(s *stripe) chan []byte { return s.rwork })
 		_, err = io.ReadFull(t.c, slot[:first])
-		if werr := t.wait(busy, func(s *stripe) chan error { return s.rdone }); err == nil {
-			err = werr
+		if werr := t.wait(busy, func(s *stripe) chan error { return s.rdone }); err == nil && werr != nil {
+			// A part went missing: a peer that aborted mid-message put its
+			// reason on socket 0, after the first part.
+			err = t.abortAfter(werr)
 		}
 		if err != nil {
 			t.rx.fail(t.peerErr("recv", t.readErr(err)))
@@ -197,6 +196,25 @@ func (t *tcpConn) readLoop() {
 		}
 		t.rx.publish(slot[:n], tag)
 	}
+}
+
+// abortAfter reads socket 0 briefly for an abort frame and returns its
+// reason, or err when there is none.
+func (t *tcpConn) abortAfter(err error) error {
+	var hdr [8]byte
+	_ = t.c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if _, rerr := io.ReadFull(t.c, hdr[:]); rerr != nil || binary.LittleEndian.Uint32(hdr[:4]) != abortFrame {
+		return err
+	}
+	return t.abortReason(binary.LittleEndian.Uint32(hdr[4:]))
+}
+
+// abortReason reads the n-byte reason that follows an abort frame.
+func (t *tcpConn) abortReason(n uint32) *RemoteAbortError {
+	why := make([]byte, min(int(n), maxAbortText))
+	_ = t.c.SetReadDeadline(time.Now().Add(time.Second))
+	k, _ := io.ReadFull(t.c, why)
+	return &RemoteAbortError{string(why[:k])}
 }
 
 func (t *tcpConn) readErr(err error) error {
@@ -216,7 +234,12 @@ func (t *tcpConn) Send(ctx context.Context, tag uint32, p []byte) error {
 		return t.peerErr("send", fmt.Errorf("message of %d bytes exceeds the %d-byte slot", len(p), t.maxMsg))
 	}
 	t.sendMu.Lock()
-	defer t.sendMu.Unlock()
+	locked := true
+	defer func() {
+		if locked {
+			t.sendMu.Unlock()
+		}
+	}()
 	select {
 	case <-t.closed:
 		return t.peerErr("send", ErrClosed)
@@ -233,6 +256,13 @@ func (t *tcpConn) Send(ctx context.Context, tag uint32, p []byte) error {
 	t.bufs = append(t.bufs[:0], t.hdr[:], p[:first])
 	bufs := t.bufs
 	_, err := bufs.WriteTo(t.c)
+	if err == nil && len(busy) > 0 {
+		// Socket 0 is at a message boundary: an Abort may write its frame
+		// there while the other parts are still on their way (the reader
+		// looks for it when a part fails to arrive).
+		t.sendMu.Unlock()
+		locked = false
+	}
 	if werr := t.wait(busy, func(s *stripe) chan error { return s.wdone }); err == nil {
 		err = werr
 	}

@@ -3,6 +3,7 @@ package backend
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"net"
 	"testing"
@@ -101,4 +102,38 @@ func TestStripedPeerGone(t *testing.T) {
 	require.ErrorIs(t, err, ErrClosed)
 	err = a.Send(ctx, 2, pattern(200000, 2))
 	require.Error(t, err)
+}
+
+// A peer that gives up in the middle of a striped message (first part
+// sent, the others not) leaves its reason on socket 0 after the first
+// part: the receive fails with that reason, not with a bare reset.
+func TestStripedAbortMidMessage(t *testing.T) {
+	var raw, wrapped []net.Conn
+	for i := 0; i < 3; i++ {
+		a, b := tcpSockets(t)
+		raw, wrapped = append(raw, a), append(wrapped, b)
+	}
+	rx := NewStripedTCPConn(wrapped, 0, 0, 2, 262144)
+	t.Cleanup(func() { rx.Close() })
+	const n = 200000
+	size := stripeSize(n, 3)
+	var hdr [8]byte
+	binary.LittleEndian.PutUint32(hdr[:4], n)
+	_, err := raw[0].Write(append(hdr[:], pattern(size, 1)...))
+	require.NoError(t, err)
+	reason := "rank 5 gave up: rank 7 died"
+	frame := []byte{0xFF, 0xFF, 0xFF, 0xFF, byte(len(reason)), 0, 0, 0}
+	_, err = raw[0].Write(append(frame, reason...))
+	require.NoError(t, err)
+	_, err = raw[1].Write(pattern(size/2, 2)) // half a part, then gone
+	require.NoError(t, err)
+	for _, c := range raw[1:] {
+		c.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, _, err = rx.Recv(ctx)
+	var ra *RemoteAbortError
+	require.ErrorAs(t, err, &ra)
+	require.Contains(t, err.Error(), reason)
 }

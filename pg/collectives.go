@@ -194,8 +194,9 @@ func (c *Comm) enqueue(a collArgs) (*Request, error) {
 	c.seq++
 	a.seq = c.seq
 	a.tag = opTag(a.coll, c.seq, a.count, a.dt, a.op, a.root)
-	desc := a.describe()
-	r := newRequest(desc, c.cfg.Timeout, func(c *Comm) error { return c.runColl(a, desc) })
+	r := newRequest("", c.cfg.Timeout, nil)
+	r.args = &a
+	r.op = func(c *Comm) error { return c.runColl(a, r) }
 	if err := c.queueRequest(r); err != nil {
 		return nil, err
 	}
@@ -256,7 +257,7 @@ func (c *Comm) choice(a collArgs) algorithms.Prediction {
 	return v.(algorithms.Prediction)
 }
 
-func (c *Comm) runColl(a collArgs, desc string) error {
+func (c *Comm) runColl(a collArgs, desc fmt.Stringer) error {
 	// One deadline for the whole call: data and agreement check.
 	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.Timeout)
 	defer cancel()
@@ -369,7 +370,7 @@ func (c *Comm) PlanOf(coll algorithms.Collective, count int64, dt algorithms.DTy
 // execPlan runs this rank's part of plan under the communicator's timeout
 // and names the operation in any error. Any failure aborts the
 // communicator: its links may hold messages of the failed operation.
-func (c *Comm) execPlan(plan *algorithms.Plan, in, out []byte, desc string, tag uint32) error {
+func (c *Comm) execPlan(plan *algorithms.Plan, in, out []byte, desc fmt.Stringer, tag uint32) error {
 	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.Timeout)
 	defer cancel()
 	return c.execPlanCtx(ctx, plan, in, out, desc, tag, nil)
@@ -377,7 +378,7 @@ func (c *Comm) execPlan(plan *algorithms.Plan, in, out []byte, desc string, tag 
 
 // execPlanCtx is execPlan under ctx; explain, when set, adds what a peer
 // that sent a foreign tag issued to the error.
-func (c *Comm) execPlanCtx(ctx context.Context, plan *algorithms.Plan, in, out []byte, desc string, tag uint32, explain func(peer int, tag uint32) string) error {
+func (c *Comm) execPlanCtx(ctx context.Context, plan *algorithms.Plan, in, out []byte, desc fmt.Stringer, tag uint32, explain func(peer int, tag uint32) string) error {
 	err := backend.Exec(ctx, plan, c.rank, c, in, out, c.cfg.SlotBytes, tag)
 	if err == nil {
 		return nil
@@ -403,7 +404,7 @@ func (c *Comm) execPlanCtx(ctx context.Context, plan *algorithms.Plan, in, out [
 
 // collFailed classifies err, the failure of the call desc, aborts the
 // communicator with it and returns it.
-func (c *Comm) collFailed(desc string, err error) error {
+func (c *Comm) collFailed(desc fmt.Stringer, err error) error {
 	var mm *backend.MismatchError
 	kind := ErrRemote
 	switch {

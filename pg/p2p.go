@@ -385,7 +385,7 @@ func (c *Comm) transferP2P(send bool, buf []byte, count int64, dt algorithms.DTy
 	}
 	tag := opTag(algorithms.SendRecv, n, count, dt, 0, from*c.nranks+to)
 	desc := fmt.Sprintf("%s #%d %s rank %d (%d x %v)", name, n, dir, peer, count, dt)
-	return c.execPlan(plan, buf, buf, desc, tag)
+	return c.execPlan(plan, buf, buf, text(desc), tag)
 }
 
 // runP2P runs op for r once the operations issued before it on each of

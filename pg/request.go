@@ -9,8 +9,10 @@ import (
 
 // Request is an issued operation. It completes exactly once.
 type Request struct {
-	desc    string
-	op      func(c *Comm) error
+	desc     string
+	args     *collArgs // describes the call when desc is empty (formatted on first use)
+	descOnce sync.Once
+	op       func(c *Comm) error
 	timeout time.Duration
 
 	done   chan struct{}
@@ -84,7 +86,21 @@ func (r *Request) Source() int {
 }
 
 // String describes the operation ("allreduce #3 (1000 x float32, sum)").
-func (r *Request) String() string { return r.desc }
+// A collective's description is formatted only when something asks for
+// it (an error, a log line): most calls never need it.
+func (r *Request) String() string {
+	r.descOnce.Do(func() {
+		if r.desc == "" && r.args != nil {
+			r.desc = r.args.describe()
+		}
+	})
+	return r.desc
+}
+
+// text is a fixed description.
+type text string
+
+func (t text) String() string { return string(t) }
 
 // Test reports whether the request finished, and its error once it has.
 func (r *Request) Test() (bool, error) {
@@ -130,7 +146,7 @@ func (r *Request) Wait(timeout time.Duration) error {
 	case <-r.done:
 		return r.err
 	case <-t.C:
-		return fmt.Errorf("%w: %s did not finish within %v", ErrTimeout, r.desc, timeout)
+		return fmt.Errorf("%w: %s did not finish within %v", ErrTimeout, r, timeout)
 	}
 }
 
