@@ -259,8 +259,8 @@ func (c *Comm) choice(a collArgs) algorithms.Prediction {
 
 func (c *Comm) runColl(a collArgs, desc fmt.Stringer) error {
 	// One deadline for the whole call: data and agreement check.
-	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.Timeout)
-	defer cancel()
+	ctx := newOpCtx(c.ctx, c.cfg.Timeout)
+	defer ctx.release()
 	explain := func(peer int, tag uint32) string { return c.explainTag(a, peer, tag) }
 	if a.plan != nil {
 		// The whole ring check first: the links of the split check and
