@@ -13,7 +13,7 @@ type Request struct {
 	args     *collArgs // describes the call when desc is empty (formatted on first use)
 	descOnce sync.Once
 	op       func(c *Comm) error
-	timeout time.Duration
+	timeout  time.Duration
 
 	done   chan struct{}
 	err    error
