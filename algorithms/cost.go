@@ -190,21 +190,25 @@ const (
 )
 
 // Built-in values for the CPU transports, rounded from `gotree tune` on
-// the development machine (2 vCPUs; docs/cost-model.md): the tree's bus
-// bandwidth is twice the ring's because on 2 ranks both move the same
-// bytes per rank and the tree's busbw counts the message twice. A tuning
-// file replaces them.
+// the development machine (2 vCPUs, 2026-11-30 13:10 UTC, after
+// channels began to follow the CPUs and waits to busy-poll;
+// docs/cost-model.md). A tree's bus bandwidth equal to twice the ring's
+// would mean the same speed (on 2 ranks both move the same bytes per rank
+// and the tree's busbw counts the message twice); measured, the tree
+// reached 1.3x (2 ranks), 1.7x (3) and 1.05x (4) the ring's, and its hops
+// cost 12-33 us against 0.6-1.5 us: its two streams per rank wait on two
+// threads. A tuning file replaces them.
 var (
 	defaultShm = TransportCost{
-		BaseUs:    AlgoProto{{0, 0, 3}, {0, 0, 3}},
-		HopUs:     AlgoProto{{0, 0, 10}, {0, 0, 12}},
-		BusGBps:   AlgoProto{{0, 0, 3}, {0, 0, 6}},
+		BaseUs:    AlgoProto{{0, 0, 0.5}, {0, 0, 0.5}},
+		HopUs:     AlgoProto{{0, 0, 1}, {0, 0, 25}},
+		BusGBps:   AlgoProto{{0, 0, 3}, {0, 0, 4.5}},
 		SharesCPU: true,
 	}
 	defaultTCP = TransportCost{
-		BaseUs:    AlgoProto{{0, 0, 3}, {0, 0, 3}},
-		HopUs:     AlgoProto{{0, 0, 25}, {0, 0, 25}},
-		BusGBps:   AlgoProto{{0, 0, 1.2}, {0, 0, 2.4}},
+		BaseUs:    AlgoProto{{0, 0, 0.5}, {0, 0, 0.5}},
+		HopUs:     AlgoProto{{0, 0, 50}, {0, 0, 60}},
+		BusGBps:   AlgoProto{{0, 0, 1.6}, {0, 0, 3}},
 		SharesCPU: true,
 	}
 )

@@ -43,10 +43,10 @@ func TestPredictHandComputed(t *testing.T) {
 		// Allgather ring on 4: 3 steps, algbw = bus × 4/3.
 		{"allgather4", oneNode4, AllGather, Ring, Simple, 1 << 20, 2, 8.4 + 3*3.4 + 1048576/(1e3*41.2*4/3)},
 		// shm with 4 ranks on 2 cores: base, hops and bandwidth scaled by 2.
-		{"shm4 oversubscribed", shm4, AllReduce, Ring, Simple, 1 << 20, 2, 3*2 + 6*10*2 + 1048576/(1e3*(3.0/2)*4/6)},
+		{"shm4 oversubscribed", shm4, AllReduce, Ring, Simple, 1 << 20, 2, 0.5*2 + 6*1*2 + 1048576/(1e3*(3.0/2)*4/6)},
 		// Two single-rank nodes over tcp: base and 2 hops of tcp.
-		{"tcp2", tcp2, AllReduce, Ring, Simple, 1 << 20, 1, 3 + 2*25 + 1048576/(1e3*1.2*2/2)},
-		{"tcp2 tree", tcp2, AllReduce, Tree, Simple, 1 << 20, 1, 3 + 2*25 + 1048576/(1e3*2.4/2)},
+		{"tcp2", tcp2, AllReduce, Ring, Simple, 1 << 20, 1, 0.5 + 2*50 + 1048576/(1e3*1.6*2/2)},
+		{"tcp2 tree", tcp2, AllReduce, Tree, Simple, 1 << 20, 1, 0.5 + 2*60 + 1048576/(1e3*3.0/2)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := tu.Predict(tc.coll, tc.algo, tc.proto, tc.topo, tc.bytes, tc.ch)
@@ -285,7 +285,7 @@ func TestCorrectionAndLocal(t *testing.T) {
 	// 3 ranks per node: no local entry, the oversubscribed default.
 	shm3 := CostTopo{NRanks: 3, NNodes: 1, RanksPerNode: 3, Intra: Shm, Inter: TCP, Channels: 2}
 	got, _ := tu.Predict(AllReduce, Ring, Simple, shm3, 1<<20, 1)
-	want := 1.5*3 + 4*10*1.5 + (1<<20)/(1e3*(3.0/1.5)*3/4.0)
+	want := 1.5*0.5 + 4*1*1.5 + (1<<20)/(1e3*(3.0/1.5)*3/4.0)
 	if !near(got.TimeUs, want) {
 		t.Errorf("3 ranks: %.4f us, want %.4f", got.TimeUs, want)
 	}

@@ -398,16 +398,20 @@ func (s *shmConn) wait(ctx context.Context, ready func() bool, w, flag *uint32) 
 	if p := s.policy.Load(); p != nil {
 		pol = *p
 	}
-	if pol.BusyPoll > 0 {
+	if pol.BusyPoll > 0 && busyPollers.Add(1) <= int32(max(pol.Pollers, 1)) {
 		end := time.Now().Add(pol.BusyPoll)
 		for i := 1; ; i++ {
 			if ready() {
+				busyPollers.Add(-1)
 				return nil
 			}
 			if i%128 == 0 && time.Now().After(end) {
 				break
 			}
 		}
+		busyPollers.Add(-1)
+	} else if pol.BusyPoll > 0 {
+		busyPollers.Add(-1)
 	}
 	// The thread yields; the goroutine only when the policy says so (see
 	// WaitPolicy). sched_yield is a raw system call: it never blocks, and
@@ -470,6 +474,11 @@ type WaitPolicy struct {
 	// call), harmful when ranks share CPUs (the poller keeps the peer it
 	// waits for off the CPU).
 	BusyPoll time.Duration
+	// Pollers is how many waits of this process may busy-poll at once
+	// (its share of the host's CPUs; at least 1): a tree-split plan waits
+	// on two streams per rank, and more pollers than CPUs starve the
+	// peers they wait for.
+	Pollers int
 	// YieldGoroutine also yields the goroutine (runtime.Gosched) in the
 	// yield phase: needed when other ranks of the link run as goroutines
 	// of this process (they may be queued behind the waiter), costly
@@ -479,6 +488,10 @@ type WaitPolicy struct {
 	// ranks share CPUs).
 	YieldGoroutine bool
 }
+
+// busyPollers counts this process's waits that are busy-polling now
+// (WaitPolicy.Pollers bounds it): CPUs are a per-process resource.
+var busyPollers atomic.Int32
 
 // WaitTuner is a link whose waits follow a WaitPolicy (shared memory).
 type WaitTuner interface {

@@ -143,11 +143,12 @@ func TestWaitPolicy(t *testing.T) {
 		many, manyPids = append(many, "a"), append(manyPids, 100+i)
 	}
 	// A CPU per local rank: poll before yielding.
-	require.Equal(t, backend.WaitPolicy{BusyPoll: BusyPoll}, waitPolicyFor(table(few, fewPids), 0))
+	require.Equal(t, backend.WaitPolicy{BusyPoll: BusyPoll, Pollers: 1}, waitPolicyFor(table(few, fewPids), 0))
+	require.Equal(t, backend.WaitPolicy{BusyPoll: BusyPoll, Pollers: cpus}, waitPolicyFor(table([]string{"a"}, []int{1}), 0))
 	// More local ranks than CPUs: yield at once.
 	require.Equal(t, backend.WaitPolicy{}, waitPolicyFor(table(many, manyPids), 0))
 	// Ranks on other hosts do not count.
-	require.Equal(t, backend.WaitPolicy{BusyPoll: BusyPoll}, waitPolicyFor(table(append(few, "b", "b", "b"), append(fewPids, 1, 2, 3)), 0))
+	require.Equal(t, backend.WaitPolicy{BusyPoll: BusyPoll, Pollers: 1}, waitPolicyFor(table(append(few, "b", "b", "b"), append(fewPids, 1, 2, 3)), 0))
 	// Another rank in this process: yield the goroutine, never poll.
 	require.Equal(t, backend.WaitPolicy{YieldGoroutine: true}, waitPolicyFor(table([]string{"a", "a", "b"}, []int{7, 7, 7}), 1))
 	require.Equal(t, backend.WaitPolicy{}, waitPolicyFor(table(many, manyPids), len(many)-1))

@@ -483,7 +483,8 @@ func (c *Comm) makeLink(k linkKey, conns []*net.TCPConn, deadline time.Time) (ba
 // this communicator that are goroutines of this very process (tests,
 // ranks as threads) share its Ps, so a waiter yields its goroutine and
 // never busy-polls; otherwise it busy-polls for BusyPoll when the host has
-// a CPU for each of its ranks.
+// a CPU for each of its ranks, with at most its share of the CPUs polling
+// at once.
 func waitPolicyFor(table []rankInfo, rank int) backend.WaitPolicy {
 	local, here := 0, 0
 	for _, r := range table {
@@ -498,7 +499,7 @@ func waitPolicyFor(table []rankInfo, rank int) backend.WaitPolicy {
 	case here > 1:
 		return backend.WaitPolicy{YieldGoroutine: true}
 	case local <= runtime.NumCPU():
-		return backend.WaitPolicy{BusyPoll: BusyPoll}
+		return backend.WaitPolicy{BusyPoll: BusyPoll, Pollers: runtime.NumCPU() / local}
 	}
 	return backend.WaitPolicy{}
 }

@@ -49,7 +49,7 @@ func TestAlgorithmChoice(t *testing.T) {
 	require.NoError(t, err)
 	tu := algorithms.DefaultTuning()
 	// Make the tree win small messages and the ring large ones.
-	tu.Transports[algorithms.Shm].HopUs[algorithms.Tree][algorithms.Simple] = 1
+	tu.Transports[algorithms.Shm].HopUs[algorithms.Tree][algorithms.Simple] = 0.1
 	tu.Transports[algorithms.Shm].BusGBps[algorithms.Tree][algorithms.Simple] = 0.5
 	cfg := Config{Tuning: tu}.withDefaults()
 	c := &Comm{cfg: cfg, graph: g, nranks: 4, log: NewLogger(cfg, 0)}

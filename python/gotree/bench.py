@@ -11,8 +11,9 @@ on odd ones), so drifting machine load hits both alike.
 Timing: before each timed iteration the ranks meet in a barrier of the same group; each
 rank times its own call(s); per iteration the slowest rank's time counts (they are
 combined with a MAX allreduce after the size is done, outside the timing). With
---batch K (sizes up to 1 MiB) an iteration is K back-to-back calls on K separate
-buffers and the time per call is reported, which takes the barrier's exit skew out of
+--batch K an iteration is K back-to-back calls on K separate buffers (fewer where K
+buffers would exceed 64 MiB per backend; one call from 64 MiB up) and the time per call
+is reported, which takes the barrier's exit skew out of
 small-message latency (nccl-tests style); the default is K = 1. Reported per backend
 and size: median, P95 and the interquartile range (IQR, P75 - P25) of those iteration
 times, busbw = bytes x 2(n-1)/n / median (as nccl-tests reports allreduce), and the
@@ -75,7 +76,7 @@ def parse_args(argv):
     ap.add_argument("--min-iters", type=int, default=5, help="timed iterations at least, whatever the budget")
     ap.add_argument("--warmup", type=int, default=3, help="untimed iterations per backend and size")
     ap.add_argument("--budget-s", type=float, default=6.0, help="rough time budget per size for both backends (caps iterations at large sizes)")
-    ap.add_argument("--batch", type=int, default=1, help="back-to-back calls per timed iteration for sizes <= 1 MiB (default 1)")
+    ap.add_argument("--batch", type=int, default=1, help="back-to-back calls per timed iteration, at most 64 MiB of buffers per backend (default 1)")
     ap.add_argument("--dtype", default="float32", choices=DTYPES)
     ap.add_argument("--op", default="sum", choices=OPS)
     ap.add_argument("--backends", default="gotree,gloo", help="comma-separated, in the order of the first iteration")
@@ -99,6 +100,10 @@ def parse_args(argv):
     if a.iters < 1 or a.min_iters < 1 or a.warmup < 0 or a.batch < 1:
         ap.error("--iters, --min-iters and --batch >= 1, --warmup >= 0")
     return a
+
+
+# Batched iterations use at most this many bytes of buffers per backend.
+BATCH_BYTES = 64 << 20
 
 
 def main(argv=None):
@@ -156,7 +161,7 @@ def main(argv=None):
     log(f"# load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} ({os.cpu_count()} CPUs)")
     log(
         "# per iteration: slowest rank's time after a barrier"
-        + (f" / {args.batch} back-to-back calls (sizes <= 1 MiB)" if args.batch > 1 else "")
+        + (f" / up to {args.batch} back-to-back calls (at most {BATCH_BYTES >> 20} MiB of buffers)" if args.batch > 1 else "")
         + "; median / P95 / IQR over iterations; busbw = bytes x 2(n-1)/n / median; ratio = gloo median / gotree median"
     )
     cols = ["size", "count", "iters"]
@@ -173,7 +178,7 @@ def main(argv=None):
         count = max(1, nbytes // esize)
         nbytes = count * esize
         src, want = inputs(count)
-        batch = args.batch if nbytes <= (1 << 20) else 1
+        batch = min(args.batch, max(1, BATCH_BYTES // nbytes))
         bufs = {b: [src.clone() for _ in range(batch)] for b in groups}
         # warm-up, and a first estimate of the time per call for the budget
         t_est = {}
