@@ -197,6 +197,25 @@ func (c *Comm) enqueue(a collArgs) (*Request, error) {
 	r := newRequest("", c.cfg.Timeout, nil)
 	r.args = &a
 	r.op = func(c *Comm) error { return c.runColl(a, r) }
+	if a.plan != nil {
+		// All-to-all, gather and scatter share the point-to-point links
+		// with send and recv: they run after the sends and receives issued
+		// before them, and those issued later wait for them.
+		keys := c.allP2PKeys()
+		prevs := c.p2p.claim(keys, r)
+		r.op = func(c *Comm) error {
+			defer c.p2p.release(keys, r)
+			for _, prev := range prevs {
+				<-prev.done
+			}
+			return c.runColl(a, r)
+		}
+		if err := c.queueRequest(r); err != nil {
+			c.p2p.release(keys, r) // never runs: later sends and receives must not wait for it
+			return nil, err
+		}
+		return r, nil
+	}
 	if err := c.queueRequest(r); err != nil {
 		return nil, err
 	}

@@ -391,15 +391,7 @@ func (c *Comm) transferP2P(send bool, buf []byte, count int64, dt algorithms.DTy
 // runP2P runs op for r once the operations issued before it on each of
 // keys are done, and makes r the last one on each (c.mu held: issue order).
 func (c *Comm) runP2P(keys []p2pKey, r *Request, op func() error) {
-	c.p2p.mu.Lock()
-	var prevs []*Request
-	for _, k := range keys {
-		if prev := c.p2p.last[k]; prev != nil {
-			prevs = append(prevs, prev)
-		}
-		c.p2p.last[k] = r
-	}
-	c.p2p.mu.Unlock()
+	prevs := c.p2p.claim(keys, r)
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
@@ -407,14 +399,45 @@ func (c *Comm) runP2P(keys []p2pKey, r *Request, op func() error) {
 			<-prev.done
 		}
 		c.finishUnlessFailed(r, op)
-		c.p2p.mu.Lock()
-		for _, k := range keys {
-			if c.p2p.last[k] == r {
-				delete(c.p2p.last, k)
-			}
-		}
-		c.p2p.mu.Unlock()
+		c.p2p.release(keys, r)
 	}()
+}
+
+// claim makes r the last operation on each of keys and returns the ones
+// it must wait for (c.mu held, so claims follow issue order).
+func (p *p2pLinks) claim(keys []p2pKey, r *Request) []*Request {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var prevs []*Request
+	for _, k := range keys {
+		if prev := p.last[k]; prev != nil {
+			prevs = append(prevs, prev)
+		}
+		p.last[k] = r
+	}
+	return prevs
+}
+
+// release forgets r on the keys where it is still the last operation.
+func (p *p2pLinks) release(keys []p2pKey, r *Request) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, k := range keys {
+		if p.last[k] == r {
+			delete(p.last, k)
+		}
+	}
+}
+
+// allP2PKeys names every point-to-point link of this rank, both ways.
+func (c *Comm) allP2PKeys() []p2pKey {
+	keys := make([]p2pKey, 0, 2*(c.nranks-1))
+	for p := 0; p < c.nranks; p++ {
+		if p != c.rank {
+			keys = append(keys, p2pKey{p, true}, p2pKey{p, false})
+		}
+	}
+	return keys
 }
 
 // enqueueP2P queues a point-to-point collective on the ordered queue.
