@@ -225,3 +225,12 @@ def test_wheel_in_fresh_venv_from_another_directory(built, tmp_path):
         cwd=elsewhere,
     )
     assert rc == 0 and ": all correct" in out and "gloo/gotree" in out, out[-4000:]
+    # the DDP side-by-side benchmark (tiny model): runs, and its weight checks pass
+    rc, out = run_command(
+        [str(vpy), "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=3",
+         "-m", "gotree.ddpbench", "--width", "96", "--depth", "2", "--steps", "4", "--warmup", "1"],
+        300,
+        env=clean,
+        cwd=elsewhere,
+    )
+    assert rc == 0 and "ratio gloo/gotree (step time)" in out and "identical across ranks for each backend: yes" in out, out[-4000:]
