@@ -46,7 +46,7 @@ func TestPredictHandComputed(t *testing.T) {
 		{"shm4 oversubscribed", shm4, AllReduce, Ring, Simple, 1 << 20, 2, 0.5*2 + 6*1*2 + 1048576/(1e3*(3.0/2)*4/6)},
 		// Two single-rank nodes over tcp: base and 2 hops of tcp.
 		{"tcp2", tcp2, AllReduce, Ring, Simple, 1 << 20, 1, 0.5 + 2*50 + 1048576/(1e3*1.6*2/2)},
-		{"tcp2 tree", tcp2, AllReduce, Tree, Simple, 1 << 20, 1, 0.5 + 2*60 + 1048576/(1e3*3.0/2)},
+		{"tcp2 tree", tcp2, AllReduce, Tree, Simple, 1 << 20, 1, 0.5 + 2*60 + 1048576/(1e3*2.2/2)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := tu.Predict(tc.coll, tc.algo, tc.proto, tc.topo, tc.bytes, tc.ch)
