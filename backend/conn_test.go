@@ -54,40 +54,44 @@ func TestConnOrderAndWrap(t *testing.T) {
 	for name, mk := range pairs {
 		t.Run(name, func(t *testing.T) {
 			a, b := mk(t, 3, 1000)
-			sizes := []int{0, 1, 2, 999, 1000, 7, 13, 0, 512}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			const rounds = 50
-			errc := make(chan error, 2)
-			for dir, pr := range [][2]Conn{{a, b}, {b, a}} {
-				go func(dir int, tx Conn) {
-					for r := 0; r < rounds; r++ {
-						for i, n := range sizes {
-							if err := tx.Send(ctx, uint32(r*100+i), pattern(n, r*100+i+dir)); err != nil {
-								errc <- err
-								return
-							}
-						}
-					}
-					errc <- nil
-				}(dir, pr[0])
-			}
-			for dir, pr := range [][2]Conn{{a, b}, {b, a}} {
-				rx := pr[1]
-				for r := 0; r < rounds; r++ {
-					for i, n := range sizes {
-						m, tag, err := rx.Recv(ctx)
-						require.NoError(t, err)
-						require.True(t, bytes.Equal(m, pattern(n, r*100+i+dir)), "dir %d round %d msg %d", dir, r, i)
-						require.Equal(t, uint32(r*100+i), tag)
-						rx.Release()
+			exchangeBothWays(t, a, b, []int{0, 1, 2, 999, 1000, 7, 13, 0, 512}, 50, 10*time.Second)
+		})
+	}
+}
+
+// exchangeBothWays sends rounds × sizes messages from a to b and from b to
+// a at once and checks that each arrives whole, in order, with its tag.
+func exchangeBothWays(t *testing.T, a, b Conn, sizes []int, rounds int, limit time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	errc := make(chan error, 2)
+	for dir, tx := range []Conn{a, b} {
+		go func(dir int, tx Conn) {
+			for r := 0; r < rounds; r++ {
+				for i, n := range sizes {
+					if err := tx.Send(ctx, uint32(r*100+i), pattern(n, r*100+i+dir)); err != nil {
+						errc <- err
+						return
 					}
 				}
 			}
-			require.NoError(t, <-errc)
-			require.NoError(t, <-errc)
-		})
+			errc <- nil
+		}(dir, tx)
 	}
+	for dir, rx := range []Conn{b, a} {
+		for r := 0; r < rounds; r++ {
+			for i, n := range sizes {
+				m, tag, err := rx.Recv(ctx)
+				require.NoError(t, err)
+				require.True(t, bytes.Equal(m, pattern(n, r*100+i+dir)), "dir %d round %d msg %d (%d bytes)", dir, r, i, n)
+				require.Equal(t, uint32(r*100+i), tag)
+				rx.Release()
+			}
+		}
+	}
+	require.NoError(t, <-errc)
+	require.NoError(t, <-errc)
 }
 
 func TestConnErrors(t *testing.T) {

@@ -398,20 +398,8 @@ func (s *shmConn) wait(ctx context.Context, ready func() bool, w, flag *uint32) 
 	if p := s.policy.Load(); p != nil {
 		pol = *p
 	}
-	if pol.BusyPoll > 0 && busyPollers.Add(1) <= int32(max(pol.Pollers, 1)) {
-		end := time.Now().Add(pol.BusyPoll)
-		for i := 1; ; i++ {
-			if ready() {
-				busyPollers.Add(-1)
-				return nil
-			}
-			if i%128 == 0 && time.Now().After(end) {
-				break
-			}
-		}
-		busyPollers.Add(-1)
-	} else if pol.BusyPoll > 0 {
-		busyPollers.Add(-1)
+	if pol.BusyPoll > 0 && busyPoll(ready, pol) {
+		return nil
 	}
 	// The thread yields; the goroutine only when the policy says so (see
 	// WaitPolicy). sched_yield is a raw system call: it never blocks, and
@@ -492,6 +480,24 @@ type WaitPolicy struct {
 // busyPollers counts this process's waits that are busy-polling now
 // (WaitPolicy.Pollers bounds it): CPUs are a per-process resource.
 var busyPollers atomic.Int32
+
+// busyPoll polls ready for pol.BusyPoll unless pol.Pollers waits of this
+// process are polling already; it reports whether ready held.
+func busyPoll(ready func() bool, pol WaitPolicy) bool {
+	defer busyPollers.Add(-1)
+	if busyPollers.Add(1) > int32(max(pol.Pollers, 1)) {
+		return false
+	}
+	end := time.Now().Add(pol.BusyPoll)
+	for i := 1; ; i++ {
+		if ready() {
+			return true
+		}
+		if i%128 == 0 && time.Now().After(end) {
+			return false
+		}
+	}
+}
 
 // WaitTuner is a link whose waits follow a WaitPolicy (shared memory).
 type WaitTuner interface {

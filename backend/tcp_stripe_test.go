@@ -52,36 +52,7 @@ func TestStripedLargeMessages(t *testing.T) {
 	for _, k := range []int{2, 3, 5} {
 		t.Run(fmt.Sprint(k), func(t *testing.T) {
 			a, b := stripedPair(t, k, 3, 262144)
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			const rounds = 8
-			errc := make(chan error, 2)
-			for dir, tx := range []Conn{a, b} {
-				go func(dir int, tx Conn) {
-					for r := 0; r < rounds; r++ {
-						for i, n := range sizes {
-							if err := tx.Send(ctx, uint32(r*100+i), pattern(n, r*100+i+dir)); err != nil {
-								errc <- err
-								return
-							}
-						}
-					}
-					errc <- nil
-				}(dir, tx)
-			}
-			for dir, rx := range []Conn{b, a} {
-				for r := 0; r < rounds; r++ {
-					for i, n := range sizes {
-						m, tag, err := rx.Recv(ctx)
-						require.NoError(t, err)
-						require.Equal(t, uint32(r*100+i), tag)
-						require.True(t, bytes.Equal(m, pattern(n, r*100+i+dir)), "dir %d round %d size %d", dir, r, n)
-						rx.Release()
-					}
-				}
-			}
-			require.NoError(t, <-errc)
-			require.NoError(t, <-errc)
+			exchangeBothWays(t, a, b, sizes, 8, 20*time.Second)
 		})
 	}
 }

@@ -3,7 +3,6 @@ package pg
 import (
 	"fmt"
 	"runtime"
-	"sync"
 
 	"github.com/gotree/gotree/algorithms"
 	"github.com/gotree/gotree/backend"
@@ -86,30 +85,9 @@ func checkAllReduce(t *testing.T, comms []*Comm, count int64) {
 func TestStripedLinks(t *testing.T) {
 	for _, socks := range [][]int{{1, 1, 1}, {3, 3, 3}, {2, 5, 1}} {
 		t.Run(fmt.Sprint(socks), func(t *testing.T) {
-			cfg := testConfig()
-			uid, err := NewUniqueID(cfg)
-			require.NoError(t, err)
-			comms := make([]*Comm, 3)
-			errs := make([]error, 3)
-			var wg sync.WaitGroup
-			for r := range comms {
-				wg.Add(1)
-				go func(r int) {
-					defer wg.Done()
-					c := cfg
-					c.HostID = fmt.Sprint("host", r)
-					c.Sockets = socks[r]
-					comms[r], errs[r] = Init(uid, r, 3, c)
-				}(r)
-			}
-			wg.Wait()
-			for r, err := range errs {
-				require.NoError(t, err, "rank %d", r)
-			}
-			t.Cleanup(func() {
-				for _, c := range comms {
-					c.Destroy()
-				}
+			comms := startCommsEach(t, 3, testConfig(), func(r int, c *Config) {
+				c.HostID = fmt.Sprint("host", r)
+				c.Sockets = socks[r]
 			})
 			for r, c := range comms {
 				for k, l := range c.links {

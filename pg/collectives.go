@@ -197,11 +197,12 @@ func (c *Comm) enqueue(a collArgs) (*Request, error) {
 	r := newRequest("", c.cfg.Timeout, nil)
 	r.args = &a
 	r.op = func(c *Comm) error { return c.runColl(a, r) }
+	var keys []p2pKey
 	if a.plan != nil {
 		// All-to-all, gather and scatter share the point-to-point links
 		// with send and recv: they run after the sends and receives issued
 		// before them, and those issued later wait for them.
-		keys := c.allP2PKeys()
+		keys = c.allP2PKeys()
 		prevs := c.p2p.claim(keys, r)
 		r.op = func(c *Comm) error {
 			defer c.p2p.release(keys, r)
@@ -210,13 +211,9 @@ func (c *Comm) enqueue(a collArgs) (*Request, error) {
 			}
 			return c.runColl(a, r)
 		}
-		if err := c.queueRequest(r); err != nil {
-			c.p2p.release(keys, r) // never runs: later sends and receives must not wait for it
-			return nil, err
-		}
-		return r, nil
 	}
 	if err := c.queueRequest(r); err != nil {
+		c.p2p.release(keys, r) // never runs: later sends and receives must not wait for it
 		return nil, err
 	}
 	return r, nil
@@ -390,8 +387,8 @@ func (c *Comm) PlanOf(coll algorithms.Collective, count int64, dt algorithms.DTy
 // and names the operation in any error. Any failure aborts the
 // communicator: its links may hold messages of the failed operation.
 func (c *Comm) execPlan(plan *algorithms.Plan, in, out []byte, desc fmt.Stringer, tag uint32) error {
-	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.Timeout)
-	defer cancel()
+	ctx := newOpCtx(c.ctx, c.cfg.Timeout)
+	defer ctx.release()
 	return c.execPlanCtx(ctx, plan, in, out, desc, tag, nil)
 }
 

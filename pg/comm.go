@@ -180,6 +180,20 @@ func trimNL(b []byte) []byte {
 	return b
 }
 
+// localRanks counts the ranks on rank's host and, of those, the ranks in
+// its process (rank included in both).
+func localRanks(table []rankInfo, rank int) (host, process int) {
+	for _, r := range table {
+		if r.HostID == table[rank].HostID {
+			host++
+			if r.Pid == table[rank].Pid {
+				process++
+			}
+		}
+	}
+	return host, process
+}
+
 // nodesOf numbers hosts by first appearance in rank order.
 func nodesOf(table []rankInfo) []int {
 	ids := map[string]int{}
@@ -198,12 +212,7 @@ func nodesOf(table []rankInfo) []int {
 // setGOMAXPROCS shares the CPUs among the ranks of this host: every rank's
 // Go runtime would otherwise claim all of them.
 func setGOMAXPROCS(table []rankInfo, rank int, log *Logger) {
-	local := 0
-	for _, r := range table {
-		if r.HostID == table[rank].HostID {
-			local++
-		}
-	}
+	local, _ := localRanks(table, rank)
 	ncpu := runtime.NumCPU()
 	n := max(2, ncpu/max(local, 1))
 	n = min(n, ncpu)
@@ -300,9 +309,7 @@ func (c *Comm) connect(secret [32]byte, deadline time.Time) error {
 	makeLink := func(k linkKey, conns []*net.TCPConn) (backend.Conn, error) {
 		l, err := c.makeLink(k, conns, deadline)
 		if err != nil {
-			for _, conn := range conns {
-				conn.Close()
-			}
+			closeAll(conns)
 		}
 		return l, err
 	}
@@ -486,15 +493,7 @@ func (c *Comm) makeLink(k linkKey, conns []*net.TCPConn, deadline time.Time) (ba
 // a CPU for each of its ranks, with at most its share of the CPUs polling
 // at once.
 func waitPolicyFor(table []rankInfo, rank int) backend.WaitPolicy {
-	local, here := 0, 0
-	for _, r := range table {
-		if r.HostID == table[rank].HostID {
-			local++
-			if r.Pid == table[rank].Pid {
-				here++
-			}
-		}
-	}
+	local, here := localRanks(table, rank)
 	switch {
 	case here > 1:
 		return backend.WaitPolicy{YieldGoroutine: true}

@@ -35,6 +35,17 @@ func startComms(t testing.TB, n int, hosts []string, cfg Config) []*Comm {
 
 func startCommsAs(t testing.TB, n int, hosts []string, cfg Config) []*Comm {
 	t.Helper()
+	return startCommsEach(t, n, cfg, func(r int, c *Config) {
+		if hosts != nil {
+			c.HostID = hosts[r]
+		}
+	})
+}
+
+// startCommsEach is startCommsAs with each rank's configuration adjusted
+// by set.
+func startCommsEach(t testing.TB, n int, cfg Config, set func(r int, c *Config)) []*Comm {
+	t.Helper()
 	uid, err := NewUniqueID(cfg)
 	require.NoError(t, err)
 	comms := make([]*Comm, n)
@@ -45,9 +56,7 @@ func startCommsAs(t testing.TB, n int, hosts []string, cfg Config) []*Comm {
 		go func(r int) {
 			defer wg.Done()
 			c := cfg
-			if hosts != nil {
-				c.HostID = hosts[r]
-			}
+			set(r, &c)
 			comms[r], errs[r] = Init(uid, r, n, c)
 		}(r)
 	}
