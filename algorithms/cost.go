@@ -3,6 +3,7 @@ package algorithms
 import (
 	"fmt"
 	"math/bits"
+	"slices"
 )
 
 // This file is gotree's α-β cost model with the structure of NCCL's
@@ -52,7 +53,7 @@ func ParseTransport(s string) (Transport, error) {
 
 // NumAlgorithms and NumProtocols size the per-(algorithm, protocol) tables.
 const (
-	NumAlgorithms = 2 // Ring, Tree
+	NumAlgorithms = 3 // Ring, Tree, HalvingDoubling
 	NumProtocols  = 3 // LL, LL128, Simple
 )
 
@@ -124,10 +125,12 @@ func (tc *TransportCost) correction(a Algorithm, p Protocol, bytes int64) float6
 // LocalCost is a transport calibrated for one number of ranks per node
 // (CPU transports: measured with that many ranks sharing the cores). It
 // replaces the transport's cost, oversubscription included, when a
-// communicator has exactly that many ranks per node.
+// communicator has exactly that many ranks per node — and, when Cores is
+// set, only on nodes with that many cores (Tuning.Cores).
 type LocalCost struct {
 	Transport    Transport
 	RanksPerNode int
+	Cores        int // 0: any node
 	Cost         TransportCost
 }
 
@@ -151,7 +154,7 @@ type Tuning struct {
 // whether it was measured for exactly that count.
 func (t *Tuning) cost(tr Transport, ranksPerNode int) (*TransportCost, bool) {
 	for i := range t.Local {
-		if l := &t.Local[i]; l.Transport == tr && l.RanksPerNode == ranksPerNode {
+		if l := &t.Local[i]; l.Transport == tr && l.RanksPerNode == ranksPerNode && (l.Cores == 0 || l.Cores == t.Cores) {
 			return &l.Cost, true
 		}
 	}
@@ -206,9 +209,9 @@ const (
 // replaces them.
 var (
 	defaultShm = TransportCost{
-		BaseUs:    AlgoProto{{0, 0, 0.5}, {0, 0, 0.5}},
-		HopUs:     AlgoProto{{0, 0, 1}, {0, 0, 25}},
-		BusGBps:   AlgoProto{{0, 0, 3}, {0, 0, 3.5}},
+		BaseUs:    AlgoProto{{0, 0, 0.5}, {0, 0, 0.5}, {0, 0, 0.5}},
+		HopUs:     AlgoProto{{0, 0, 1}, {0, 0, 25}, {0, 0, 1}},
+		BusGBps:   AlgoProto{{0, 0, 3}, {0, 0, 3.5}, {0, 0, 2.5}},
 		SharesCPU: true,
 	}
 	defaultTCP = TransportCost{
@@ -221,9 +224,11 @@ var (
 
 // DefaultTuning is the calibration used without a tuning file: NCCL's
 // constants for NVLink, PCI and Net, and gotree's built-in measurements
-// for shm and tcp on a 2-core machine.
+// for shm and tcp on a 2-core machine, with shm calibrated for 3 and 4
+// ranks sharing 2 cores (builtin_tuning.go, used only where Cores is 2;
+// callers set Cores to the machine's).
 func DefaultTuning() *Tuning {
-	t := &Tuning{Source: "built-in defaults", Cores: 2}
+	t := &Tuning{Source: "built-in defaults", Cores: 2, Local: slices.Clone(builtinLocal)}
 	for tr, bw := range map[Transport]float64{NVLink: DefaultNVLinkGBps, PCI: DefaultPCIGBps, Net: DefaultNetGBps} {
 		t.Transports[tr] = TransportCost{BaseUs: ncclBaseLat, HopUs: ncclHwLat[tr], BusGBps: ncclBus(bw), PerChannel: true}
 	}
@@ -320,6 +325,54 @@ func ringSteps(c Collective, nRanks, nNodes int) (steps, inter int) {
 	return steps, inter
 }
 
+// Shape is what an algorithm's structure contributes to the α-β model:
+// the hops on the critical path within and across nodes, and the ratio
+// algbw/busbw (the bytes one rank moves per byte of message, inverted,
+// times busbw's factor).
+type Shape struct {
+	IntraHops, InterHops float64
+	Ratio                float64
+}
+
+// ShapeOf returns the shape of coll with algorithm a on topo (allreduce
+// for tree and halving-doubling).
+//
+//   - ring: 2(n−1) hops for allreduce (n−1 for the others), the ring
+//     crossing nodes twice per node; ratio n/(2(n−1)) for allreduce.
+//   - tree: 2·((ranks per node − 1) + log2(nodes)) hops; ratio 1/2.
+//   - halving-doubling: 2·log2(p) exchanges plus 2 fold hops when n is
+//     not a power of two p; a rank moves 2(p−1)/p of the message (plus
+//     twice the message through a fold), so ratio = 2(n−1)/n divided by
+//     that.
+func ShapeOf(coll Collective, a Algorithm, topo CostTopo) Shape {
+	n := topo.NRanks
+	if n <= 1 {
+		return Shape{Ratio: 1}
+	}
+	switch a {
+	case Tree:
+		return Shape{IntraHops: 2 * float64(topo.RanksPerNode-1), InterHops: 2 * float64(log2Floor(topo.NNodes)), Ratio: 0.5}
+	case HalvingDoubling:
+		l := newHDLayout(n)
+		hops := 2 * float64(log2Floor(l.p))
+		moved := 2 * float64(l.p-1) / float64(l.p)
+		if l.e > 0 {
+			hops += 2
+			moved += 2
+		}
+		return Shape{IntraHops: hops, Ratio: 2 * float64(n-1) / float64(n) / moved}
+	}
+	steps, nInter := ringSteps(coll, n, topo.NNodes)
+	sh := Shape{IntraHops: float64(steps - nInter), InterHops: float64(nInter), Ratio: 1}
+	switch coll {
+	case AllReduce:
+		sh.Ratio = float64(n) / float64(2*(n-1))
+	case AllGather, ReduceScatter:
+		sh.Ratio = float64(n) / float64(n-1)
+	}
+	return sh
+}
+
 // Predict returns the model's time for one call of coll moving bytes
 // (nccl-tests size) with algorithm a and protocol p on channels channels
 // (0: as many as the partition rule gives for topo.Channels). It fails for
@@ -329,11 +382,14 @@ func (t *Tuning) Predict(coll Collective, a Algorithm, p Protocol, topo CostTopo
 	if err := topo.check(); err != nil {
 		return Prediction{}, err
 	}
-	if a == Tree && coll != AllReduce {
+	if a != Ring && coll != AllReduce {
 		return Prediction{}, fmt.Errorf("%w: %v has no %v plan", ErrAlgoNotSupported, coll, a)
 	}
 	if a < 0 || int(a) >= NumAlgorithms || p < 0 || int(p) >= NumProtocols {
 		return Prediction{}, fmt.Errorf("gotree/algorithms: cost: unknown %v/%v", a, p)
+	}
+	if a == HalvingDoubling && topo.NNodes > 1 {
+		return Prediction{}, fmt.Errorf("%w: %v runs within one node", ErrAlgoNotSupported, a)
 	}
 	if channels <= 0 {
 		channels = ChannelsFor(a, p, topo.NRanks, bytes, topo.Channels)
@@ -386,26 +442,10 @@ func (t *Tuning) Predict(coll Collective, a Algorithm, p Protocol, topo CostTopo
 		pr.TimeUs = base
 		return pr, nil
 	}
-	var ratio float64
-	switch a {
-	case Ring:
-		steps, nInter := ringSteps(coll, n, topo.NNodes)
-		pr.Hops = float64(steps)
-		pr.LatencyUs = base + float64(steps-nInter)*hopIntra + float64(nInter)*hopInter
-		switch coll {
-		case AllReduce:
-			ratio = float64(n) / float64(2*(n-1))
-		case AllGather, ReduceScatter:
-			ratio = float64(n) / float64(n-1)
-		default:
-			ratio = 1
-		}
-	case Tree:
-		up := float64(topo.RanksPerNode-1)*hopIntra + float64(log2Floor(topo.NNodes))*hopInter
-		pr.Hops = 2 * float64(topo.RanksPerNode-1+log2Floor(topo.NNodes))
-		pr.LatencyUs = base + 2*up
-		ratio = 0.5
-	}
+	sh := ShapeOf(coll, a, topo)
+	pr.Hops = sh.IntraHops + sh.InterHops
+	pr.LatencyUs = base + sh.IntraHops*hopIntra + sh.InterHops*hopInter
+	ratio := sh.Ratio
 	pr.BusGBps = busBw
 	pr.AlgGBps = busBw * ratio
 	pr.TimeUs = pr.LatencyUs + float64(bytes)/(1e3*pr.AlgGBps)

@@ -33,11 +33,13 @@ func ParseAlgoSpec(spec string, coll Collective) (AlgoSet, error) {
 			return int(Ring), true, nil
 		case "tree":
 			return int(Tree), true, nil
+		case "hd":
+			return int(HalvingDoubling), true, nil
 		}
 		if ignoredAlgoNames[name] {
 			return 0, false, nil
 		}
-		return 0, false, fmt.Errorf("unknown algorithm %q (want ring, tree or auto)", name)
+		return 0, false, fmt.Errorf("unknown algorithm %q (want ring, tree, hd or auto)", name)
 	}, int(AllAlgos))
 	return AlgoSet(m), err
 }

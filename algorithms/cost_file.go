@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 )
 
 // This file is the tuning file: JSON written by `gotree tune` and loaded
@@ -100,6 +102,7 @@ type transportJSON struct {
 type localJSON struct {
 	Transport    string `json:"transport"`
 	RanksPerNode int    `json:"ranks_per_node"`
+	Cores        int    `json:"cores,omitempty"`
 	transportJSON
 }
 
@@ -185,10 +188,10 @@ type tuningJSON struct {
 }
 
 // MarshalTuning writes t as a tuning file with the transports named in
-// only (all when empty) and the raw measurements (any JSON value, may be
+// only (all when nil) and the raw measurements (any JSON value, may be
 // nil). The output is deterministic.
 func MarshalTuning(t *Tuning, only []Transport, measurements any) ([]byte, error) {
-	if len(only) == 0 {
+	if only == nil {
 		for tr := Transport(0); tr < numTransports; tr++ {
 			only = append(only, tr)
 		}
@@ -199,7 +202,7 @@ func MarshalTuning(t *Tuning, only []Transport, measurements any) ([]byte, error
 	}
 	for i := range t.Local {
 		l := &t.Local[i]
-		j.Local = append(j.Local, localJSON{Transport: l.Transport.String(), RanksPerNode: l.RanksPerNode, transportJSON: transportToJSON(&l.Cost)})
+		j.Local = append(j.Local, localJSON{Transport: l.Transport.String(), RanksPerNode: l.RanksPerNode, Cores: l.Cores, transportJSON: transportToJSON(&l.Cost)})
 	}
 	if measurements != nil {
 		raw, err := json.Marshal(measurements)
@@ -218,22 +221,18 @@ func MarshalTuning(t *Tuning, only []Transport, measurements any) ([]byte, error
 }
 
 // ParseTuning reads a tuning file. Transports it does not name keep
-// DefaultTuning's values; a named transport is replaced as a whole.
+// DefaultTuning's values; a named transport is replaced as a whole, and
+// the file's local entries replace the built-in ones.
 func ParseTuning(data []byte) (*Tuning, error) {
-	var j tuningJSON
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&j); err != nil {
-		return nil, fmt.Errorf("gotree/algorithms: tuning file: %v", err)
-	}
-	if j.Version != TuningVersion {
-		return nil, fmt.Errorf("gotree/algorithms: tuning file: version %d, want %d", j.Version, TuningVersion)
-	}
-	if j.Cores < 0 {
-		return nil, fmt.Errorf("gotree/algorithms: tuning file: cores %d < 0", j.Cores)
+	j, err := decodeTuning(data)
+	if err != nil {
+		return nil, err
 	}
 	t := DefaultTuning()
 	t.Source, t.Cores = j.Source, j.Cores
+	if t.Local, err = localFromJSON(j.Local); err != nil {
+		return nil, err
+	}
 	names := make([]string, 0, len(j.Transports))
 	for n := range j.Transports {
 		names = append(names, n)
@@ -250,19 +249,77 @@ func ParseTuning(data []byte) (*Tuning, error) {
 		}
 		t.Transports[tr] = tc
 	}
-	for i, lj := range j.Local {
+	return t, nil
+}
+
+func decodeTuning(data []byte) (*tuningJSON, error) {
+	var j tuningJSON
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&j); err != nil {
+		return nil, fmt.Errorf("gotree/algorithms: tuning file: %v", err)
+	}
+	if j.Version != TuningVersion {
+		return nil, fmt.Errorf("gotree/algorithms: tuning file: version %d, want %d", j.Version, TuningVersion)
+	}
+	if j.Cores < 0 {
+		return nil, fmt.Errorf("gotree/algorithms: tuning file: cores %d < 0", j.Cores)
+	}
+	return &j, nil
+}
+
+func localFromJSON(ls []localJSON) ([]LocalCost, error) {
+	var out []LocalCost
+	for i, lj := range ls {
 		tr, err := ParseTransport(lj.Transport)
 		if err != nil {
 			return nil, fmt.Errorf("gotree/algorithms: tuning file: local[%d]: %v", i, err)
 		}
-		if lj.RanksPerNode < 1 {
-			return nil, fmt.Errorf("gotree/algorithms: tuning file: local[%d]: ranks_per_node %d < 1", i, lj.RanksPerNode)
+		if lj.RanksPerNode < 1 || lj.Cores < 0 {
+			return nil, fmt.Errorf("gotree/algorithms: tuning file: local[%d]: ranks_per_node %d < 1 or cores %d < 0", i, lj.RanksPerNode, lj.Cores)
 		}
 		tc, err := transportFromJSON(lj.transportJSON, fmt.Sprintf("gotree/algorithms: tuning file: local[%d]", i))
 		if err != nil {
 			return nil, err
 		}
-		t.Local = append(t.Local, LocalCost{Transport: tr, RanksPerNode: lj.RanksPerNode, Cost: tc})
+		out = append(out, LocalCost{Transport: tr, RanksPerNode: lj.RanksPerNode, Cores: lj.Cores, Cost: tc})
 	}
-	return t, nil
+	return out, nil
+}
+
+// builtinLocal is builtinTuningJSON's local entries (shm calibrated for 3
+// and 4 ranks on a 2-core machine, see builtin_tuning.go), parsed once at
+// start-up and never changed.
+var builtinLocal = mustLocal(builtinTuningJSON)
+
+func mustLocal(data string) []LocalCost {
+	j, err := decodeTuning([]byte(data))
+	if err == nil {
+		var ls []LocalCost
+		if ls, err = localFromJSON(j.Local); err == nil {
+			return ls
+		}
+	}
+	panic("gotree/algorithms: built-in tuning: " + err.Error())
+}
+
+// BuiltinTuningSource renders the local entries of t, each marked with
+// t.Cores, as the Go source of builtin_tuning.go (`gotree tune -builtin`).
+func BuiltinTuningSource(t *Tuning) ([]byte, error) {
+	c := *t
+	c.Local = slices.Clone(t.Local)
+	for i := range c.Local {
+		c.Local[i].Cores = t.Cores
+	}
+	data, err := MarshalTuning(&c, []Transport{}, nil)
+	if err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	b.WriteString("// Code generated by `gotree tune -builtin`; DO NOT EDIT.\n\npackage algorithms\n\n")
+	b.WriteString("// builtinTuningJSON is a tuning file with local entries only: " + strings.ReplaceAll(t.Source, "\n", " ") + ".\n")
+	b.WriteString("const builtinTuningJSON = `")
+	b.Write(bytes.TrimSpace(data))
+	b.WriteString("`\n")
+	return b.Bytes(), nil
 }

@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs(b)) }
@@ -14,6 +16,7 @@ func near(a, b float64) bool { return math.Abs(a-b) <= 1e-9*math.Max(1, math.Abs
 // hand from NCCL's constants (not from the code's tables).
 func TestPredictHandComputed(t *testing.T) {
 	tu := DefaultTuning()
+	tu.Local = nil // the α-β formula alone; the built-in local entries are tested below
 	oneNode4 := CostTopo{NRanks: 4, NNodes: 1, RanksPerNode: 4, Intra: NVLink, Inter: Net, Channels: 2}
 	twoNodes8 := CostTopo{NRanks: 8, NNodes: 2, RanksPerNode: 4, Intra: NVLink, Inter: Net, Channels: 2}
 	shm4 := CostTopo{NRanks: 4, NNodes: 1, RanksPerNode: 4, Intra: Shm, Inter: TCP, Channels: 2}
@@ -44,6 +47,13 @@ func TestPredictHandComputed(t *testing.T) {
 		{"allgather4", oneNode4, AllGather, Ring, Simple, 1 << 20, 2, 8.4 + 3*3.4 + 1048576/(1e3*41.2*4/3)},
 		// shm with 4 ranks on 2 cores: base, hops and bandwidth scaled by 2.
 		{"shm4 oversubscribed", shm4, AllReduce, Ring, Simple, 1 << 20, 2, 0.5*2 + 6*1*2 + 1048576/(1e3*(3.0/2)*4/6)},
+		// Halving-doubling on 4 ranks: 2·log2(4) = 4 hops; a rank moves
+		// 2·3/4 of the message, as in the ring, so algbw = bus × 1.
+		{"hd4 oversubscribed", shm4, AllReduce, HalvingDoubling, Simple, 1 << 20, 1, 0.5*2 + 4*1*2 + 1048576/(1e3*(2.5/2)*1)},
+		// On 3 ranks: one fold (2 more hops) and the 2-rank exchange; a
+		// rank moves 1/2 + 1/2 + 2 = 3 messages against busbw's 4/3.
+		{"hd3", CostTopo{NRanks: 3, NNodes: 1, RanksPerNode: 3, Intra: Shm, Inter: TCP, Channels: 1}, AllReduce, HalvingDoubling, Simple, 1 << 20, 1,
+			0.5*1.5 + 4*1*1.5 + 1048576/(1e3*(2.5/1.5)*(4.0/3)/3)},
 		// Two single-rank nodes over tcp: base and 2 hops of tcp.
 		{"tcp2", tcp2, AllReduce, Ring, Simple, 1 << 20, 1, 0.5 + 2*50 + 1048576/(1e3*1.6*2/2)},
 		{"tcp2 tree", tcp2, AllReduce, Tree, Simple, 1 << 20, 1, 0.5 + 2*60 + 1048576/(1e3*2.2/2)},
@@ -154,6 +164,35 @@ func TestChannelsForMatchesPartition(t *testing.T) {
 	}
 }
 
+// The built-in calibrations of 3 and 4 ranks apply on 2 cores only.
+func TestBuiltinLocalCores(t *testing.T) {
+	shm4 := CostTopo{NRanks: 4, NNodes: 1, RanksPerNode: 4, Intra: Shm, Inter: TCP, Channels: 1}
+	tu := DefaultTuning()
+	require.NotEmpty(t, tu.Local)
+	for _, l := range tu.Local {
+		require.Equal(t, 2, l.Cores, "built-in entry for %d ranks", l.RanksPerNode)
+	}
+	tu.Cores = 16
+	got, err := tu.Predict(AllReduce, Ring, Simple, shm4, 1<<20, 1)
+	require.NoError(t, err)
+	want := 0.5 + 6*1 + 1048576/(1e3*3*4/6.0) // not oversubscribed, no local entry
+	require.InDelta(t, want, got.TimeUs, 1e-9)
+	tu.Cores = 2
+	local, err := tu.Predict(AllReduce, Ring, Simple, shm4, 1<<20, 1)
+	require.NoError(t, err)
+	lc, ok := tu.cost(Shm, 4)
+	require.True(t, ok)
+	wantLocal := (lc.BaseUs[Ring][Simple] + 6*lc.HopUs[Ring][Simple] + 1048576/(1e3*lc.BusGBps[Ring][Simple]*4/6.0)) * lc.correction(Ring, Simple, 1<<20)
+	require.InDelta(t, wantLocal, local.TimeUs, 1e-9)
+	// A tuning file's local entries replace the built-in ones.
+	fromFile, err := ParseTuning([]byte(`{"version": 1, "cores": 2}`))
+	require.NoError(t, err)
+	require.Empty(t, fromFile.Local)
+	// A second copy is independent of the first.
+	tu.Local[0].RanksPerNode = 99
+	require.NotEqual(t, 99, DefaultTuning().Local[0].RanksPerNode)
+}
+
 func TestParseSpecs(t *testing.T) {
 	for _, tc := range []struct {
 		spec string
@@ -165,16 +204,18 @@ func TestParseSpecs(t *testing.T) {
 		{"auto", AllReduce, AllAlgos, ""},
 		{"ring", AllReduce, 1 << Ring, ""},
 		{"Tree", AllReduce, 1 << Tree, ""},
-		{"ring,tree", AllReduce, AllAlgos, ""},
-		{"^tree", AllReduce, 1 << Ring, ""},
-		{"^ring", AllReduce, 1 << Tree, ""},
+		{"ring,tree", AllReduce, 1<<Ring | 1<<Tree, ""},
+		{"ring,tree,hd", AllReduce, AllAlgos, ""},
+		{"HD", AllReduce, 1 << HalvingDoubling, ""},
+		{"^tree", AllReduce, 1<<Ring | 1<<HalvingDoubling, ""},
+		{"^ring,hd", AllReduce, 1 << Tree, ""},
 		{"tree,nvls", AllReduce, 1 << Tree, ""},
 		{"allreduce:tree;allgather:ring", AllReduce, 1 << Tree, ""},
 		{"allreduce:tree;allgather:ring", AllGather, 1 << Ring, ""},
 		{"allreduce:tree;allgather:ring", Broadcast, AllAlgos, ""},
-		{"allreduce:^ring", AllReduce, 1 << Tree, ""},
+		{"allreduce:^ring", AllReduce, 1<<Tree | 1<<HalvingDoubling, ""},
 		{"bogus", AllReduce, 0, "unknown algorithm"},
-		{"^ring,tree", AllReduce, 0, "nothing"},
+		{"^ring,tree,hd", AllReduce, 0, "nothing"},
 		{"nvls", AllReduce, 0, "nothing"},
 		{"allreduce", AllReduce, AllAlgos, "unknown algorithm"},
 		{"allreduce:tree;bogus:ring", AllReduce, 0, "unknown collective"},

@@ -231,7 +231,7 @@ func TestOracleSmallCases(t *testing.T) {
 			for coll := AllReduce; coll <= ReduceScatter; coll++ {
 				algos := []Algorithm{Ring}
 				if coll == AllReduce {
-					algos = append(algos, Tree)
+					algos = append(algos, Tree, HalvingDoubling)
 				}
 				for _, algo := range algos {
 					for _, inPlace := range []bool{false, true} {
@@ -266,8 +266,8 @@ func TestOracleProperties(t *testing.T) {
 		g := mustGraph(t, l)
 		coll := Collective(rng.IntN(5))
 		algo := Ring
-		if coll == AllReduce && rng.IntN(2) == 0 {
-			algo = Tree
+		if coll == AllReduce {
+			algo = Algorithm(rng.IntN(NumAlgorithms))
 		}
 		ty := orTypes[rng.IntN(len(orTypes))]
 		ops := orIntOps
@@ -326,7 +326,7 @@ func randomLayoutIntra(rng *rand.Rand, l Layout) Layout {
 func TestOracleManyChannels(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	g := mustGraph(t, UniformLayout(3, 3, 16, SplitTree))
-	for _, algo := range []Algorithm{Ring, Tree} {
+	for _, algo := range []Algorithm{Ring, Tree, HalvingDoubling} {
 		for _, proto := range []Protocol{LL, LL128, Simple} {
 			count := int64(1<<16 + 3)
 			req := PlanRequest{Coll: AllReduce, Algo: algo, Proto: proto, Count: count, DType: Int32, Op: Sum}

@@ -96,10 +96,10 @@ func BuildPlan(g *Graph, req PlanRequest) (*Plan, error) {
 	if req.Coll > ReduceScatter {
 		return nil, fmt.Errorf("%w: %v has no ring or tree plan (see LocalP2PPlan)", ErrAlgoNotSupported, req.Coll)
 	}
-	if req.Algo != Ring && req.Algo != Tree {
+	if req.Algo != Ring && req.Algo != Tree && req.Algo != HalvingDoubling {
 		return nil, badReq("unknown algorithm %v", req.Algo)
 	}
-	if req.Algo == Tree && req.Coll != AllReduce {
+	if req.Algo != Ring && req.Coll != AllReduce {
 		return nil, fmt.Errorf("%w: %v has no %v plan", ErrAlgoNotSupported, req.Coll, req.Algo)
 	}
 	if req.Proto < LL || req.Proto > Simple {
@@ -166,6 +166,12 @@ func BuildPlan(g *Graph, req PlanRequest) (*Plan, error) {
 	for _, cp := range part.Parts {
 		c := cp.Channel
 		switch {
+		case req.Algo == HalvingDoubling:
+			order, _, err := ringIndex(g, c)
+			if err != nil {
+				return nil, err
+			}
+			b.halvingDoublingAllReduce(order, c, cp, part)
 		case req.Algo == Tree:
 			if err := checkTreeChannel(g, c); err != nil {
 				return nil, err

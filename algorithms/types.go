@@ -179,6 +179,9 @@ type Algorithm int
 const (
 	Ring Algorithm = iota
 	Tree
+	// HalvingDoubling is Rabenseifner's allreduce (halvdouble.go): a CPU
+	// algorithm for ranks that share a host, not one of NCCL's.
+	HalvingDoubling
 )
 
 func (a Algorithm) String() string {
@@ -187,6 +190,8 @@ func (a Algorithm) String() string {
 		return "ring"
 	case Tree:
 		return "tree"
+	case HalvingDoubling:
+		return "hd"
 	}
 	return fmt.Sprintf("algorithm(%d)", int(a))
 }

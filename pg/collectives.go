@@ -247,10 +247,7 @@ func (c *Comm) choice(a collArgs) algorithms.Prediction {
 		bytes *= int64(c.nranks)
 	}
 	v, err := c.plans.get(choiceKey{a.coll, bytes}, func() (any, error) {
-		tu := c.cfg.Tuning
-		if tu == nil {
-			tu = algorithms.DefaultTuning()
-		}
+		tu := c.tuning
 		algos, err := algorithms.ParseAlgoSpec(c.cfg.Algo, a.coll)
 		if err != nil {
 			return nil, err

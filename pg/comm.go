@@ -51,6 +51,7 @@ type Comm struct {
 	graph        *algorithms.Graph
 	nodeOf       []int
 	waitPolicy   backend.WaitPolicy // of the shared-memory links (waitPolicyFor)
+	tuning       *algorithms.Tuning // the cost model's calibration (Config.TuningFor)
 	lastPlan     atomic.Pointer[lastPlan]
 
 	links map[linkKey]backend.Conn
@@ -145,6 +146,7 @@ func Init(id UniqueID, rank, nranks int, cfg Config) (*Comm, error) {
 	c.ctx, c.cancel = context.WithCancelCause(context.Background())
 	c.nodeOf = nodesOf(table)
 	c.waitPolicy = waitPolicyFor(table, rank)
+	c.tuning = cfg.TuningFor(hostCores(table))
 	setGOMAXPROCS(table, rank, log)
 	c.loadTopology()
 	if err := c.buildGraph(); err != nil {
@@ -264,8 +266,11 @@ func (c *Comm) buildGraph() error {
 }
 
 // neighbours lists the (channel, peer) links this rank needs: ring and tree
-// neighbours of every channel.
+// neighbours of every channel, and on one host (unless GOTREE_ALGO rules
+// it out for allreduce) the partners of halving-doubling's exchanges.
 func (c *Comm) neighbours() []linkKey {
+	algos, _ := algorithms.ParseAlgoSpec(c.cfg.Algo, algorithms.AllReduce)
+	hd := c.graph.NNodes == 1 && algos.Has(algorithms.HalvingDoubling)
 	seen := map[linkKey]bool{}
 	var out []linkKey
 	add := func(ch, p int) {
@@ -284,6 +289,12 @@ func (c *Comm) neighbours() []linkKey {
 		add(ch, t.Up)
 		for _, d := range t.Down {
 			add(ch, d)
+		}
+		if hd {
+			ps, _ := algorithms.HalvingDoublingPeers(c.graph, ch, c.rank)
+			for _, p := range ps {
+				add(ch, p)
+			}
 		}
 	}
 	return out

@@ -108,12 +108,25 @@ func TestCollectivesAcrossWorldSizes(t *testing.T) {
 		{3, []string{"a", "b", "a"}, "ring"},
 		{5, []string{"a", "a", "b", "c", "c"}, "tree"},
 		{4, []string{"a", "b", "c", "d"}, ""},
+		{3, nil, "hd"},
+		{4, nil, "hd"},
+		{7, nil, "hd"},
+		{4, []string{"a", "a", "b", "b"}, "hd"}, // across hosts: the ring instead
 	} {
 		t.Run(fmt.Sprintf("n%d_%v_%s", tc.n, tc.hosts, tc.algo), func(t *testing.T) {
 			cfg := testConfig()
 			cfg.Algo = tc.algo
 			cfg.SlotBytes = 4096 // many fragments and FIFO wrap-arounds at small sizes
 			comms := startComms(t, tc.n, tc.hosts, cfg)
+			if tc.algo == "hd" { // the plan that runs: halving-doubling on one host, else the ring
+				p, err := comms[0].PlanOf(algorithms.AllReduce, 1031, algorithms.Int64, algorithms.Sum, 0)
+				require.NoError(t, err)
+				want := algorithms.HalvingDoubling
+				if tc.hosts != nil {
+					want = algorithms.Ring
+				}
+				require.Equal(t, want, p.Algo)
+			}
 			for _, count := range []int64{0, 1, 7, 1031, 100003} {
 				for _, inplace := range []bool{false, true} {
 					ins := make([][]byte, tc.n)

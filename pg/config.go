@@ -43,8 +43,40 @@ type Config struct {
 	// that dials (the lower) decides for the link.
 	Sockets int
 	// Tuning is the cost model's calibration: the tuning file's, or
-	// algorithms.DefaultTuning() when nil.
+	// algorithms.DefaultTuning() when nil (see TuningFor).
 	Tuning *algorithms.Tuning
+}
+
+// TuningFor returns the calibration the cost model uses on nodes of cores
+// CPUs: the tuning file's as it is (it names the machine it measured), or
+// the built-in one with its core count set to cores (when > 0), so that
+// oversubscription and the built-in per-rank-count entries follow the
+// machine gotree runs on.
+func (c Config) TuningFor(cores int) *algorithms.Tuning {
+	if c.Tuning != nil {
+		return c.Tuning
+	}
+	t := algorithms.DefaultTuning()
+	if cores > 0 {
+		t.Cores = cores
+	}
+	return t
+}
+
+// hostCores is the fewest CPUs of any host in table (0 when no rank
+// reported its count): the cores the most constrained node's ranks share.
+func hostCores(table []rankInfo) int {
+	cpus := map[string]int{}
+	for _, r := range table {
+		cpus[r.HostID] = max(cpus[r.HostID], r.CPUs)
+	}
+	n := 0
+	for _, c := range cpus {
+		if c > 0 && (n == 0 || c < n) {
+			n = c
+		}
+	}
+	return n
 }
 
 // Getenv looks a variable up; os.Getenv fits.

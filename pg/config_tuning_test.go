@@ -48,11 +48,16 @@ func TestAlgorithmChoice(t *testing.T) {
 	g, err := algorithms.BuildGraph(algorithms.UniformLayout(1, 4, 1, algorithms.BalancedTree))
 	require.NoError(t, err)
 	tu := algorithms.DefaultTuning()
+	tu.Local = nil // the shm entry below decides for 4 ranks too
 	// Make the tree win small messages and the ring large ones.
 	tu.Transports[algorithms.Shm].HopUs[algorithms.Tree][algorithms.Simple] = 0.1
 	tu.Transports[algorithms.Shm].BusGBps[algorithms.Tree][algorithms.Simple] = 0.5
 	cfg := Config{Tuning: tu}.withDefaults()
-	c := &Comm{cfg: cfg, graph: g, nranks: 4, log: NewLogger(cfg, 0)}
+	tu.Transports[algorithms.Shm].BusGBps[algorithms.HalvingDoubling][algorithms.Simple] = 0.5
+	comm := func(cfg Config) *Comm {
+		return &Comm{cfg: cfg, graph: g, nranks: 4, log: NewLogger(cfg, 0), tuning: cfg.TuningFor(2)}
+	}
+	c := comm(cfg)
 	small := collArgs{coll: algorithms.AllReduce, count: 4, dt: algorithms.Float32}
 	large := collArgs{coll: algorithms.AllReduce, count: 16 << 20, dt: algorithms.Float32}
 	require.Equal(t, algorithms.Tree, c.algorithm(small))
@@ -61,8 +66,22 @@ func TestAlgorithmChoice(t *testing.T) {
 	// Other collectives have only a ring plan.
 	require.Equal(t, algorithms.Ring, c.algorithm(collArgs{coll: algorithms.AllGather, count: 4, dt: algorithms.Float32}))
 	// GOTREE_ALGO forces.
-	c2 := &Comm{cfg: Config{Tuning: tu, Algo: "allreduce:ring"}.withDefaults(), graph: g, nranks: 4, log: NewLogger(cfg, 0)}
+	c2 := comm(Config{Tuning: tu, Algo: "allreduce:ring"}.withDefaults())
 	require.Equal(t, algorithms.Ring, c2.algorithm(small))
-	c3 := &Comm{cfg: Config{Tuning: tu, Algo: "^ring"}.withDefaults(), graph: g, nranks: 4, log: NewLogger(cfg, 0)}
+	c3 := comm(Config{Tuning: tu, Algo: "^ring,hd"}.withDefaults())
 	require.Equal(t, algorithms.Tree, c3.algorithm(large))
+	c4 := comm(Config{Tuning: tu, Algo: "hd"}.withDefaults())
+	require.Equal(t, algorithms.HalvingDoubling, c4.algorithm(large))
+}
+
+// Without a tuning file the built-in calibration takes the cores of the
+// most constrained host; a tuning file is used as written.
+func TestTuningFor(t *testing.T) {
+	table := []rankInfo{{HostID: "a", CPUs: 8}, {HostID: "a", CPUs: 8}, {HostID: "b", CPUs: 3}, {HostID: "c"}}
+	require.Equal(t, 3, hostCores(table))
+	require.Equal(t, 0, hostCores([]rankInfo{{HostID: "a"}}))
+	require.Equal(t, 3, Config{}.TuningFor(3).Cores)
+	require.Equal(t, algorithms.DefaultTuning().Cores, Config{}.TuningFor(0).Cores)
+	file := &algorithms.Tuning{Cores: 64}
+	require.Same(t, file, Config{Tuning: file}.TuningFor(3))
 }

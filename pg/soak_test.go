@@ -51,7 +51,7 @@ func TestSoak(t *testing.T) {
 		if rng.IntN(4) == 0 {
 			count = int64(rng.IntN(20))
 		}
-		algo := []string{"ring", "tree"}[rng.IntN(2)]
+		algo := []string{"ring", "tree", "hd"}[rng.IntN(3)]
 		for _, c := range comms {
 			c.cfg.Algo = algo
 		}

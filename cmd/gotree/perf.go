@@ -85,7 +85,7 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.check, "c", 1, "check results (1) or not (0)")
 	fs.StringVar(&dt, "d", "float32", "dtype (float32, float64, bfloat16, float16, int32, int64, ...)")
 	fs.StringVar(&op, "o", "sum", "reduction op (sum, prod, min, max, avg)")
-	fs.StringVar(&o.algo, "algo", "auto", "ring, tree or auto")
+	fs.StringVar(&o.algo, "algo", "auto", "ring, tree, hd (halving-doubling, one host) or auto")
 	fs.StringVar(&coll, "coll", "allreduce", "allreduce, allgather or broadcast")
 	fs.BoolVar(&o.asJSON, "json", false, "print JSON instead of the table")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "communicator timeout")
@@ -117,8 +117,8 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 	if err == nil && (o.factor < 2 || o.iters < 1 || o.warmup < 0 || o.maxBytes < o.minBytes) {
 		err = errors.New("need -f >= 2, -n >= 1, -w >= 0 and -e >= -b")
 	}
-	if err == nil && o.algo != "auto" && o.algo != "ring" && o.algo != "tree" {
-		err = fmt.Errorf("--algo %q: want ring, tree or auto", o.algo)
+	if err == nil && o.algo != "auto" && o.algo != "ring" && o.algo != "tree" && o.algo != "hd" {
+		err = fmt.Errorf("--algo %q: want ring, tree, hd or auto", o.algo)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "gotree perf: %v\n", err)

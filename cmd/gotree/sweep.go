@@ -68,7 +68,7 @@ func runSweep(args []string, stdout, stderr io.Writer) int {
 	var o sweepOpts
 	var ns, algos, minS, maxS string
 	fs.StringVar(&ns, "n", "2,3,4", "world sizes (local ranks)")
-	fs.StringVar(&algos, "algos", "ring,tree", "forced algorithms, in the order of the first pass")
+	fs.StringVar(&algos, "algos", "ring,tree,hd", "forced algorithms, in the order of the first pass")
 	fs.StringVar(&minS, "b", "4", "smallest size in bytes")
 	fs.StringVar(&maxS, "e", "64M", "largest size in bytes (sizes double)")
 	fs.IntVar(&o.cycles, "cycles", 5, "cycles per size")
@@ -95,7 +95,7 @@ func runSweep(args []string, stdout, stderr io.Writer) int {
 		_, err = algorithms.ParseDType(o.dtype)
 	}
 	for _, a := range strings.Split(algos, ",") {
-		if a = strings.TrimSpace(a); a != "ring" && a != "tree" && a != "auto" && err == nil {
+		if a = strings.TrimSpace(a); a != "ring" && a != "tree" && a != "hd" && a != "auto" && err == nil {
 			err = fmt.Errorf("unknown algorithm %q", a)
 		}
 		o.algos = append(o.algos, a)
@@ -284,10 +284,7 @@ func sweepMeasure(o sweepOpts, stdout, stderr io.Writer) ([]sweepSample, error) 
 	if err != nil {
 		return nil, err
 	}
-	tu := cfg.Tuning
-	if tu == nil {
-		tu = algorithms.DefaultTuning()
-	}
+	tu := cfg.TuningFor(runtime.NumCPU()) // as pg.Init on this host
 	sizes := sweepSizes(o.minBytes, o.maxBytes)
 	var all []sweepSample
 	seq := 0

@@ -85,10 +85,7 @@ type sweepAutoFunc func(n int, bytes int64) string
 // sweepAuto is the choice pg makes for local ranks under cfg: the same
 // graph (one node, cfg's channels) and the same cost model.
 func sweepAuto(cfg pg.Config) sweepAutoFunc {
-	tu := cfg.Tuning
-	if tu == nil {
-		tu = algorithms.DefaultTuning()
-	}
+	tu := cfg.TuningFor(runtime.NumCPU()) // as pg.Init on this host
 	return func(n int, bytes int64) string {
 		maxCh, minCh := cfg.MaxChannels, cfg.MinChannels
 		if maxCh <= 0 { // as pg.Init resolves an unset GOTREE_MAX_NCHANNELS

@@ -2,7 +2,8 @@ package main
 
 // gotree tune calibrates the cost model's CPU transports on this machine
 // with the real communicator: ranks in child processes (as perf and sweep
-// start them) time ring and tree allreduce over sizes 4 B .. -e (factor
+// start them) time ring, tree and (over shm) halving-doubling allreduce
+// over sizes 4 B .. -e (factor
 // 2), and a fit turns the times into the tuning file the library loads
 // through GOTREE_TUNING_FILE.
 //
@@ -13,11 +14,12 @@ package main
 //   - shm: k = 2 .. --local ranks on this host; tcp: 2 ranks given
 //     different GOTREE_HOST_IDs, so that they connect over TCP loopback.
 //   - per (transport, k, algorithm): the latency a is the smallest median
-//     among sizes up to 1 KiB; the hops on the critical path are 2(k-1)
-//     for both the ring and the one-node chain (2 for tcp's two nodes), so
+//     among sizes up to 1 KiB; the hops on the critical path and the ratio
+//     algbw/busbw are algorithms.ShapeOf's (2(k-1) hops for both the ring
+//     and the one-node chain, 2 for tcp's two nodes, 2·log2(k) for
+//     halving-doubling, +2 when k is not a power of two), so
 //     hop = (a - base) / hops; for sizes of at least 1 MiB
-//     busbw = size / (t - a) / ratio (ratio: ring k/(2(k-1)), tree 1/2),
-//     and the median is kept.
+//     busbw = size / (t - a) / ratio, and the median is kept.
 //   - corrections: at every measured size, measured / (α-β prediction)
 //     becomes the size bucket's correction factor, NCCL's per-size factor
 //     idea; the model then reproduces the measured curve at these rank
@@ -77,6 +79,7 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 	iters := fs.Int("iters", 20, "iterations per cycle (fewer for large sizes)")
 	local := fs.Int("local", 4, "calibrate shm for 2 .. this many local ranks")
 	skipTCP := fs.Bool("no-tcp", false, "skip the tcp transport")
+	builtin := fs.String("builtin", "", "also write the local entries as the Go source of gotree's built-in calibration (algorithms/builtin_tuning.go)")
 	timeout := fs.Duration("timeout", 2*time.Minute, "communicator timeout")
 	from := fs.String("from", "", "fit shm from a sweep's raw.csv instead of measuring (pooled medians of every run)")
 	start := fs.String("tuning", os.Getenv("GOTREE_TUNING_FILE"), "with -from: the tuning file that gives base and tcp")
@@ -140,6 +143,7 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 	var jobs []job
 	var base float64
 	tu := algorithms.DefaultTuning()
+	tu.Local = nil // the file carries this machine's calibrations, not the built-in ones
 	host, _ := os.Hostname()
 	var fromRuns map[string]tuneRun // "k/algo" -> the sweep's pooled medians
 	var written []algorithms.Transport
@@ -212,12 +216,17 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 		t, _ := algorithms.ParseTransport(jb.tr)
 		tc := algorithms.TransportCost{SharesCPU: true}
 		var measured [algorithms.NumAlgorithms]tuneRun
-		for _, a := range []algorithms.Algorithm{algorithms.Ring, algorithms.Tree} {
+		for _, a := range tuneAlgos(jb.tr) {
 			var run tuneRun
 			var err error
 			if fromRuns != nil {
 				var ok bool
-				if run, ok = fromRuns[fmt.Sprintf("%d/%v", jb.k, a)]; !ok {
+				if run, ok = fromRuns[fmt.Sprintf("%d/%v", jb.k, a)]; !ok && a == algorithms.HalvingDoubling {
+					// A sweep times ring and tree only: keep the built-in values.
+					def := algorithms.DefaultTuning().Transports[t]
+					tc.BaseUs[a], tc.HopUs[a], tc.BusGBps[a] = def.BaseUs[a], def.HopUs[a], def.BusGBps[a]
+					continue
+				} else if !ok {
 					return fail(fmt.Errorf("%s has no %v run on %d ranks", *from, a, jb.k))
 				}
 			} else if run, err = measure(jb.tr, jb.k, a.String()); err != nil {
@@ -241,7 +250,7 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 			topo = algorithms.CostTopo{NRanks: jb.k, NNodes: jb.k, RanksPerNode: 1, Intra: algorithms.Shm, Inter: t, Channels: 2}
 		}
 		probe.Local = []algorithms.LocalCost{{Transport: t, RanksPerNode: topo.RanksPerNode, Cost: tc}}
-		for _, a := range []algorithms.Algorithm{algorithms.Ring, algorithms.Tree} {
+		for _, a := range tuneAlgos(jb.tr) {
 			run := measured[a]
 			for i, b := range run.Bytes {
 				p, err := probe.Predict(algorithms.AllReduce, a, algorithms.Simple, topo, b, 0)
@@ -266,6 +275,15 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 	}
 	if err := os.WriteFile(*out, data, 0o644); err != nil {
 		return fail(err)
+	}
+	if *builtin != "" {
+		src, err := algorithms.BuiltinTuningSource(tu)
+		if err == nil {
+			err = os.WriteFile(*builtin, src, 0o644)
+		}
+		if err != nil {
+			return fail(err)
+		}
 	}
 	fmt.Fprintf(stdout, "# base (1 rank): %.1f us\n", base)
 	fmt.Fprintf(stdout, "%-4s %2s %-5s %12s %10s %10s %10s\n", "link", "k", "algo", "latency(us)", "base(us)", "hop(us)", "bus(GB/s)")
@@ -326,16 +344,22 @@ func smoothCorrections(c *[algorithms.CorrectionBuckets]float64) {
 	}
 }
 
+// tuneAlgos are the algorithms measured over a transport: halving-doubling
+// runs only within a node.
+func tuneAlgos(tr string) []algorithms.Algorithm {
+	if tr == "shm" {
+		return []algorithms.Algorithm{algorithms.Ring, algorithms.Tree, algorithms.HalvingDoubling}
+	}
+	return []algorithms.Algorithm{algorithms.Ring, algorithms.Tree}
+}
+
 // fitRun fits a run of algorithm a on k ranks (see the file comment).
 func fitRun(r tuneRun, base float64, a algorithms.Algorithm, k int) tuneFit {
 	f := tuneFit{Algo: a.String(), Ranks: k, LatencyUs: smallLatency(r)}
 	f.BaseUs = min(base, f.LatencyUs)
-	hops := float64(2 * max(1, k-1))
-	f.HopUs = max(0, (f.LatencyUs-f.BaseUs)/hops)
-	ratio := float64(k) / float64(2*max(1, k-1))
-	if a == algorithms.Tree {
-		ratio = 0.5
-	}
+	sh := algorithms.ShapeOf(algorithms.AllReduce, a, algorithms.CostTopo{NRanks: max(k, 2), NNodes: 1, RanksPerNode: max(k, 2)})
+	f.HopUs = max(0, (f.LatencyUs-f.BaseUs)/max(1, sh.IntraHops))
+	ratio := sh.Ratio
 	var bws []float64
 	for i, b := range r.Bytes {
 		if b >= 1<<20 && r.MedianUs[i] > f.LatencyUs {
