@@ -381,7 +381,7 @@ func (r *sweepReport) writeGroupsCSV(w io.Writer) error {
 }
 
 func (r *sweepReport) writeMarkdown(w io.Writer) error {
-	fmt.Fprintf(w, "# Ring vs tree allreduce crossover (measured)\n\n")
+	fmt.Fprintf(w, "# Allreduce crossover: %s (measured)\n\n", strings.Join(r.algos, " vs "))
 	fmt.Fprintf(w, "- command: `%s`\n- when: %s\n- machine: %s\n", r.cmdline, r.when, r.machine)
 	nRe, nNoisy := 0, 0
 	for _, g := range r.groups {
