@@ -49,7 +49,8 @@ func Exec(ctx context.Context, p *algorithms.Plan, rank int, conns Conns, in, ou
 			}
 		}
 	}
-	x := executor{p: p, conns: conns, in: in, out: out, esize: int64(esize), frag: fragElems, tag: tag}
+	x := executor{p: p, conns: conns, in: in, out: out, esize: int64(esize), frag: fragElems, tag: tag,
+		stream: len(out) >= StreamOutputBytes && !sameMemory(in, out)}
 	if nstreams == 1 {
 		// Common small case: no goroutine.
 		for _, ch := range rp.Channels {
@@ -80,7 +81,18 @@ type executor struct {
 	esize   int64
 	frag    int64
 	tag     uint32
+	stream  bool // write results to out with non-temporal stores (StreamOutputBytes)
 }
+
+// StreamOutputBytes is the output size from which an out-of-place call
+// writes its results into the output with non-temporal stores
+// (reduce.CopyStream): a plain store would first read every line of a
+// cold output from memory only to overwrite it. A reduce-and-forward step
+// then reduces into the next peer's FIFO slot and streams that to the
+// output, instead of writing the output and copying it to the slot. In
+// place, the output's lines were read (as input) earlier in the call and
+// may still be cached, where streaming them out measured slower.
+const StreamOutputBytes = 8 << 20
 
 // MismatchError reports that a peer sent a message of another operation
 // (or of another size) than this rank expected: the ranks issued
@@ -168,27 +180,53 @@ func (x *executor) runStream(ctx context.Context, ch int, steps algorithms.Strea
 			case algorithms.Send:
 				payload = src[off:end]
 			case algorithms.Recv, algorithms.RecvCopySend:
+				var slot []byte
+				var direct DirectSender
+				if x.stream && len(sends) == 1 {
+					if ds, ok := sends[0].(DirectSender); ok {
+						if slot, err = ds.Acquire(ctx, int(end-off)); err != nil {
+							return err
+						}
+						direct = ds
+					}
+				}
 				b, err := x.recvExact(ctx, recvs[0], st.RecvFrom[0], ch, end-off)
 				if err != nil {
+					if direct != nil {
+						direct.Cancel()
+					}
 					return err
 				}
-				copy(dst[off:end], b)
+				if x.stream {
+					reduce.CopyStream(dst[off:end], b)
+				} else {
+					copy(dst[off:end], b)
+				}
+				if direct != nil {
+					copy(slot, b) // forward from the FIFO, not from the streamed output
+					recvs[0].Release()
+					direct.Post(x.tag, len(slot))
+					continue
+				}
 				recvs[0].Release()
 				payload = dst[off:end]
 			case algorithms.RecvReduceSend, algorithms.RecvReduceCopySend:
 				acc := dst
 				var direct DirectSender
-				if st.Prim == algorithms.RecvReduceSend {
+				if st.Prim == algorithms.RecvReduceSend || (x.stream && len(sends) == 1) {
 					// Reduce straight into the peer's FIFO slot when the
-					// link allows it: no scratch copy.
+					// link allows it: no scratch copy (RecvReduceSend), or
+					// the output streamed from the slot afterwards.
 					if ds, ok := sends[0].(DirectSender); ok && len(sends) == 1 {
 						slot, err := ds.Acquire(ctx, int(end-off))
 						if err != nil {
 							return err
 						}
 						acc, direct = slot, ds
-					} else {
+					} else if st.Prim == algorithms.RecvReduceSend {
 						acc = scratch[:end-off]
+					} else {
+						acc = dst[off:end]
 					}
 				} else {
 					acc = dst[off:end]
@@ -212,6 +250,9 @@ func (x *executor) runStream(ctx context.Context, ch int, steps algorithms.Strea
 					copy(acc, src[off:end])
 				}
 				if direct != nil {
+					if st.Prim == algorithms.RecvReduceCopySend {
+						reduce.CopyStream(dst[off:end], acc)
+					}
 					direct.Post(x.tag, len(acc))
 					continue
 				}

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gotree/gotree/algorithms"
+	"github.com/gotree/gotree/backend"
 )
 
 func testConfig() Config {
@@ -352,5 +353,54 @@ func TestMissingRankWithLongRootTimeout(t *testing.T) {
 	for r, err := range errs {
 		require.ErrorIs(t, err, ErrTimeout, "rank %d", r)
 		require.Contains(t, err.Error(), "rank(s) 2 of 3 never joined")
+	}
+}
+
+// Outputs of at least backend.StreamOutputBytes are written with
+// non-temporal stores, and a reduce-and-forward step reduces into the next
+// rank's FIFO slot first: exact sums for the ring (every step kind) and
+// the tree, in and out of place, at a count that ends in a partial slot.
+func TestLargeOutputsStreamed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("8 MiB per rank")
+	}
+	count := int64(backend.StreamOutputBytes/8 + 3)
+	for _, tc := range []struct {
+		n    int
+		algo string
+	}{{2, "ring"}, {3, "ring"}, {4, "ring"}, {3, "tree"}} {
+		t.Run(fmt.Sprintf("n%d_%s", tc.n, tc.algo), func(t *testing.T) {
+			cfg := testConfig()
+			cfg.Algo = tc.algo
+			comms := startComms(t, tc.n, nil, cfg)
+			for _, inplace := range []bool{false, true} {
+				ins, outs := make([][]byte, tc.n), make([][]byte, tc.n)
+				for r := range comms {
+					v := make([]int64, count)
+					for i := range v {
+						v[i] = val(r, int64(i))
+					}
+					ins[r] = i64s(v)
+					outs[r] = ins[r]
+					if !inplace {
+						outs[r] = make([]byte, len(ins[r]))
+					}
+				}
+				runAll(t, comms, func(r int, c *Comm) (*Request, error) {
+					return c.AllReduce(ins[r], outs[r], count, algorithms.Int64, algorithms.Sum)
+				})
+				for r := range comms {
+					for i := int64(0); i < count; i++ {
+						var want int64
+						for q := 0; q < tc.n; q++ {
+							want += val(q, i)
+						}
+						if got := int64(binary.LittleEndian.Uint64(outs[r][8*i:])); got != want {
+							t.Fatalf("inplace %v rank %d elem %d: got %d want %d", inplace, r, i, got, want)
+						}
+					}
+				}
+			}
+		})
 	}
 }

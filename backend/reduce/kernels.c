@@ -335,3 +335,42 @@ int gotree_scale(int dt, uintptr_t d, uintptr_t a, size_t n, double factor) {
 	default: return scale_sw(dt, (void *)d, (const void *)a, n, factor);
 	}
 }
+
+// ---------------------------------------------------------------- streaming copy
+
+// gotree_copy_stream copies n bytes with non-temporal stores where the
+// destination is 16-byte aligned (SSE2, part of every x86-64): the
+// destination lines are written without being read first, and without
+// taking cache space. Head and tail bytes are plain stores. A store fence
+// orders the streamed stores before anything the caller does next (such as
+// posting a FIFO flag). Elsewhere it is memcpy.
+void gotree_copy_stream(uintptr_t d, uintptr_t s, size_t n) {
+	unsigned char *dp = (unsigned char *)d;
+	const unsigned char *sp = (const unsigned char *)s;
+#if GT_X86
+	size_t head = (16 - (d & 15)) & 15;
+	if (head > n) {
+		head = n;
+	}
+	memcpy(dp, sp, head);
+	dp += head, sp += head, n -= head;
+	size_t i = 0;
+	for (; i + 64 <= n; i += 64) {
+		__m128i x0 = _mm_loadu_si128((const __m128i *)(sp + i));
+		__m128i x1 = _mm_loadu_si128((const __m128i *)(sp + i + 16));
+		__m128i x2 = _mm_loadu_si128((const __m128i *)(sp + i + 32));
+		__m128i x3 = _mm_loadu_si128((const __m128i *)(sp + i + 48));
+		_mm_stream_si128((__m128i *)(dp + i), x0);
+		_mm_stream_si128((__m128i *)(dp + i + 16), x1);
+		_mm_stream_si128((__m128i *)(dp + i + 32), x2);
+		_mm_stream_si128((__m128i *)(dp + i + 48), x3);
+	}
+	for (; i + 16 <= n; i += 16) {
+		_mm_stream_si128((__m128i *)(dp + i), _mm_loadu_si128((const __m128i *)(sp + i)));
+	}
+	memcpy(dp + i, sp + i, n - i);
+	_mm_sfence();
+#else
+	memcpy(dp, sp, n);
+#endif
+}

@@ -22,6 +22,10 @@ int gotree_avg(int dt, uintptr_t d, uintptr_t a, size_t n, int64_t nranks);
 // d[i] = a[i] * factor (PremulSum's premultiplication). Returns 0 or -1.
 int gotree_scale(int dt, uintptr_t d, uintptr_t a, size_t n, double factor);
 
+// Copies n bytes from s to d (not overlapping) with non-temporal stores
+// and a store fence (x86-64; memcpy elsewhere).
+void gotree_copy_stream(uintptr_t d, uintptr_t s, size_t n);
+
 // The version of the kernels in use: 2 = x86-64-v4 (AVX-512), 1 =
 // x86-64-v3 (AVX2, F16C), 0 = portable. gotree_reduce_set_level caps it
 // (tests) and returns the level in effect.

@@ -104,6 +104,33 @@ func kernel3(dst, a, b []byte, n int, dt algorithms.DType, op algorithms.Op) {
 	}
 }
 
+// StreamMinBytes is the length from which CopyStream streams; shorter
+// copies are Go's copy.
+const StreamMinBytes = 4 << 10
+
+// CopyStream copies src into dst (the same length, not overlapping) with
+// non-temporal stores: the destination's cache lines are neither read
+// first (a plain store reads a line before writing it) nor kept in the
+// cache. For large results that nobody reads soon, such as the output of
+// an allreduce bigger than the caches, that removes a third of the memory
+// traffic of a copy. The stores are fenced before it returns.
+func CopyStream(dst, src []byte) {
+	if len(dst) != len(src) {
+		panic(fmt.Sprintf("gotree/backend/reduce: CopyStream: length mismatch: dst has %d bytes, src %d", len(dst), len(src)))
+	}
+	if len(dst) < StreamMinBytes {
+		copy(dst, src)
+		return
+	}
+	if same(dst, src) {
+		return
+	}
+	checkOverlap("CopyStream", dst, src)
+	C.gotree_copy_stream(addr(dst), addr(src), C.size_t(len(dst)))
+	runtime.KeepAlive(dst)
+	runtime.KeepAlive(src)
+}
+
 // Finalize is algorithms.Finalize, fast: for Avg it divides every element
 // of buf by nranks (integers truncate toward zero; float16 and bfloat16 are
 // divided in float32 and rounded to nearest-even); for any other op it does

@@ -1,6 +1,7 @@
 package reduce
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -369,4 +370,32 @@ func TestPanics(t *testing.T) {
 
 func TestLevel(t *testing.T) {
 	t.Logf("fp16 kernel level %d", Level())
+}
+
+// CopyStream copies exactly, at every alignment of either side and around
+// the streaming threshold, without touching a byte outside dst.
+func TestCopyStream(t *testing.T) {
+	r := rand.New(rand.NewSource(3))
+	for _, n := range []int{0, 1, 15, 16, 17, 63, 64, StreamMinBytes - 1, StreamMinBytes, StreamMinBytes + 1, 65537, 1<<20 + 13} {
+		for _, doff := range []int{0, 1, 8, 15} {
+			for _, soff := range []int{0, 3} {
+				_, src := at(n, soff)
+				for i := range src {
+					src[i] = byte(r.Uint32())
+				}
+				full, dst := at(n, doff)
+				CopyStream(dst, src)
+				if !bytes.Equal(dst, src) {
+					t.Fatalf("n=%d doff=%d soff=%d: copy differs", n, doff, soff)
+				}
+				if !guardsIntact(full, doff, n) {
+					t.Fatalf("n=%d doff=%d soff=%d: wrote outside dst", n, doff, soff)
+				}
+			}
+		}
+	}
+	buf := make([]byte, 2*StreamMinBytes)
+	CopyStream(buf, buf) // the same slice: nothing to do
+	mustPanic(t, "overlap", func() { CopyStream(buf[1:StreamMinBytes+1], buf[:StreamMinBytes]) })
+	mustPanic(t, "length mismatch", func() { CopyStream(buf[:2], buf[:3]) })
 }
