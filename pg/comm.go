@@ -52,6 +52,7 @@ type Comm struct {
 	nodeOf       []int
 	waitPolicy   backend.WaitPolicy // of the shared-memory links (waitPolicyFor)
 	tuning       *algorithms.Tuning // the cost model's calibration (Config.TuningFor)
+	algoWarn     sync.Once          // GOTREE_ALGO leaves nothing runnable: said once
 	lastPlan     atomic.Pointer[lastPlan]
 
 	links map[linkKey]backend.Conn

@@ -1,8 +1,10 @@
 package pg
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/gotree/gotree/algorithms"
@@ -84,4 +86,19 @@ func TestTuningFor(t *testing.T) {
 	require.Equal(t, algorithms.DefaultTuning().Cores, Config{}.TuningFor(0).Cores)
 	file := &algorithms.Tuning{Cores: 64}
 	require.Same(t, file, Config{Tuning: file}.TuningFor(3))
+}
+
+// GOTREE_ALGO=hd on ranks of two hosts: the ring, and one warning.
+func TestForcedAlgorithmThatCannotRun(t *testing.T) {
+	g, err := algorithms.BuildGraph(algorithms.UniformLayout(2, 2, 1, algorithms.BalancedTree))
+	require.NoError(t, err)
+	cfg := Config{Algo: "hd", Debug: LevelWarn}.withDefaults()
+	var logs bytes.Buffer
+	lg := NewLogger(cfg, 0)
+	lg.w = &logs
+	c := &Comm{cfg: cfg, graph: g, nranks: 4, log: lg, tuning: cfg.TuningFor(2)}
+	for _, count := range []int64{4, 1 << 20} {
+		require.Equal(t, algorithms.Ring, c.algorithm(collArgs{coll: algorithms.AllReduce, count: count, dt: algorithms.Float32}))
+	}
+	require.Equal(t, 1, strings.Count(logs.String(), `GOTREE_ALGO="hd" allows nothing that runs here for allreduce (4 ranks on 2 hosts`), logs.String())
 }

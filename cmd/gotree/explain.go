@@ -563,12 +563,33 @@ func explainCost(w io.Writer, tu *algorithms.Tuning, topo algorithms.CostTopo, m
 	fmt.Fprintf(w, "Ring moves 2(n-1)/n of the message over each link, so its algorithm bandwidth is the bus bandwidth x\n")
 	fmt.Fprintf(w, "n/(2(n-1)); the tree moves the whole message up and down, so it gets about half the bus bandwidth.\n")
 	fmt.Fprintf(w, "Each protocol trades latency for bandwidth: LL (8-byte flags, lowest latency, half the bandwidth),\n")
-	fmt.Fprintf(w, "LL128 (92%% of the bandwidth), Simple (full bandwidth, highest latency).\n\n")
+	fmt.Fprintf(w, "LL128 (92%% of the bandwidth), Simple (full bandwidth, highest latency).\n")
+	algos := []algorithms.Algorithm{algorithms.Ring, algorithms.Tree}
+	if _, err := tu.Choose(algorithms.AllReduce, topo, 1<<20, algorithms.Constraints{Algos: 1 << algorithms.HalvingDoubling}); err == nil {
+		algos = append(algos, algorithms.HalvingDoubling)
+		sh := algorithms.ShapeOf(algorithms.AllReduce, algorithms.HalvingDoubling, topo)
+		p := 1 << (bits.Len(uint(n)) - 1)
+		fmt.Fprintf(w, "On one node the CPU executor also has halving-doubling (hd, Rabenseifner's allreduce): ranks\n")
+		fmt.Fprintf(w, "exchange half of what they hold with the rank 1, 2, 4, ... positions away, keeping and reducing\n")
+		fmt.Fprintf(w, "the other half, then exchange the finished halves back: 2 x log2(%d) = %d exchanges.\n", p, 2*(bits.Len(uint(p))-1))
+		if p != n {
+			fmt.Fprintf(w, "%d is not a power of two: %d of the ranks first hand their data to a partner and get the result\n", n, n-p)
+			fmt.Fprintf(w, "back last, 2 more steps. ")
+		}
+		fmt.Fprintf(w, "That is %v steps against the ring's %d. It moves as many bytes as the ring when n\n", sh.IntraHops, 2*(n-1))
+		fmt.Fprintf(w, "is a power of two, but reads and writes the buffers more often, so it wins where steps cost\n")
+		fmt.Fprintf(w, "more than bytes: mid-sized messages, above all when ranks share CPU cores.\n")
+	}
+	fmt.Fprintln(w)
 	var sizes []int64
 	for b := int64(4); b <= maxB; b *= 4 {
 		sizes = append(sizes, b)
 	}
-	fmt.Fprintf(w, "%10s  %-24s %-24s %-18s %9s\n", "size", "ring (best protocol)", "tree (best protocol)", "auto", "busbw")
+	fmt.Fprintf(w, "%10s ", "size")
+	for _, a := range algos {
+		fmt.Fprintf(w, " %-24s", fmt.Sprintf("%v (best protocol)", a))
+	}
+	fmt.Fprintf(w, " %-18s %9s\n", "auto", "busbw")
 	for _, b := range sizes {
 		cell := func(a algorithms.Algorithm) string {
 			p, err := tu.Choose(algorithms.AllReduce, topo, b, algorithms.Constraints{Algos: 1 << a})
@@ -583,8 +604,11 @@ func explainCost(w io.Writer, tu *algorithms.Tuning, topo algorithms.CostTopo, m
 			continue
 		}
 		bus := float64(b) / (best.TimeUs * 1e3) * busFactor(algorithms.AllReduce, n)
-		fmt.Fprintf(w, "%10s  %-24s %-24s %-18s %6.2f GB/s\n", fmtBytes(b), cell(algorithms.Ring), cell(algorithms.Tree),
-			fmt.Sprintf("%v/%v ch=%d", best.Algo, best.Proto, best.Channels), bus)
+		fmt.Fprintf(w, "%10s ", fmtBytes(b))
+		for _, a := range algos {
+			fmt.Fprintf(w, " %-24s", cell(a))
+		}
+		fmt.Fprintf(w, " %-18s %6.2f GB/s\n", fmt.Sprintf("%v/%v ch=%d", best.Algo, best.Proto, best.Channels), bus)
 	}
 	var fine []int64
 	for b := int64(4); b <= maxB; b *= 2 {
@@ -606,7 +630,7 @@ func explainCost(w io.Writer, tu *algorithms.Tuning, topo algorithms.CostTopo, m
 	}
 	switch {
 	case len(cross) == 0:
-		fmt.Fprintf(w, "\nThe model predicts no ring/tree crossover here: %v is faster at every size", xs[0].Algo)
+		fmt.Fprintf(w, "\nThe model predicts no crossover here: %v is faster at every size", xs[0].Algo)
 		if topo.NNodes == 1 && xs[0].Algo == algorithms.Ring {
 			fmt.Fprintf(w, " (in one node the tree is a chain of %d hops each way, no shorter than the ring's critical path, and it gets only half the bandwidth)", topo.RanksPerNode-1)
 		}

@@ -36,6 +36,21 @@ func TestExplainOneNode(t *testing.T) {
 	}
 }
 
+// With the CPU links one node also shows halving-doubling (its steps
+// counted with the fold for 6 ranks); across nodes it is not offered.
+func TestExplainHalvingDoubling(t *testing.T) {
+	var out, errb bytes.Buffer
+	require.Equal(t, 0, runExplain([]string{"--nranks", "6", "--links", "cpu", "-e", "1M", "--tuning", ""}, &out, &errb), errb.String())
+	s := out.String()
+	for _, want := range []string{"halving-doubling", "2 x log2(4) = 4 exchanges", "6 is not a power of two: 2 of the ranks", "That is 6 steps against the ring's 10", "hd (best protocol)"} {
+		assert.Contains(t, s, want)
+	}
+	out.Reset()
+	require.Equal(t, 0, runExplain([]string{"--nranks", "8", "--nodes", "2", "--links", "cpu", "-e", "1M", "--tuning", ""}, &out, &errb), errb.String())
+	assert.NotContains(t, out.String(), "halving-doubling")
+	assert.NotContains(t, out.String(), "hd (best protocol)")
+}
+
 func TestExplainNodes(t *testing.T) {
 	var out, errb bytes.Buffer
 	if rc := runExplain([]string{"--nranks", "32", "--nodes", "4", "--tuning", "", "--show", "1"}, &out, &errb); rc != 0 {
