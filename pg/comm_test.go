@@ -368,7 +368,7 @@ func TestLargeOutputsStreamed(t *testing.T) {
 	for _, tc := range []struct {
 		n    int
 		algo string
-	}{{2, "ring"}, {3, "ring"}, {4, "ring"}, {3, "tree"}} {
+	}{{2, "ring"}, {3, "ring"}, {4, "ring"}, {3, "tree"}, {4, "hd"}, {3, "hd"}} {
 		t.Run(fmt.Sprintf("n%d_%s", tc.n, tc.algo), func(t *testing.T) {
 			cfg := testConfig()
 			cfg.Algo = tc.algo
