@@ -358,8 +358,9 @@ func TestMissingRankWithLongRootTimeout(t *testing.T) {
 
 // Outputs of at least backend.StreamOutputBytes are written with
 // non-temporal stores, and a reduce-and-forward step reduces into the next
-// rank's FIFO slot first: exact sums for the ring (every step kind) and
-// the tree, in and out of place, at a count that ends in a partial slot.
+// rank's FIFO slot first: exact sums for the ring (every step kind), the
+// tree and halving-doubling, in and out of place, at a count that ends in
+// a partial slot.
 func TestLargeOutputsStreamed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("8 MiB per rank")
