@@ -354,5 +354,5 @@ func (r *sweepReport) panels() []plotPanel {
 }
 
 func (r *sweepReport) writePNG(w io.Writer) error {
-	return png.Encode(w, drawPlot("allreduce busbw vs size: ring, tree and the auto choice", r.panels()))
+	return png.Encode(w, drawPlot("allreduce busbw vs size per algorithm, and the auto choice", r.panels()))
 }
