@@ -2,10 +2,10 @@
 
 package algorithms
 
-// builtinTuningJSON is a tuning file with local entries only: gotree tune -from docs/crossover/raw.csv on vm (shm refitted from the sweep; base and tcp from "docs/crossover/tuning.json"), 2026-11-30 15:11 UTC.
+// builtinTuningJSON is a tuning file with local entries only: gotree tune -from docs/crossover/raw.csv on vm (shm refitted from the sweep; base and tcp from "docs/crossover/tuning.json"), 2026-11-30 16:06 UTC.
 const builtinTuningJSON = `{
   "version": 1,
-  "source": "gotree tune -from docs/crossover/raw.csv on vm (shm refitted from the sweep; base and tcp from \"docs/crossover/tuning.json\"), 2026-11-30 15:11 UTC",
+  "source": "gotree tune -from docs/crossover/raw.csv on vm (shm refitted from the sweep; base and tcp from \"docs/crossover/tuning.json\"), 2026-11-30 16:06 UTC",
   "cores": 2,
   "transports": {},
   "local": [
@@ -19,9 +19,6 @@ const builtinTuningJSON = `{
         },
         "ring": {
           "Simple": 0.462
-        },
-        "tree": {
-          "Simple": 0.462
         }
       },
       "hop_us": {
@@ -30,9 +27,6 @@ const builtinTuningJSON = `{
         },
         "ring": {
           "Simple": 1.68
-        },
-        "tree": {
-          "Simple": 30.5
         }
       },
       "bus_gbps": {
@@ -41,9 +35,6 @@ const builtinTuningJSON = `{
         },
         "ring": {
           "Simple": 3.07
-        },
-        "tree": {
-          "Simple": 5.44
         }
       },
       "shares_cpu": true,
@@ -105,35 +96,6 @@ const builtinTuningJSON = `{
             "8": 0.922,
             "9": 0.936
           }
-        },
-        "tree": {
-          "Simple": {
-            "10": 1.05,
-            "11": 1,
-            "12": 1,
-            "13": 1.06,
-            "14": 1.09,
-            "15": 1.06,
-            "16": 1.03,
-            "17": 1.03,
-            "18": 1.06,
-            "19": 1.16,
-            "2": 0.959,
-            "20": 1.06,
-            "21": 1,
-            "22": 0.995,
-            "23": 0.992,
-            "24": 0.995,
-            "25": 1.26,
-            "26": 1.32,
-            "3": 1.13,
-            "4": 1.13,
-            "5": 0.961,
-            "6": 0.961,
-            "7": 0.971,
-            "8": 1,
-            "9": 1.05
-          }
         }
       }
     },
@@ -147,9 +109,6 @@ const builtinTuningJSON = `{
         },
         "ring": {
           "Simple": 0.462
-        },
-        "tree": {
-          "Simple": 0.462
         }
       },
       "hop_us": {
@@ -158,9 +117,6 @@ const builtinTuningJSON = `{
         },
         "ring": {
           "Simple": 1.82
-        },
-        "tree": {
-          "Simple": 28.2
         }
       },
       "bus_gbps": {
@@ -169,9 +125,6 @@ const builtinTuningJSON = `{
         },
         "ring": {
           "Simple": 3.14
-        },
-        "tree": {
-          "Simple": 3.77
         }
       },
       "shares_cpu": true,
@@ -232,35 +185,6 @@ const builtinTuningJSON = `{
             "7": 0.956,
             "8": 0.956,
             "9": 0.956
-          }
-        },
-        "tree": {
-          "Simple": {
-            "10": 1.06,
-            "11": 1.06,
-            "12": 1.06,
-            "13": 1.08,
-            "14": 1.02,
-            "15": 1,
-            "16": 1,
-            "17": 1,
-            "18": 1.08,
-            "19": 0.999,
-            "2": 1.19,
-            "20": 1,
-            "21": 0.999,
-            "22": 0.955,
-            "23": 0.955,
-            "24": 0.99,
-            "25": 1.24,
-            "26": 1.28,
-            "3": 1.14,
-            "4": 1.01,
-            "5": 0.998,
-            "6": 0.952,
-            "7": 0.778,
-            "8": 0.66,
-            "9": 0.66
           }
         }
       }

@@ -126,7 +126,8 @@ func (tc *TransportCost) correction(a Algorithm, p Protocol, bytes int64) float6
 // (CPU transports: measured with that many ranks sharing the cores). It
 // replaces the transport's cost, oversubscription included, when a
 // communicator has exactly that many ranks per node — and, when Cores is
-// set, only on nodes with that many cores (Tuning.Cores).
+// set, only on nodes with that many cores (Tuning.Cores). An algorithm
+// and protocol it gives no bandwidth for keep the transport's main entry.
 type LocalCost struct {
 	Transport    Transport
 	RanksPerNode int
@@ -159,6 +160,16 @@ func (t *Tuning) cost(tr Transport, ranksPerNode int) (*TransportCost, bool) {
 		}
 	}
 	return &t.Transports[tr], false
+}
+
+// costOf is cost for one algorithm and protocol: a local entry that has
+// no bandwidth for (a, p) leaves it to the transport's main entry.
+func (t *Tuning) costOf(tr Transport, ranksPerNode int, a Algorithm, p Protocol) (*TransportCost, bool) {
+	tc, local := t.cost(tr, ranksPerNode)
+	if local && tc.BusGBps.At(a, p) == 0 {
+		return &t.Transports[tr], false
+	}
+	return tc, local
 }
 
 // Latency constants from NCCL's tuning (µs), per algorithm {Ring, Tree}
@@ -395,8 +406,8 @@ func (t *Tuning) Predict(coll Collective, a Algorithm, p Protocol, topo CostTopo
 		channels = ChannelsFor(a, p, topo.NRanks, bytes, topo.Channels)
 	}
 	pr := Prediction{Coll: coll, Algo: a, Proto: p, Channels: channels, Bytes: bytes}
-	intra, intraLocal := t.cost(topo.Intra, topo.RanksPerNode)
-	inter, interLocal := t.cost(topo.Inter, topo.RanksPerNode)
+	intra, intraLocal := t.costOf(topo.Intra, topo.RanksPerNode, a, p)
+	inter, interLocal := t.costOf(topo.Inter, topo.RanksPerNode, a, p)
 	multiNode := topo.NNodes > 1
 	singleRankNodes := topo.RanksPerNode == 1
 	// Oversubscription of CPU transports: more ranks than cores on a node

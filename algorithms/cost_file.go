@@ -304,12 +304,20 @@ func mustLocal(data string) []LocalCost {
 }
 
 // BuiltinTuningSource renders the local entries of t, each marked with
-// t.Cores, as the Go source of builtin_tuning.go (`gotree tune -builtin`).
-func BuiltinTuningSource(t *Tuning) ([]byte, error) {
+// t.Cores and limited to the algorithms in keep (the others are left to
+// the main entries, see LocalCost), as the Go source of builtin_tuning.go
+// (`gotree tune -builtin`).
+func BuiltinTuningSource(t *Tuning, keep AlgoSet) ([]byte, error) {
 	c := *t
 	c.Local = slices.Clone(t.Local)
 	for i := range c.Local {
 		c.Local[i].Cores = t.Cores
+		tc := &c.Local[i].Cost
+		for a := Algorithm(0); int(a) < NumAlgorithms; a++ {
+			if !keep.Has(a) {
+				tc.BaseUs[a], tc.HopUs[a], tc.BusGBps[a], tc.Correction[a] = [NumProtocols]float64{}, [NumProtocols]float64{}, [NumProtocols]float64{}, [NumProtocols][CorrectionBuckets]float64{}
+			}
+		}
 	}
 	data, err := MarshalTuning(&c, []Transport{}, nil)
 	if err != nil {

@@ -184,6 +184,12 @@ func TestBuiltinLocalCores(t *testing.T) {
 	require.True(t, ok)
 	wantLocal := (lc.BaseUs[Ring][Simple] + 6*lc.HopUs[Ring][Simple] + 1048576/(1e3*lc.BusGBps[Ring][Simple]*4/6.0)) * lc.correction(Ring, Simple, 1<<20)
 	require.InDelta(t, wantLocal, local.TimeUs, 1e-9)
+	// The built-in entries calibrate ring and hd only: the tree keeps the
+	// main shm entry, oversubscription included (4 ranks on 2 cores).
+	require.Zero(t, lc.BusGBps[Tree][Simple])
+	tree, err := tu.Predict(AllReduce, Tree, Simple, shm4, 1<<20, 1)
+	require.NoError(t, err)
+	require.InDelta(t, 0.5*2+2*3*25*2+1048576/(1e3*(3.5/2)*0.5), tree.TimeUs, 1e-9)
 	// A tuning file's local entries replace the built-in ones.
 	fromFile, err := ParseTuning([]byte(`{"version": 1, "cores": 2}`))
 	require.NoError(t, err)

@@ -80,6 +80,7 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 	local := fs.Int("local", 4, "calibrate shm for 2 .. this many local ranks")
 	skipTCP := fs.Bool("no-tcp", false, "skip the tcp transport")
 	builtin := fs.String("builtin", "", "also write the local entries as the Go source of gotree's built-in calibration (algorithms/builtin_tuning.go)")
+	builtinAlgos := fs.String("builtin-algos", "ring,tree,hd", "with -builtin: the algorithms the built-in local entries calibrate (the others keep the main shm entry)")
 	timeout := fs.Duration("timeout", 2*time.Minute, "communicator timeout")
 	from := fs.String("from", "", "fit shm from a sweep's raw.csv instead of measuring (pooled medians of every run)")
 	start := fs.String("tuning", os.Getenv("GOTREE_TUNING_FILE"), "with -from: the tuning file that gives base and tcp")
@@ -277,7 +278,11 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 		return fail(err)
 	}
 	if *builtin != "" {
-		src, err := algorithms.BuiltinTuningSource(tu)
+		keep, err := algorithms.ParseAlgoSpec(*builtinAlgos, algorithms.AllReduce)
+		if err != nil {
+			return fail(err)
+		}
+		src, err := algorithms.BuiltinTuningSource(tu, keep)
 		if err == nil {
 			err = os.WriteFile(*builtin, src, 0o644)
 		}
