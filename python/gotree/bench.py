@@ -1,7 +1,11 @@
-"""Allreduce sweep through torch.distributed: gotree and gloo side by side, results checked.
+"""Collective sweep through torch.distributed: gotree and gloo side by side, results checked.
 
     torchrun --nproc-per-node 4 -m gotree.bench [--sizes 4,4K,64K,1M,64M] [--iters 20]
+        [--coll allreduce|allgather|reducescatter|broadcast]
         [--dtype float32] [--op sum] [--backends gotree,gloo] [--json FILE]
+
+Sizes follow nccl-tests: the allreduce and broadcast buffer, the allgather output and
+the reducescatter input (n blocks of one rank's share; at least one element per rank).
 
 Both backends run in the same processes of one torchrun job: the default group is
 gotree, a second group over the same ranks uses gloo. At every size each iteration
@@ -16,8 +20,9 @@ buffers would exceed 64 MiB per backend; one call from 64 MiB up) and the time p
 is reported, which takes the barrier's exit skew out of
 small-message latency (nccl-tests style); the default is K = 1. Reported per backend
 and size: median, P95 and the interquartile range (IQR, P75 - P25) of those iteration
-times, busbw = bytes x 2(n-1)/n / median (as nccl-tests reports allreduce), and the
-ratio gloo median / gotree median (> 1: gotree is faster).
+times, busbw = bytes x factor / median with nccl-tests' factors (allreduce 2(n-1)/n,
+allgather and reducescatter (n-1)/n, broadcast 1), and the ratio gloo median / gotree
+median (> 1: gotree is faster).
 
 Checks: inputs are small integers in the chosen dtype, so every sum (and min/max/prod)
 has one exact answer; each call's result is compared exactly and the run exits with
@@ -33,6 +38,7 @@ import time
 
 DTYPES = ["float32", "float64", "bfloat16", "float16", "int8", "uint8", "int16", "int32", "int64"]
 OPS = ["sum", "max", "min", "prod", "avg"]
+COLLS = ["allreduce", "allgather", "reducescatter", "broadcast"]
 
 
 def parse_size(s):
@@ -78,7 +84,8 @@ def parse_args(argv):
     ap.add_argument("--budget-s", type=float, default=6.0, help="rough time budget per size for both backends (caps iterations at large sizes)")
     ap.add_argument("--batch", type=int, default=1, help="back-to-back calls per timed iteration, at most 64 MiB of buffers per backend (default 1)")
     ap.add_argument("--dtype", default="float32", choices=DTYPES)
-    ap.add_argument("--op", default="sum", choices=OPS)
+    ap.add_argument("--op", default="sum", choices=OPS, help="reduction of allreduce and reducescatter")
+    ap.add_argument("--coll", default="allreduce", choices=COLLS, help="the collective (broadcast from rank 0)")
     ap.add_argument("--backends", default="gotree,gloo", help="comma-separated, in the order of the first iteration")
     ap.add_argument("--json", help="also write the results to this file (rank 0)")
     ap.add_argument("--no-check", action="store_true", help="skip the exact result checks")
@@ -133,7 +140,7 @@ def main(argv=None):
     if args.op == "prod":
         mod = 2  # values 1..2: 2^n stays exact
 
-    def inputs(count):
+    def inputs(count, rank=rank):
         base = torch.arange(count, dtype=torch.int64) % mod
         if args.op == "prod":
             x = base + 1
@@ -149,20 +156,45 @@ def main(argv=None):
             want = base * n + n * (n - 1) // 2
         return x.to(dtype), want.to(dtype)
 
+    # One case per collective: (per-call element count of the input, the
+    # input, the expected output, a function that makes an output buffer
+    # for an input, and the call). In-place collectives write their input.
+    def case(nbytes):
+        if args.coll == "allgather":
+            c = max(1, nbytes // esize // n)
+            x = inputs(c)[0]
+            want = torch.cat([inputs(c, r)[0] for r in range(n)])
+            return n * c, x, want, lambda t: torch.empty(n * c, dtype=dtype), lambda t, o, g: dist.all_gather_into_tensor(o, t, group=g)
+        if args.coll == "reducescatter":
+            c = max(1, nbytes // esize // n)
+            x, full = inputs(n * c)
+            return n * c, x, full[rank * c:(rank + 1) * c].clone(), lambda t: torch.empty(c, dtype=dtype), \
+                lambda t, o, g: dist.reduce_scatter_tensor(o, t, op=op, group=g)
+        count = max(1, nbytes // esize)
+        if args.coll == "broadcast":
+            want = inputs(count, 0)[0]
+            x = want if rank == 0 else torch.full((count,), 3, dtype=torch.int64).to(dtype)
+            return count, x, want, None, lambda t, o, g: dist.broadcast(t, src=0, group=g)
+        x, want = inputs(count)
+        return count, x, want, None, lambda t, o, g: dist.all_reduce(t, op=op, group=g)
+
+    factor = {"allreduce": 2 * (n - 1) / n, "allgather": (n - 1) / n, "reducescatter": (n - 1) / n, "broadcast": 1.0}[args.coll]
+
     def log(*a):
         if rank == 0:
             print(*a, flush=True)
 
     load = os.getloadavg()
+    what = f"{args.coll} {args.op}" if args.coll in ("allreduce", "reducescatter") else args.coll
     log(
-        f"# gotree.bench: allreduce {args.op} {args.dtype}, {n} ranks, torch {torch.__version__}, "
+        f"# gotree.bench: {what} {args.dtype}, {n} ranks, torch {torch.__version__}, "
         f"{gotree.load_library()}, backends {' + '.join(groups)}"
     )
     log(f"# load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} ({os.cpu_count()} CPUs)")
     log(
         "# per iteration: slowest rank's time after a barrier"
         + (f" / up to {args.batch} back-to-back calls (at most {BATCH_BYTES >> 20} MiB of buffers)" if args.batch > 1 else "")
-        + "; median / P95 / IQR over iterations; busbw = bytes x 2(n-1)/n / median; ratio = gloo median / gotree median"
+        + f"; median / P95 / IQR over iterations; busbw = bytes x {factor:.3g} / median; ratio = gloo median / gotree median"
     )
     cols = ["size", "count", "iters"]
     for b in groups:
@@ -175,18 +207,18 @@ def main(argv=None):
     wrong = 0
     rows = []
     for nbytes in args.size_list:
-        count = max(1, nbytes // esize)
+        count, src, want, make_out, call = case(nbytes)
         nbytes = count * esize
-        src, want = inputs(count)
         batch = min(args.batch, max(1, BATCH_BYTES // nbytes))
         bufs = {b: [src.clone() for _ in range(batch)] for b in groups}
+        outs = {b: [make_out(x) if make_out else x for x in bufs[b]] for b in groups}
         # warm-up, and a first estimate of the time per call for the budget
         t_est = {}
         for b, g in groups.items():
             for _ in range(max(1, args.warmup)):
                 bufs[b][0].copy_(src)
                 t0 = time.perf_counter()
-                dist.all_reduce(bufs[b][0], op=op, group=g)
+                call(bufs[b][0], outs[b][0], g)
                 t_est[b] = time.perf_counter() - t0
         est = torch.tensor([sum(t_est.values()) * batch], dtype=torch.float64)
         dist.all_reduce(est, op=ReduceOp.MAX, group=ctl)
@@ -196,16 +228,16 @@ def main(argv=None):
         order = list(groups)
         for it in range(iters):
             for b in order if it % 2 == 0 else order[::-1]:
-                g, xs = groups[b], bufs[b]
+                g, xs, os_ = groups[b], bufs[b], outs[b]
                 for x in xs:
                     x.copy_(src)
                 dist.barrier(group=g)
                 t0 = time.perf_counter()
-                for x in xs:
-                    dist.all_reduce(x, op=op, group=g)
+                for x, o in zip(xs, os_):
+                    call(x, o, g)
                 times[b][it] = (time.perf_counter() - t0) / batch
                 if not args.no_check:
-                    bad[b] += sum(not torch.equal(x, want) for x in xs)
+                    bad[b] += sum(not torch.equal(o, want) for o in os_)
         for b in groups:
             dist.all_reduce(times[b], op=ReduceOp.MAX, group=ctl)
         flags = torch.tensor([bad[b] for b in groups], dtype=torch.int64)
@@ -216,7 +248,7 @@ def main(argv=None):
             us = [t * 1e6 for t in times[b].tolist()]
             med = statistics.median(us)
             p25, p75, p95 = percentile(us, 25), percentile(us, 75), percentile(us, 95)
-            busbw = nbytes * 2 * (n - 1) / n / (med * 1e-6) / 1e9 if n > 1 else 0.0
+            busbw = nbytes * factor / (med * 1e-6) / 1e9 if n > 1 else 0.0
             row[b] = {"median_us": med, "p95_us": p95, "iqr_us": p75 - p25, "busbw_gbps": busbw, "wrong": int(flags[i])}
             wrong += int(flags[i])
             cells += [f"{med:.1f}", f"{p95:.1f}", f"{p75 - p25:.1f}", f"{busbw:.3f}" + ("!" if flags[i] else "")]
@@ -231,7 +263,7 @@ def main(argv=None):
     log(f"# wrong results: {wrong}" + (" (marked !)" if wrong else " (every call checked exactly)" if not args.no_check else " (checks off)"))
     if rank == 0 and args.json:
         with open(args.json, "w") as f:
-            json.dump({"nranks": n, "dtype": args.dtype, "op": args.op, "torch": torch.__version__, "rows": rows}, f, indent=1)
+            json.dump({"nranks": n, "coll": args.coll, "dtype": args.dtype, "op": args.op, "torch": torch.__version__, "rows": rows}, f, indent=1)
     dist.destroy_process_group()
     return 1 if wrong else 0
 
