@@ -2,10 +2,10 @@
 
 package algorithms
 
-// builtinTuningJSON is a tuning file with local entries only: gotree tune -from docs/crossover/raw.csv on vm (shm refitted from the sweep; base and tcp from "docs/crossover/tuning.json"), 2026-11-30 16:06 UTC.
+// builtinTuningJSON is a tuning file with local entries only: gotree tune -from docs/crossover/raw.csv on vm (shm refitted from the sweep; base and tcp from "docs/crossover/tuning.json"), 2026-11-30 16:39 UTC.
 const builtinTuningJSON = `{
   "version": 1,
-  "source": "gotree tune -from docs/crossover/raw.csv on vm (shm refitted from the sweep; base and tcp from \"docs/crossover/tuning.json\"), 2026-11-30 16:06 UTC",
+  "source": "gotree tune -from docs/crossover/raw.csv on vm (shm refitted from the sweep; base and tcp from \"docs/crossover/tuning.json\"), 2026-11-30 16:39 UTC",
   "cores": 2,
   "transports": {},
   "local": [
@@ -31,7 +31,7 @@ const builtinTuningJSON = `{
       },
       "bus_gbps": {
         "hd": {
-          "Simple": 4.87
+          "Simple": 6.49
         },
         "ring": {
           "Simple": 3.07
@@ -45,18 +45,18 @@ const builtinTuningJSON = `{
             "11": 1.07,
             "12": 1.09,
             "13": 1.09,
-            "14": 0.985,
+            "14": 0.984,
             "15": 0.888,
-            "16": 0.802,
-            "17": 0.802,
+            "16": 0.801,
+            "17": 0.801,
             "18": 0.803,
             "19": 0.893,
             "2": 1.17,
-            "20": 1,
-            "21": 1,
-            "22": 0.966,
-            "23": 0.873,
-            "24": 0.873,
+            "20": 0.999,
+            "21": 0.999,
+            "22": 0.965,
+            "23": 0.872,
+            "24": 0.872,
             "25": 1.03,
             "26": 1.11,
             "3": 1.01,
@@ -121,7 +121,7 @@ const builtinTuningJSON = `{
       },
       "bus_gbps": {
         "hd": {
-          "Simple": 1.89
+          "Simple": 2.84
         },
         "ring": {
           "Simple": 3.14
@@ -135,20 +135,20 @@ const builtinTuningJSON = `{
             "11": 1.12,
             "12": 1.12,
             "13": 1.11,
-            "14": 0.885,
-            "15": 0.803,
-            "16": 0.644,
-            "17": 0.644,
-            "18": 0.654,
-            "19": 0.807,
+            "14": 0.886,
+            "15": 0.804,
+            "16": 0.645,
+            "17": 0.645,
+            "18": 0.655,
+            "19": 0.809,
             "2": 1.11,
-            "20": 0.814,
-            "21": 0.948,
-            "22": 0.958,
-            "23": 0.998,
+            "20": 0.815,
+            "21": 0.95,
+            "22": 0.96,
+            "23": 1,
             "24": 1.13,
-            "25": 1.22,
-            "26": 1.27,
+            "25": 1.23,
+            "26": 1.28,
             "3": 1.1,
             "4": 1.03,
             "5": 1.03,

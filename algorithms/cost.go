@@ -338,8 +338,9 @@ func ringSteps(c Collective, nRanks, nNodes int) (steps, inter int) {
 
 // Shape is what an algorithm's structure contributes to the α-β model:
 // the hops on the critical path within and across nodes, and the ratio
-// algbw/busbw (the bytes one rank moves per byte of message, inverted,
-// times busbw's factor).
+// of the algorithm bandwidth to the transport's bus bandwidth: the bytes
+// one rank moves per byte of message, inverted (ring allreduce
+// n/(2(n−1)), tree 1/2).
 type Shape struct {
 	IntraHops, InterHops float64
 	Ratio                float64
@@ -353,8 +354,8 @@ type Shape struct {
 //   - tree: 2·((ranks per node − 1) + log2(nodes)) hops; ratio 1/2.
 //   - halving-doubling: 2·log2(p) exchanges plus 2 fold hops when n is
 //     not a power of two p; a rank moves 2(p−1)/p of the message (plus
-//     twice the message through a fold), so ratio = 2(n−1)/n divided by
-//     that.
+//     twice the message through a fold), so ratio = 1 / that — the
+//     ring's n/(2(n−1)) when n is a power of two.
 func ShapeOf(coll Collective, a Algorithm, topo CostTopo) Shape {
 	n := topo.NRanks
 	if n <= 1 {
@@ -371,7 +372,7 @@ func ShapeOf(coll Collective, a Algorithm, topo CostTopo) Shape {
 			hops += 2
 			moved += 2
 		}
-		return Shape{IntraHops: hops, Ratio: 2 * float64(n-1) / float64(n) / moved}
+		return Shape{IntraHops: hops, Ratio: 1 / moved}
 	}
 	steps, nInter := ringSteps(coll, n, topo.NNodes)
 	sh := Shape{IntraHops: float64(steps - nInter), InterHops: float64(nInter), Ratio: 1}

@@ -48,12 +48,12 @@ func TestPredictHandComputed(t *testing.T) {
 		// shm with 4 ranks on 2 cores: base, hops and bandwidth scaled by 2.
 		{"shm4 oversubscribed", shm4, AllReduce, Ring, Simple, 1 << 20, 2, 0.5*2 + 6*1*2 + 1048576/(1e3*(3.0/2)*4/6)},
 		// Halving-doubling on 4 ranks: 2·log2(4) = 4 hops; a rank moves
-		// 2·3/4 of the message, as in the ring, so algbw = bus × 1.
-		{"hd4 oversubscribed", shm4, AllReduce, HalvingDoubling, Simple, 1 << 20, 1, 0.5*2 + 4*1*2 + 1048576/(1e3*(2.5/2)*1)},
+		// 2·3/4 of the message, as in the ring, so algbw = bus × 4/6.
+		{"hd4 oversubscribed", shm4, AllReduce, HalvingDoubling, Simple, 1 << 20, 1, 0.5*2 + 4*1*2 + 1048576/(1e3*(2.5/2)*4/6)},
 		// On 3 ranks: one fold (2 more hops) and the 2-rank exchange; a
-		// rank moves 1/2 + 1/2 + 2 = 3 messages against busbw's 4/3.
+		// rank moves 1/2 + 1/2 + 2 = 3 messages: algbw = bus / 3.
 		{"hd3", CostTopo{NRanks: 3, NNodes: 1, RanksPerNode: 3, Intra: Shm, Inter: TCP, Channels: 1}, AllReduce, HalvingDoubling, Simple, 1 << 20, 1,
-			0.5*1.5 + 4*1*1.5 + 1048576/(1e3*(2.5/1.5)*(4.0/3)/3)},
+			0.5*1.5 + 4*1*1.5 + 1048576/(1e3*(2.5/1.5)/3)},
 		// Two single-rank nodes over tcp: base and 2 hops of tcp.
 		{"tcp2", tcp2, AllReduce, Ring, Simple, 1 << 20, 1, 0.5 + 2*50 + 1048576/(1e3*1.6*2/2)},
 		{"tcp2 tree", tcp2, AllReduce, Tree, Simple, 1 << 20, 1, 0.5 + 2*60 + 1048576/(1e3*2.2/2)},
