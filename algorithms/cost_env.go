@@ -28,13 +28,8 @@ func ParseAlgoSpec(spec string, coll Collective) (AlgoSet, error) {
 		return AllAlgos, err
 	}
 	m, err := parseNameSet("GOTREE_ALGO", spec, v, func(name string) (int, bool, error) {
-		switch name {
-		case "ring":
-			return int(Ring), true, nil
-		case "tree":
-			return int(Tree), true, nil
-		case "hd":
-			return int(HalvingDoubling), true, nil
+		if a, err := ParseAlgorithm(name); err == nil {
+			return int(a), true, nil
 		}
 		if ignoredAlgoNames[name] {
 			return 0, false, nil

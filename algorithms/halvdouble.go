@@ -102,17 +102,17 @@ func (b *planBuilder) interleave(r, c int, sends, recvs []Step) {
 // chunk elements (off is added to st's Src and Dst offsets, where set).
 func split(st Step, off, cnt, chunk int64) []Step {
 	var out []Step
-	for lo := int64(0); lo < cnt; lo += chunk {
+	chunks(ChannelPart{Off: off, Count: cnt}, chunk, func(o, n int64) {
 		s := st
 		if s.Src.Buf != NoBuf {
-			s.Src.Off += off + lo
+			s.Src.Off += o
 		}
 		if s.Dst.Buf != NoBuf {
-			s.Dst.Off += off + lo
+			s.Dst.Off += o
 		}
-		s.Count = min(chunk, cnt-lo)
+		s.Count = n
 		out = append(out, s)
-	}
+	})
 	return out
 }
 
@@ -160,16 +160,17 @@ func (b *planBuilder) halvingDoublingAllReduce(order []int, c int, cp ChannelPar
 		}
 		for d := 1; d < l.p; d *= 2 {
 			peer := order[l.pos(v^d)]
-			other := lo + (hi - lo) // the partner owns the sibling range
+			size := hi - lo
+			other := hi // the partner owns the sibling range
 			if v&d != 0 {
-				other = lo - (hi - lo)
+				other = lo - size
 			}
 			mOff, mCnt := blocks(lo, hi)
-			pOff, pCnt := blocks(other, other+hi-lo)
+			pOff, pCnt := blocks(other, other+size)
 			b.interleave(r, c,
 				split(Step{Prim: Send, SendTo: peers(peer), Src: outRef(0)}, mOff, mCnt, ch),
 				split(Step{Prim: Recv, RecvFrom: peers(peer), Dst: outRef(0)}, pOff, pCnt, ch))
-			lo, hi = min(lo, other), max(hi, other+hi-lo)
+			lo, hi = min(lo, other), max(hi, other+size)
 		}
 		if pos < 2*l.e {
 			all(r, Step{Prim: Send, SendTo: peers(order[pos-1]), Src: outRef(0)})

@@ -184,6 +184,17 @@ const (
 	HalvingDoubling
 )
 
+// ParseAlgorithm maps a name ("ring", "tree", "hd") to its Algorithm:
+// the inverse of String.
+func ParseAlgorithm(name string) (Algorithm, error) {
+	for a := Ring; a <= HalvingDoubling; a++ {
+		if name == a.String() {
+			return a, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown algorithm %q (want ring, tree or hd)", name)
+}
+
 func (a Algorithm) String() string {
 	switch a {
 	case Ring:

@@ -256,16 +256,17 @@ func (c *Comm) choice(a collArgs) algorithms.Prediction {
 			algos &= 1 << algorithms.Ring
 		}
 		topo := algorithms.TopoOfGraph(c.graph, algorithms.Shm, algorithms.TCP)
-		pr, err := tu.Choose(a.coll, topo, bytes, algorithms.Constraints{Algos: algos, Protos: 1 << algorithms.Simple,
-			MinChannels: c.cfg.MinChannels, MaxChannels: c.cfg.MaxChannels})
+		cons := algorithms.Constraints{Algos: algos, Protos: 1 << algorithms.Simple,
+			MinChannels: c.cfg.MinChannels, MaxChannels: c.cfg.MaxChannels}
+		pr, err := tu.Choose(a.coll, topo, bytes, cons)
 		if errors.Is(err, algorithms.ErrNoChoice) && algos != algorithms.AllAlgos {
 			// Only algorithms this communicator cannot run are allowed (hd
 			// across hosts): the ring, once said.
 			c.algoWarn.Do(func() {
 				c.log.Warnf("GOTREE_ALGO=%q allows nothing that runs here for %v (%d ranks on %d hosts; hd runs only within one host): using the ring", c.cfg.Algo, a.coll, c.nranks, topo.NNodes)
 			})
-			pr, err = tu.Choose(a.coll, topo, bytes, algorithms.Constraints{Algos: 1 << algorithms.Ring, Protos: 1 << algorithms.Simple,
-				MinChannels: c.cfg.MinChannels, MaxChannels: c.cfg.MaxChannels})
+			cons.Algos = 1 << algorithms.Ring
+			pr, err = tu.Choose(a.coll, topo, bytes, cons)
 		}
 		if err == nil {
 			c.log.Infof("TUNING", "%v %d bytes: %v/%v on %d channels, predicted %.1f us", a.coll, bytes, pr.Algo, pr.Proto, pr.Channels, pr.TimeUs)

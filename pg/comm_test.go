@@ -97,6 +97,39 @@ func runAll(t *testing.T, comms []*Comm, issue func(r int, c *Comm) (*Request, e
 	}
 }
 
+// checkAllReduceInt64 sums count int64s (val(rank, i)) over comms, in
+// place or not, and checks every element of every rank's output exactly.
+func checkAllReduceInt64(t *testing.T, comms []*Comm, count int64, inplace bool) {
+	t.Helper()
+	n := len(comms)
+	ins, outs := make([][]byte, n), make([][]byte, n)
+	for r := range comms {
+		v := make([]int64, count)
+		for i := range v {
+			v[i] = val(r, int64(i))
+		}
+		ins[r] = i64s(v)
+		outs[r] = ins[r]
+		if !inplace {
+			outs[r] = make([]byte, len(ins[r]))
+		}
+	}
+	runAll(t, comms, func(r int, c *Comm) (*Request, error) {
+		return c.AllReduce(ins[r], outs[r], count, algorithms.Int64, algorithms.Sum)
+	})
+	for r := range comms {
+		for i := int64(0); i < count; i++ {
+			var want int64
+			for q := 0; q < n; q++ {
+				want += val(q, i)
+			}
+			if got := int64(binary.LittleEndian.Uint64(outs[r][8*i:])); got != want {
+				t.Fatalf("count %d inplace %v rank %d elem %d: got %d want %d", count, inplace, r, i, got, want)
+			}
+		}
+	}
+}
+
 func TestCollectivesAcrossWorldSizes(t *testing.T) {
 	for _, tc := range []struct {
 		n     int
@@ -130,34 +163,7 @@ func TestCollectivesAcrossWorldSizes(t *testing.T) {
 			}
 			for _, count := range []int64{0, 1, 7, 1031, 100003} {
 				for _, inplace := range []bool{false, true} {
-					ins := make([][]byte, tc.n)
-					outs := make([][]byte, tc.n)
-					for r := range comms {
-						v := make([]int64, count)
-						for i := range v {
-							v[i] = val(r, int64(i))
-						}
-						ins[r] = i64s(v)
-						outs[r] = ins[r]
-						if !inplace {
-							outs[r] = make([]byte, len(ins[r]))
-						}
-					}
-					runAll(t, comms, func(r int, c *Comm) (*Request, error) {
-						return c.AllReduce(ins[r], outs[r], count, algorithms.Int64, algorithms.Sum)
-					})
-					for r := range comms {
-						for i := int64(0); i < count; i++ {
-							var want int64
-							for q := 0; q < tc.n; q++ {
-								want += val(q, i)
-							}
-							got := int64(binary.LittleEndian.Uint64(outs[r][8*i:]))
-							if got != want {
-								t.Fatalf("count %d inplace %v rank %d elem %d: got %d want %d", count, inplace, r, i, got, want)
-							}
-						}
-					}
+					checkAllReduceInt64(t, comms, count, inplace)
 				}
 				// Broadcast from the last rank and all-gather.
 				root := tc.n - 1
@@ -375,32 +381,7 @@ func TestLargeOutputsStreamed(t *testing.T) {
 			cfg.Algo = tc.algo
 			comms := startComms(t, tc.n, nil, cfg)
 			for _, inplace := range []bool{false, true} {
-				ins, outs := make([][]byte, tc.n), make([][]byte, tc.n)
-				for r := range comms {
-					v := make([]int64, count)
-					for i := range v {
-						v[i] = val(r, int64(i))
-					}
-					ins[r] = i64s(v)
-					outs[r] = ins[r]
-					if !inplace {
-						outs[r] = make([]byte, len(ins[r]))
-					}
-				}
-				runAll(t, comms, func(r int, c *Comm) (*Request, error) {
-					return c.AllReduce(ins[r], outs[r], count, algorithms.Int64, algorithms.Sum)
-				})
-				for r := range comms {
-					for i := int64(0); i < count; i++ {
-						var want int64
-						for q := 0; q < tc.n; q++ {
-							want += val(q, i)
-						}
-						if got := int64(binary.LittleEndian.Uint64(outs[r][8*i:])); got != want {
-							t.Fatalf("inplace %v rank %d elem %d: got %d want %d", inplace, r, i, got, want)
-						}
-					}
-				}
+				checkAllReduceInt64(t, comms, count, inplace)
 			}
 		})
 	}

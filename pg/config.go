@@ -63,15 +63,21 @@ func (c Config) TuningFor(cores int) *algorithms.Tuning {
 	return t
 }
 
-// hostCores is the fewest CPUs of any host in table (0 when no rank
-// reported its count): the cores the most constrained node's ranks share.
-func hostCores(table []rankInfo) int {
+// cpusByHost is every host's CPU count, as its ranks reported it (the
+// largest report; 0 when none did).
+func cpusByHost(table []rankInfo) map[string]int {
 	cpus := map[string]int{}
 	for _, r := range table {
 		cpus[r.HostID] = max(cpus[r.HostID], r.CPUs)
 	}
+	return cpus
+}
+
+// hostCores is the fewest CPUs of any host in table (0 when no rank
+// reported its count): the cores the most constrained node's ranks share.
+func hostCores(table []rankInfo) int {
 	n := 0
-	for _, c := range cpus {
+	for _, c := range cpusByHost(table) {
 		if c > 0 && (n == 0 || c < n) {
 			n = c
 		}
@@ -185,11 +191,10 @@ func DefaultChannels(cpus, local int) int {
 // rank builds the same plans.
 func autoChannels(table []rankInfo) int {
 	local := map[string]int{}
-	cpus := map[string]int{}
 	for _, r := range table {
 		local[r.HostID]++
-		cpus[r.HostID] = max(cpus[r.HostID], r.CPUs)
 	}
+	cpus := cpusByHost(table)
 	ch := 2
 	for h, n := range local {
 		ch = min(ch, DefaultChannels(cpus[h], n))

@@ -117,8 +117,10 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 	if err == nil && (o.factor < 2 || o.iters < 1 || o.warmup < 0 || o.maxBytes < o.minBytes) {
 		err = errors.New("need -f >= 2, -n >= 1, -w >= 0 and -e >= -b")
 	}
-	if err == nil && o.algo != "auto" && o.algo != "ring" && o.algo != "tree" && o.algo != "hd" {
-		err = fmt.Errorf("--algo %q: want ring, tree, hd or auto", o.algo)
+	if err == nil && o.algo != "auto" {
+		if _, e := algorithms.ParseAlgorithm(o.algo); e != nil {
+			err = fmt.Errorf("--algo %q: want ring, tree, hd or auto", o.algo)
+		}
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "gotree perf: %v\n", err)

@@ -95,8 +95,8 @@ func runSweep(args []string, stdout, stderr io.Writer) int {
 		_, err = algorithms.ParseDType(o.dtype)
 	}
 	for _, a := range strings.Split(algos, ",") {
-		if a = strings.TrimSpace(a); a != "ring" && a != "tree" && a != "hd" && a != "auto" && err == nil {
-			err = fmt.Errorf("unknown algorithm %q", a)
+		if a = strings.TrimSpace(a); a != "auto" && err == nil {
+			_, err = algorithms.ParseAlgorithm(a)
 		}
 		o.algos = append(o.algos, a)
 	}
