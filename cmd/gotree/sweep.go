@@ -78,7 +78,7 @@ func runSweep(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.remeasure, "remeasure", 1, "rounds of re-measuring groups with CV > 5%")
 	fs.BoolVar(&o.paired, "paired", false, "time the algorithms in the same processes, alternating cycles (ABBA), instead of one process set per algorithm")
 	fs.StringVar(&o.out, "out", "docs/crossover", "output directory")
-	fs.StringVar(&o.from, "from", "", "rebuild the reports from this raw.csv instead of measuring")
+	fs.StringVar(&o.from, "from", "", "rebuild the reports from this raw.csv (several, comma-separated: pooled) instead of measuring")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "communicator timeout")
 	fs.StringVar(&o.dtype, "d", "float32", "dtype")
 	if err := fs.Parse(args); err != nil {
@@ -115,12 +115,8 @@ func runSweep(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if o.from != "" {
-		f, err := os.Open(o.from)
-		if err == nil {
-			samples, err = readSweepCSV(f)
-			f.Close()
-		}
-		if err != nil {
+		var err error
+		if samples, err = readSweepCSVs(strings.Split(o.from, ",")); err != nil {
 			fmt.Fprintf(stderr, "gotree sweep: %v\n", err)
 			return 1
 		}
@@ -403,6 +399,31 @@ func writeSweepCSV(w io.Writer, ss []sweepSample) error {
 	}
 	cw.Flush()
 	return cw.Error()
+}
+
+// readSweepCSVs reads and pools several sweeps' raw.csv files; with more
+// than one, each file's run names get its position as a prefix ("2:A"),
+// so the runs of different files stay apart.
+func readSweepCSVs(paths []string) ([]sweepSample, error) {
+	var all []sweepSample
+	for i, p := range paths {
+		f, err := os.Open(p)
+		if err != nil {
+			return nil, err
+		}
+		ss, err := readSweepCSV(f)
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+		if len(paths) > 1 {
+			for j := range ss {
+				ss[j].Run = fmt.Sprintf("%d:%s", i+1, ss[j].Run)
+			}
+		}
+		all = append(all, ss...)
+	}
+	return all, nil
 }
 
 func readSweepCSV(r io.Reader) ([]sweepSample, error) {

@@ -2,7 +2,10 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"image/png"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -81,6 +84,83 @@ func TestSweepIntervalsAndAuto(t *testing.T) {
 	var md bytes.Buffer
 	if err := r.writeMarkdown(&md); err != nil || !strings.Contains(md.String(), "| 2 | tie | 32 – 32 | 1 | 3.0% | 3.0% |") {
 		t.Errorf("markdown:\n%s", md.String())
+	}
+}
+
+// With auto timed directly, a slow auto run of the right plan and a wrong
+// choice are told apart by the forced runs.
+func TestSweepAutoMeasuredChoice(t *testing.T) {
+	ring := map[int64]float64{4: 10, 8: 10, 16: 20}
+	tree := map[int64]float64{4: 12, 8: 12, 16: 10}
+	// auto: at 4 it runs the ring's plan in 10.2 (within 5%); at 8 the
+	// ring's plan again but timed at 11 (10% slower: noise, the choice is
+	// right); at 16 it picks the ring (twice the tree's time: wrong).
+	autoT := map[int64]float64{4: 10.2, 8: 11, 16: 20}
+	ss := append(synthSamples("A", 3, "ring", ring, 2), synthSamples("A", 3, "tree", tree, 2)...)
+	ss = append(ss, synthSamples("A", 3, "auto", autoT, 2)...)
+	r := analyseSweep(ss, func(int, int64) string { return "ring" })
+	type want struct {
+		pass, choicePass bool
+		excess, choice   float64
+	}
+	wants := map[int64]want{4: {true, true, 0.02, 0}, 8: {false, true, 0.1, 0}, 16: {false, false, 1, 1}}
+	rows := r.autoRows()
+	if len(rows) != 3 {
+		t.Fatalf("auto rows %+v", rows)
+	}
+	for _, a := range rows {
+		w := wants[a.Bytes]
+		if !a.Measured || !a.ChoiceTimed || a.Pass != w.pass || a.ChoicePass != w.choicePass ||
+			!approx(a.Excess, w.excess) || !approx(a.ChoiceExcess, w.choice) {
+			t.Errorf("%d bytes: %+v, want %+v", a.Bytes, a, w)
+		}
+	}
+	var out bytes.Buffer
+	r.writeAutoCheck(&out)
+	for _, s := range []string{
+		"at 1 of 3 sizes",
+		"within 5% at 2 of 3 sizes",
+		"- wrong choice at N=3 16: ring, 100.0% slower than tree",
+		"- N=3 8: auto ring, best ring, 10.0% slower; choice ok (forced ring +0.0%)",
+		"- N=3 16: auto ring, best tree, 100.0% slower; choice wrong (forced ring +100.0%)",
+	} {
+		if !strings.Contains(out.String(), s) {
+			t.Errorf("auto check lacks %q:\n%s", s, out.String())
+		}
+	}
+}
+
+func TestReadSweepCSVsPools(t *testing.T) {
+	dir := t.TempDir()
+	var paths []string
+	for i, n := range []int{2, 3} {
+		var buf bytes.Buffer
+		if err := writeSweepCSV(&buf, synthSamples("A", n, "ring", map[int64]float64{64: float64(10 * (i + 1))}, 2)); err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, fmt.Sprintf("raw%d.csv", i))
+		if err := os.WriteFile(p, buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, p)
+	}
+	one, err := readSweepCSVs(paths[:1])
+	if err != nil || len(one) != 4 || one[0].Run != "A" {
+		t.Fatalf("one file: %d samples, err %v, %+v", len(one), err, one)
+	}
+	both, err := readSweepCSVs(paths)
+	if err != nil || len(both) != 8 {
+		t.Fatalf("two files: %d samples, err %v", len(both), err)
+	}
+	runs := map[string]int{}
+	for _, s := range both {
+		runs[fmt.Sprintf("%s/%d", s.Run, s.N)]++
+	}
+	if runs["1:A/2"] != 4 || runs["2:A/3"] != 4 {
+		t.Errorf("runs %v, want 1:A (N=2) and 2:A (N=3), 4 samples each", runs)
+	}
+	if _, err := readSweepCSVs([]string{paths[0], filepath.Join(dir, "missing.csv")}); err == nil {
+		t.Error("a missing file: no error")
 	}
 }
 

@@ -37,6 +37,7 @@ import (
 	"os"
 	"runtime"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/gotree/gotree/algorithms"
@@ -82,7 +83,7 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 	builtin := fs.String("builtin", "", "also write the local entries as the Go source of gotree's built-in calibration (algorithms/builtin_tuning.go)")
 	builtinAlgos := fs.String("builtin-algos", "ring,tree,hd", "with -builtin: the algorithms the built-in local entries calibrate (the others keep the main shm entry)")
 	timeout := fs.Duration("timeout", 2*time.Minute, "communicator timeout")
-	from := fs.String("from", "", "fit shm from a sweep's raw.csv instead of measuring (pooled medians of every run)")
+	from := fs.String("from", "", "fit shm from sweeps' raw.csv files (comma-separated) instead of measuring (pooled medians of every run)")
 	start := fs.String("tuning", os.Getenv("GOTREE_TUNING_FILE"), "with -from: the tuning file that gives base and tcp")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -160,12 +161,7 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 				return fail(err)
 			}
 		}
-		f, err := os.Open(*from)
-		if err != nil {
-			return fail(err)
-		}
-		samples, err := readSweepCSV(f)
-		f.Close()
+		samples, err := readSweepCSVs(strings.Split(*from, ","))
 		if err != nil {
 			return fail(err)
 		}
