@@ -187,7 +187,7 @@ const (
 // ParseAlgorithm maps a name ("ring", "tree", "hd") to its Algorithm:
 // the inverse of String.
 func ParseAlgorithm(name string) (Algorithm, error) {
-	for a := Ring; a <= HalvingDoubling; a++ {
+	for a := Algorithm(0); int(a) < NumAlgorithms; a++ {
 		if name == a.String() {
 			return a, nil
 		}

@@ -182,12 +182,9 @@ func (x *executor) runStream(ctx context.Context, ch int, steps algorithms.Strea
 			case algorithms.Recv, algorithms.RecvCopySend:
 				var slot []byte
 				var direct DirectSender
-				if x.stream && len(sends) == 1 {
-					if ds, ok := sends[0].(DirectSender); ok {
-						if slot, err = ds.Acquire(ctx, int(end-off)); err != nil {
-							return err
-						}
-						direct = ds
+				if x.stream {
+					if slot, direct, err = directSlot(ctx, sends, end-off); err != nil {
+						return err
 					}
 				}
 				b, err := x.recvExact(ctx, recvs[0], st.RecvFrom[0], ch, end-off)
@@ -211,24 +208,21 @@ func (x *executor) runStream(ctx context.Context, ch int, steps algorithms.Strea
 				recvs[0].Release()
 				payload = dst[off:end]
 			case algorithms.RecvReduceSend, algorithms.RecvReduceCopySend:
-				acc := dst
+				var acc []byte
 				var direct DirectSender
-				if st.Prim == algorithms.RecvReduceSend || (x.stream && len(sends) == 1) {
+				if st.Prim == algorithms.RecvReduceSend || x.stream {
 					// Reduce straight into the peer's FIFO slot when the
 					// link allows it: no scratch copy (RecvReduceSend), or
 					// the output streamed from the slot afterwards.
-					if ds, ok := sends[0].(DirectSender); ok && len(sends) == 1 {
-						slot, err := ds.Acquire(ctx, int(end-off))
-						if err != nil {
-							return err
-						}
-						acc, direct = slot, ds
-					} else if st.Prim == algorithms.RecvReduceSend {
-						acc = scratch[:end-off]
-					} else {
-						acc = dst[off:end]
+					if acc, direct, err = directSlot(ctx, sends, end-off); err != nil {
+						return err
 					}
-				} else {
+				}
+				switch {
+				case direct != nil:
+				case st.Prim == algorithms.RecvReduceSend: // no output to reduce into
+					acc = scratch[:end-off]
+				default:
 					acc = dst[off:end]
 				}
 				for j, c := range recvs {
@@ -268,6 +262,24 @@ func (x *executor) runStream(ctx context.Context, ch int, steps algorithms.Strea
 		}
 	}
 	return nil
+}
+
+// directSlot acquires n bytes of the FIFO of a step's only send when that
+// link takes writes in place (DirectSender); with any other link, or
+// several sends, it returns no sender.
+func directSlot(ctx context.Context, sends []Conn, n int64) ([]byte, DirectSender, error) {
+	if len(sends) != 1 {
+		return nil, nil, nil
+	}
+	ds, ok := sends[0].(DirectSender)
+	if !ok {
+		return nil, nil, nil
+	}
+	slot, err := ds.Acquire(ctx, int(n))
+	if err != nil {
+		return nil, nil, err
+	}
+	return slot, ds, nil
 }
 
 func (x *executor) recvExact(ctx context.Context, c Conn, peer, ch int, n int64) ([]byte, error) {

@@ -327,11 +327,17 @@ func (r *sweepReport) writeIntervals(w io.Writer) {
 
 func (r *sweepReport) writeAutoCheck(w io.Writer) {
 	rows := r.autoRows()
-	fails := 0
+	fails, timed, good := 0, 0, 0
 	worst := map[int]autoRow{}
 	for _, a := range rows {
 		if !a.Pass {
 			fails++
+		}
+		if a.ChoiceTimed {
+			timed++
+			if a.ChoicePass {
+				good++
+			}
 		}
 		if cur, ok := worst[a.N]; !ok || a.Excess > cur.Excess {
 			worst[a.N] = a
@@ -364,15 +370,6 @@ func (r *sweepReport) writeAutoCheck(w io.Writer) {
 		sort.Float64s(same)
 		fmt.Fprintf(w, "\nAuto was measured directly. Noise floor: auto against the forced run of the algorithm it chose (the same plan)\n")
 		fmt.Fprintf(w, "differs by a median of %.1f%%, P95 %.1f%%, at most %.1f%% over %d sizes.\n", 100*med, 100*p95, 100*same[len(same)-1], len(same))
-		timed, good := 0, 0
-		for _, a := range rows {
-			if a.ChoiceTimed {
-				timed++
-				if a.ChoicePass {
-					good++
-				}
-			}
-		}
 		fmt.Fprintf(w, "The choice alone (the forced run of the algorithm auto chose, against the best forced run): within %.0f%% at %d of %d sizes.\n", 100*sweepAutoTol, good, timed)
 		for _, a := range rows {
 			if a.ChoiceTimed && !a.ChoicePass {
@@ -386,7 +383,11 @@ func (r *sweepReport) writeAutoCheck(w io.Writer) {
 			if !a.Pass {
 				note := ""
 				if a.Measured && a.ChoiceTimed {
-					note = fmt.Sprintf("; choice %s (forced %s %+.1f%%)", map[bool]string{true: "ok", false: "wrong"}[a.ChoicePass], a.Choice, 100*a.ChoiceExcess)
+					verdict := "wrong"
+					if a.ChoicePass {
+						verdict = "ok"
+					}
+					note = fmt.Sprintf("; choice %s (forced %s %+.1f%%)", verdict, a.Choice, 100*a.ChoiceExcess)
 				}
 				fmt.Fprintf(w, "- N=%d %s: auto %s, best %s, %.1f%% slower%s\n", a.N, fmtBytes(a.Bytes), a.Choice, a.Best, 100*a.Excess, note)
 			}

@@ -219,7 +219,7 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 			if fromRuns != nil {
 				var ok bool
 				if run, ok = fromRuns[fmt.Sprintf("%d/%v", jb.k, a)]; !ok && a == algorithms.HalvingDoubling {
-					// A sweep times ring and tree only: keep the built-in values.
+					// A sweep without hd (-algos ring,tree, or one from before hd): keep the built-in values.
 					def := algorithms.DefaultTuning().Transports[t]
 					tc.BaseUs[a], tc.HopUs[a], tc.BusGBps[a] = def.BaseUs[a], def.HopUs[a], def.BusGBps[a]
 					continue
