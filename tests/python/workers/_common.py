@@ -61,8 +61,15 @@ class Checker:
         sys.stdout.flush()
         os._exit(0 if not self.failures else 1)
 
-    def finish(self):
-        """Summary, destroy the process group, exit non-zero on failure."""
+    def finish(self, skip_teardown=False):
+        """Summary, destroy the process group, exit non-zero on failure.
+
+        skip_teardown exits without the interpreter's teardown (os._exit):
+        for reference runs on another backend, whose own exit is not under
+        test (gloo after torch.compile and DTensor sometimes aborts at exit
+        with "terminate called without an active exception" once every
+        check has passed and its group is destroyed).
+        """
         self.summary()
         if dist.is_initialized():
             try:
@@ -70,7 +77,11 @@ class Checker:
             except Exception:  # noqa: BLE001
                 traceback.print_exc()
         sys.stdout.flush()
-        sys.exit(0 if not self.failures else 1)
+        sys.stderr.flush()
+        code = 0 if not self.failures else 1
+        if skip_teardown:
+            os._exit(code)
+        sys.exit(code)
 
 
 def seed_of(*parts):
