@@ -123,14 +123,18 @@ func (tc *TransportCost) correction(a Algorithm, p Protocol, bytes int64) float6
 }
 
 // LocalCost is a transport calibrated for one number of ranks per node
-// (CPU transports: measured with that many ranks sharing the cores). It
-// replaces the transport's cost, oversubscription included, when a
-// communicator has exactly that many ranks per node — and, when Cores is
-// set, only on nodes with that many cores (Tuning.Cores). An algorithm
-// and protocol it gives no bandwidth for keep the transport's main entry.
+// (CPU transports: measured with that many ranks sharing the cores) and,
+// when Nodes is set, one number of nodes (a network measured across that
+// many nodes: `gotree tune -from-perf`). It replaces the transport's cost,
+// oversubscription included, when a communicator has exactly that many
+// ranks per node (and nodes) — and, when Cores is set, only on nodes with
+// that many cores (Tuning.Cores). An entry for the communicator's node
+// count wins over one for any count. An algorithm and protocol it gives
+// no bandwidth for keep the transport's main entry.
 type LocalCost struct {
 	Transport    Transport
 	RanksPerNode int
+	Nodes        int // 0: any number of nodes
 	Cores        int // 0: any node
 	Cost         TransportCost
 }
@@ -151,12 +155,15 @@ type Tuning struct {
 	Local []LocalCost
 }
 
-// cost returns the calibration of transport tr for ranks per node, and
-// whether it was measured for exactly that count.
-func (t *Tuning) cost(tr Transport, ranksPerNode int) (*TransportCost, bool) {
-	for i := range t.Local {
-		if l := &t.Local[i]; l.Transport == tr && l.RanksPerNode == ranksPerNode && (l.Cores == 0 || l.Cores == t.Cores) {
-			return &l.Cost, true
+// cost returns the calibration of transport tr for ranks per node on
+// nodes nodes, and whether it was measured for exactly that count: an
+// entry for these nodes first, then one for any number of nodes.
+func (t *Tuning) cost(tr Transport, ranksPerNode, nodes int) (*TransportCost, bool) {
+	for _, want := range [2]int{nodes, 0} {
+		for i := range t.Local {
+			if l := &t.Local[i]; l.Transport == tr && l.RanksPerNode == ranksPerNode && l.Nodes == want && (l.Cores == 0 || l.Cores == t.Cores) {
+				return &l.Cost, true
+			}
 		}
 	}
 	return &t.Transports[tr], false
@@ -164,8 +171,8 @@ func (t *Tuning) cost(tr Transport, ranksPerNode int) (*TransportCost, bool) {
 
 // costOf is cost for one algorithm and protocol: a local entry that has
 // no bandwidth for (a, p) leaves it to the transport's main entry.
-func (t *Tuning) costOf(tr Transport, ranksPerNode int, a Algorithm, p Protocol) (*TransportCost, bool) {
-	tc, local := t.cost(tr, ranksPerNode)
+func (t *Tuning) costOf(tr Transport, ranksPerNode, nodes int, a Algorithm, p Protocol) (*TransportCost, bool) {
+	tc, local := t.cost(tr, ranksPerNode, nodes)
 	if local && tc.BusGBps.At(a, p) == 0 {
 		return &t.Transports[tr], false
 	}
@@ -188,12 +195,16 @@ var (
 // half (ring) or 1/3.8 (tree) of the bandwidth, LL128 92%, and the tree
 // allreduce 92% of the ring's.
 func ncclBus(bw float64) AlgoProto {
-	const tree = 0.92
+	const tree = treeBusFactor
 	return AlgoProto{
 		{bw / 2, bw * 0.92, bw},
 		{bw * tree / 3.8, bw * tree * 0.92, bw * tree},
 	}
 }
+
+// treeBusFactor is NCCL's: a tree allreduce reaches 92% of the bus
+// bandwidth the ring reaches over the same links.
+const treeBusFactor = 0.92
 
 // Default per-channel GPU link speeds (GB/s): an H100 NVLink channel, a
 // PCIe Gen4 x16 link, a 100 Gb/s NIC.
@@ -214,10 +225,15 @@ const (
 // threads. One value cannot hold for every rank count (tuning files have
 // per-count entries); the tree's is the 4-rank one, rounded, at which
 // forced runs show the ring faster for large messages too. The TCP tree's
-// bus bandwidth (tune over loopback: 3.0) is set below 1.5x the ring's (at
-// 1.5x the two tie at 3 nodes), so that the ring wins from 3 nodes up, as measured across 3 network
-// namespaces at 1 Gbit/s (docs/crossover/netns/auto-1gbit). A tuning file
-// replaces them.
+// bus bandwidth is NCCL's 92% of the ring's, not what tune measured over
+// loopback (3.0, where the CPU and not a link is the limit): across nodes
+// the network is, and a node of a double binary tree sends about twice
+// the message (inner in one tree, leaf in the other) where a ring node
+// sends 2(n-1)/n of it. Measured across 4 network namespaces at 1 Gbit/s,
+// the tree took 1.3-1.75x the ring's time from 256 KiB to 16 MiB; the
+// earlier 2.2 made auto pick it there (docs/crossover/netns/auto-tuned).
+// A tuning file replaces them (`gotree tune -from-perf` fits tcp from
+// runs across the nodes themselves).
 var (
 	defaultShm = TransportCost{
 		BaseUs:    AlgoProto{{0, 0, 0.5}, {0, 0, 0.5}, {0, 0, 0.5}},
@@ -228,7 +244,7 @@ var (
 	defaultTCP = TransportCost{
 		BaseUs:    AlgoProto{{0, 0, 0.5}, {0, 0, 0.5}},
 		HopUs:     AlgoProto{{0, 0, 50}, {0, 0, 60}},
-		BusGBps:   AlgoProto{{0, 0, 1.6}, {0, 0, 2.2}},
+		BusGBps:   AlgoProto{{0, 0, 1.6}, {0, 0, 1.6 * treeBusFactor}},
 		SharesCPU: true,
 	}
 )
@@ -407,8 +423,8 @@ func (t *Tuning) Predict(coll Collective, a Algorithm, p Protocol, topo CostTopo
 		channels = ChannelsFor(a, p, topo.NRanks, bytes, topo.Channels)
 	}
 	pr := Prediction{Coll: coll, Algo: a, Proto: p, Channels: channels, Bytes: bytes}
-	intra, intraLocal := t.costOf(topo.Intra, topo.RanksPerNode, a, p)
-	inter, interLocal := t.costOf(topo.Inter, topo.RanksPerNode, a, p)
+	intra, intraLocal := t.costOf(topo.Intra, topo.RanksPerNode, topo.NNodes, a, p)
+	inter, interLocal := t.costOf(topo.Inter, topo.RanksPerNode, topo.NNodes, a, p)
 	multiNode := topo.NNodes > 1
 	singleRankNodes := topo.RanksPerNode == 1
 	// Oversubscription of CPU transports: more ranks than cores on a node

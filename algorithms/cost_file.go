@@ -102,6 +102,7 @@ type transportJSON struct {
 type localJSON struct {
 	Transport    string `json:"transport"`
 	RanksPerNode int    `json:"ranks_per_node"`
+	Nodes        int    `json:"nodes,omitempty"`
 	Cores        int    `json:"cores,omitempty"`
 	transportJSON
 }
@@ -202,7 +203,7 @@ func MarshalTuning(t *Tuning, only []Transport, measurements any) ([]byte, error
 	}
 	for i := range t.Local {
 		l := &t.Local[i]
-		j.Local = append(j.Local, localJSON{Transport: l.Transport.String(), RanksPerNode: l.RanksPerNode, Cores: l.Cores, transportJSON: transportToJSON(&l.Cost)})
+		j.Local = append(j.Local, localJSON{Transport: l.Transport.String(), RanksPerNode: l.RanksPerNode, Nodes: l.Nodes, Cores: l.Cores, transportJSON: transportToJSON(&l.Cost)})
 	}
 	if measurements != nil {
 		raw, err := json.Marshal(measurements)
@@ -275,14 +276,14 @@ func localFromJSON(ls []localJSON) ([]LocalCost, error) {
 		if err != nil {
 			return nil, fmt.Errorf("gotree/algorithms: tuning file: local[%d]: %v", i, err)
 		}
-		if lj.RanksPerNode < 1 || lj.Cores < 0 {
-			return nil, fmt.Errorf("gotree/algorithms: tuning file: local[%d]: ranks_per_node %d < 1 or cores %d < 0", i, lj.RanksPerNode, lj.Cores)
+		if lj.RanksPerNode < 1 || lj.Cores < 0 || lj.Nodes < 0 {
+			return nil, fmt.Errorf("gotree/algorithms: tuning file: local[%d]: ranks_per_node %d < 1, nodes %d < 0 or cores %d < 0", i, lj.RanksPerNode, lj.Nodes, lj.Cores)
 		}
 		tc, err := transportFromJSON(lj.transportJSON, fmt.Sprintf("gotree/algorithms: tuning file: local[%d]", i))
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, LocalCost{Transport: tr, RanksPerNode: lj.RanksPerNode, Cores: lj.Cores, Cost: tc})
+		out = append(out, LocalCost{Transport: tr, RanksPerNode: lj.RanksPerNode, Nodes: lj.Nodes, Cores: lj.Cores, Cost: tc})
 	}
 	return out, nil
 }

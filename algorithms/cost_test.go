@@ -56,7 +56,7 @@ func TestPredictHandComputed(t *testing.T) {
 			0.5*1.5 + 4*1*1.5 + 1048576/(1e3*(2.5/1.5)/3)},
 		// Two single-rank nodes over tcp: base and 2 hops of tcp.
 		{"tcp2", tcp2, AllReduce, Ring, Simple, 1 << 20, 1, 0.5 + 2*50 + 1048576/(1e3*1.6*2/2)},
-		{"tcp2 tree", tcp2, AllReduce, Tree, Simple, 1 << 20, 1, 0.5 + 2*60 + 1048576/(1e3*2.2/2)},
+		{"tcp2 tree", tcp2, AllReduce, Tree, Simple, 1 << 20, 1, 0.5 + 2*60 + 1048576/(1e3*1.6*0.92/2)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := tu.Predict(tc.coll, tc.algo, tc.proto, tc.topo, tc.bytes, tc.ch)
@@ -180,7 +180,7 @@ func TestBuiltinLocalCores(t *testing.T) {
 	tu.Cores = 2
 	local, err := tu.Predict(AllReduce, Ring, Simple, shm4, 1<<20, 1)
 	require.NoError(t, err)
-	lc, ok := tu.cost(Shm, 4)
+	lc, ok := tu.cost(Shm, 4, 1)
 	require.True(t, ok)
 	wantLocal := (lc.BaseUs[Ring][Simple] + 6*lc.HopUs[Ring][Simple] + 1048576/(1e3*lc.BusGBps[Ring][Simple]*4/6.0)) * lc.correction(Ring, Simple, 1<<20)
 	require.InDelta(t, wantLocal, local.TimeUs, 1e-9)
@@ -269,7 +269,9 @@ func TestTuningFileRoundTrip(t *testing.T) {
 	tu.Transports[Shm].Correction[Tree][Simple][12] = 1.25
 	local := tu.Transports[Shm]
 	local.HopUs[Ring][Simple] = 40
-	tu.Local = []LocalCost{{Transport: Shm, RanksPerNode: 4, Cost: local}}
+	net3 := tu.Transports[TCP]
+	net3.HopUs[Ring][Simple] = 120
+	tu.Local = []LocalCost{{Transport: Shm, RanksPerNode: 4, Cost: local}, {Transport: TCP, RanksPerNode: 1, Nodes: 3, Cost: net3}}
 	data, err := MarshalTuning(tu, []Transport{Shm, TCP}, map[string]int{"runs": 3})
 	if err != nil {
 		t.Fatal(err)
@@ -294,6 +296,7 @@ func TestTuningFileRoundTrip(t *testing.T) {
 		`{"version": 1, "transports": {"shm": {"correction": {"ring": {"Simple": {"x": 1}}}}}}`,
 		`{"version": 1, "transports": {"shm": {"correction": {"ring": {"Simple": {"3": 0}}}}}}`,
 		`{"version": 1, "transports": {}, "local": [{"transport": "shm", "ranks_per_node": 0}]}`,
+		`{"version": 1, "transports": {}, "local": [{"transport": "tcp", "ranks_per_node": 1, "nodes": -1}]}`,
 		`not json`,
 	} {
 		if _, err := ParseTuning([]byte(bad)); err == nil {
@@ -336,4 +339,41 @@ func TestCorrectionAndLocal(t *testing.T) {
 	if !near(got.TimeUs, want) {
 		t.Errorf("3 ranks: %.4f us, want %.4f", got.TimeUs, want)
 	}
+}
+
+// TestLocalNodes: an entry for one node count applies to exactly that
+// many nodes and wins over one for any count; other counts take the entry
+// for any count, and without one the transport's main entry.
+func TestLocalNodes(t *testing.T) {
+	mk := func(base, hop, bus float64) TransportCost {
+		return TransportCost{BaseUs: AlgoProto{{0, 0, base}}, HopUs: AlgoProto{{0, 0, hop}}, BusGBps: AlgoProto{{0, 0, bus}}}
+	}
+	tu := DefaultTuning()
+	tu.Transports[TCP] = mk(1, 2, 1)
+	tu.Local = []LocalCost{
+		{Transport: TCP, RanksPerNode: 1, Cost: mk(20, 50, 0.2)},
+		{Transport: TCP, RanksPerNode: 1, Nodes: 3, Cost: mk(10, 100, 0.1)},
+	}
+	const bytes = 1 << 20
+	ring := func(n int, base, hop, bus float64) float64 {
+		return base + float64(2*(n-1))*hop + bytes/(1e3*bus*float64(n)/float64(2*(n-1)))
+	}
+	predict := func(n int) float64 {
+		topo := CostTopo{NRanks: n, NNodes: n, RanksPerNode: 1, Intra: Shm, Inter: TCP, Channels: 2}
+		p, err := tu.Predict(AllReduce, Ring, Simple, topo, bytes, 1)
+		require.NoError(t, err)
+		return p.TimeUs
+	}
+	require.InDelta(t, ring(3, 10, 100, 0.1), predict(3), 1e-6, "3 nodes: the entry for 3 nodes")
+	require.InDelta(t, ring(4, 20, 50, 0.2), predict(4), 1e-6, "4 nodes: the entry for any count")
+	require.InDelta(t, ring(2, 20, 50, 0.2), predict(2), 1e-6, "2 nodes: the entry for any count")
+	tu.Local = tu.Local[1:]
+	require.InDelta(t, ring(4, 1, 2, 1), predict(4), 1e-6, "4 nodes without an entry for any count: the main entry")
+	require.InDelta(t, ring(3, 10, 100, 0.1), predict(3), 1e-6)
+	// The tree has no bandwidth in the entry for 3 nodes: the main entry.
+	tu.Transports[TCP].BaseUs[Tree][Simple], tu.Transports[TCP].HopUs[Tree][Simple], tu.Transports[TCP].BusGBps[Tree][Simple] = 1, 2, 1
+	topo := CostTopo{NRanks: 3, NNodes: 3, RanksPerNode: 1, Intra: Shm, Inter: TCP, Channels: 2}
+	p, err := tu.Predict(AllReduce, Tree, Simple, topo, bytes, 1)
+	require.NoError(t, err)
+	require.InDelta(t, 1+2*1*2+bytes/(1e3*1*0.5), p.TimeUs, 1e-6)
 }

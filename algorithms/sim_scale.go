@@ -62,8 +62,11 @@ type SimConfig struct {
 // model's oversubscription factor on engines and latencies (not when the
 // tuning has a calibration for exactly ranksPerNode, which includes it). nicGBps is the per-node NIC bandwidth (0: unlimited).
 func SimLinksFromTuning(t *Tuning, intra, inter Transport, ranksPerNode int, a Algorithm, p Protocol, channels int, nicGBps float64) SimLinks {
-	ti, localI := t.cost(intra, ranksPerNode)
-	tx, _ := t.cost(inter, ranksPerNode)
+	// Entries calibrated for one node count (measured end to end across
+	// those nodes) are not link parameters: the simulator takes the
+	// entries for any number of nodes.
+	ti, localI := t.cost(intra, ranksPerNode, 0)
+	tx, _ := t.cost(inter, ranksPerNode, 0)
 	// The links and engines are the ring's: the simulator derives what a
 	// tree costs from its plan, not from the model's tree factor.
 	per := func(tc *TransportCost) float64 {

@@ -295,6 +295,10 @@ type perfRow struct {
 	BoundUs    float64 `json:"bound_us"`
 	OutOfBound float64 `json:"bound_fraction"`
 	InOfBound  float64 `json:"inplace_bound_fraction"`
+	// The plan the communicator runs at this size (what auto chose, or
+	// the forced algorithm) and its number of channels.
+	PlanAlgo     string `json:"plan_algo"`
+	PlanChannels int    `json:"plan_channels"`
 }
 
 func busFactor(c algorithms.Collective, n int) float64 {
@@ -325,9 +329,9 @@ func perfRun(o perfOpts, uid pg.UniqueID, rank, n int, cfg pg.Config, stdout, st
 	}
 	if rank == 0 && !o.asJSON {
 		fmt.Fprintf(stdout, "# gotree perf: %v, %d ranks, algo %s, dtype %v, op %v, %d iterations after %d warm-up\n", o.coll, n, o.algo, o.dtype, o.op, o.iters, o.warmup)
-		fmt.Fprintf(stdout, "#%11s %12s %9s %6s %5s   %9s %7s %7s %6s   %9s %7s %7s %6s   %9s %9s %6s   %7s %9s %6s %6s\n",
+		fmt.Fprintf(stdout, "#%11s %12s %9s %6s %5s   %9s %7s %7s %6s   %9s %7s %7s %6s   %9s %9s %6s   %7s %9s %6s %6s   %5s %3s\n",
 			"size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "median", "p95", "cv",
-			"copybw", "bound", "%bnd", "%bnd")
+			"copybw", "bound", "%bnd", "%bnd", "algo", "ch")
 		fmt.Fprintf(stdout, "#%11s %12s %9s %6s %5s   %9s %7s %7s %6s   %9s %7s %7s %6s   %9s %9s %6s   %7s %9s %6s %6s\n",
 			"(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "",
 			"(GB/s)", "(us)", "oop", "ip")
@@ -360,10 +364,10 @@ func perfRun(o perfOpts, uid pg.UniqueID, rank, n int, cfg pg.Config, stdout, st
 		busSum += row.OutBusBW
 		rows = append(rows, row)
 		if rank == 0 && !o.asJSON {
-			fmt.Fprintf(stdout, "%12d %12d %9s %6s %5d   %9.1f %7.2f %7.2f %6d   %9.1f %7.2f %7.2f %6d   %9.1f %9.1f %5.1f%%   %7.2f %9.1f %5.0f%% %5.0f%%\n",
+			fmt.Fprintf(stdout, "%12d %12d %9s %6s %5d   %9.1f %7.2f %7.2f %6d   %9.1f %7.2f %7.2f %6d   %9.1f %9.1f %5.1f%%   %7.2f %9.1f %5.0f%% %5.0f%%   %5s %3d\n",
 				row.Bytes, row.Count, row.Type, row.Op, row.Root, row.OutTime, row.OutAlgBW, row.OutBusBW, row.OutWrong,
 				row.InTime, row.InAlgBW, row.InBusBW, row.InWrong, row.Median, row.P95, 100*row.CV,
-				row.CopyBW, row.BoundUs, 100*row.OutOfBound, 100*row.InOfBound)
+				row.CopyBW, row.BoundUs, 100*row.OutOfBound, 100*row.InOfBound, row.PlanAlgo, row.PlanChannels)
 		}
 		if rank == 0 && tty {
 			fmt.Fprintf(stderr, "\r[%-30s] %d/%d", strings.Repeat("#", 30*(si+1)/len(sizes)), si+1, len(sizes))
@@ -380,7 +384,7 @@ func perfRun(o perfOpts, uid pg.UniqueID, rank, n int, cfg pg.Config, stdout, st
 		if o.asJSON {
 			enc := json.NewEncoder(stdout)
 			enc.SetIndent("", " ")
-			enc.Encode(map[string]any{"collective": o.coll.String(), "nranks": n, "algo": o.algo, "rows": rows})
+			enc.Encode(map[string]any{"collective": o.coll.String(), "nranks": n, "nodes": comm.Graph().NNodes, "algo": o.algo, "rows": rows})
 		} else {
 			fmt.Fprintf(stdout, "# Out of bounds values : %d %s\n", wrong, map[bool]string{true: "OK", false: "FAILED"}[wrong == 0])
 			fmt.Fprintf(stdout, "# Avg bus bandwidth    : %.4f\n", busSum/float64(max(len(rows), 1)))
@@ -484,6 +488,7 @@ func memBound(comm *pg.Comm, o perfOpts, count int64, send, recv []byte, row *pe
 	if err != nil {
 		return err
 	}
+	row.PlanAlgo, row.PlanChannels = plan.Algo.String(), plan.Channels
 	nb := int(count) * o.dtype.Size()
 	src, dst := send[:nb], recv[:nb]
 	r, err := comm.Barrier()

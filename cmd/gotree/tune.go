@@ -84,9 +84,17 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 	builtinAlgos := fs.String("builtin-algos", "ring,tree,hd", "with -builtin: the algorithms the built-in local entries calibrate (the others keep the main shm entry)")
 	timeout := fs.Duration("timeout", 2*time.Minute, "communicator timeout")
 	from := fs.String("from", "", "fit shm from sweeps' raw.csv files (comma-separated) instead of measuring (pooled medians of every run)")
-	start := fs.String("tuning", os.Getenv("GOTREE_TUNING_FILE"), "with -from: the tuning file that gives base and tcp")
+	fromPerf := fs.String("from-perf", "", "fit tcp per node count from `gotree perf --json` files of multi-node runs (comma-separated; one rank per node, ring and tree forced) instead of measuring")
+	start := fs.String("tuning", os.Getenv("GOTREE_TUNING_FILE"), "with -from or -from-perf: the tuning file that gives everything not refitted")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *fromPerf != "" {
+		if *from != "" {
+			fmt.Fprintln(stderr, "gotree tune: give -from or -from-perf, not both")
+			return 2
+		}
+		return tuneFromPerf(strings.Split(*fromPerf, ","), *start, *out, stdout, stderr)
 	}
 	maxB, err := parseSize(*maxS)
 	if err != nil || maxB < 1<<20 || *cycles < 1 || *iters < 1 {
@@ -212,7 +220,11 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 	for _, jb := range jobs {
 		t, _ := algorithms.ParseTransport(jb.tr)
 		tc := algorithms.TransportCost{SharesCPU: true}
-		var measured [algorithms.NumAlgorithms]tuneRun
+		measured := map[algorithms.Algorithm]tuneRun{}
+		topo, entry := localTopo(jb.k, t), algorithms.LocalCost{Transport: t, RanksPerNode: jb.k}
+		if jb.tr == "tcp" {
+			topo, entry = nodesTopo(jb.k, t), algorithms.LocalCost{Transport: t, RanksPerNode: 1}
+		}
 		for _, a := range tuneAlgos(jb.tr) {
 			var run tuneRun
 			var err error
@@ -231,7 +243,7 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 			}
 			runs = append(runs, run)
 			measured[a] = run
-			f := fitRun(run, base, a, jb.k)
+			f := fitRun(run, base, a, topo)
 			f.Transport = jb.tr
 			fits = append(fits, f)
 			tc.BaseUs[a][algorithms.Simple] = round3(f.BaseUs)
@@ -239,26 +251,7 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 			tc.BusGBps[a][algorithms.Simple] = round3(f.BusGBps)
 		}
 		// Corrections: measured over the α-β prediction of this fit.
-		probe := algorithms.DefaultTuning()
-		probe.Cores = tu.Cores
-		probe.Transports[t] = tc
-		topo := algorithms.CostTopo{NRanks: jb.k, NNodes: 1, RanksPerNode: jb.k, Intra: t, Inter: t, Channels: 2}
-		if jb.tr == "tcp" {
-			topo = algorithms.CostTopo{NRanks: jb.k, NNodes: jb.k, RanksPerNode: 1, Intra: algorithms.Shm, Inter: t, Channels: 2}
-		}
-		probe.Local = []algorithms.LocalCost{{Transport: t, RanksPerNode: topo.RanksPerNode, Cost: tc}}
-		for _, a := range tuneAlgos(jb.tr) {
-			run := measured[a]
-			for i, b := range run.Bytes {
-				p, err := probe.Predict(algorithms.AllReduce, a, algorithms.Simple, topo, b, 0)
-				if err != nil || p.TimeUs <= 0 || run.MedianUs[i] <= 0 {
-					continue
-				}
-				k := bits.Len64(uint64(b)) - 1
-				tc.Correction[a][algorithms.Simple][k] = run.MedianUs[i] / p.TimeUs
-			}
-			smoothCorrections(&tc.Correction[a][algorithms.Simple])
-		}
+		fitCorrections(&tc, tu.Cores, entry, topo, measured)
 		if jb.k == 2 {
 			tu.Transports[t] = tc
 			written = append([]algorithms.Transport{t}, written...)
@@ -354,12 +347,14 @@ func tuneAlgos(tr string) []algorithms.Algorithm {
 	return []algorithms.Algorithm{algorithms.Ring, algorithms.Tree}
 }
 
-// fitRun fits a run of algorithm a on k ranks (see the file comment).
-func fitRun(r tuneRun, base float64, a algorithms.Algorithm, k int) tuneFit {
-	f := tuneFit{Algo: a.String(), Ranks: k, LatencyUs: smallLatency(r)}
+// fitRun fits a run of algorithm a on topo (see the file comment): the
+// hops of the latency are those on the critical path within and across
+// nodes.
+func fitRun(r tuneRun, base float64, a algorithms.Algorithm, topo algorithms.CostTopo) tuneFit {
+	f := tuneFit{Algo: a.String(), Ranks: topo.NRanks, LatencyUs: smallLatency(r)}
 	f.BaseUs = min(base, f.LatencyUs)
-	sh := algorithms.ShapeOf(algorithms.AllReduce, a, algorithms.CostTopo{NRanks: max(k, 2), NNodes: 1, RanksPerNode: max(k, 2)})
-	f.HopUs = max(0, (f.LatencyUs-f.BaseUs)/max(1, sh.IntraHops))
+	sh := algorithms.ShapeOf(algorithms.AllReduce, a, topo)
+	f.HopUs = max(0, (f.LatencyUs-f.BaseUs)/max(1, sh.IntraHops+sh.InterHops))
 	ratio := sh.Ratio
 	var bws []float64
 	for i, b := range r.Bytes {
@@ -372,4 +367,38 @@ func fitRun(r tuneRun, base float64, a algorithms.Algorithm, k int) tuneFit {
 		f.BusGBps, _, _ = stats(bws)
 	}
 	return f
+}
+
+// localTopo is the topology of k ranks on one host.
+func localTopo(k int, tr algorithms.Transport) algorithms.CostTopo {
+	k = max(k, 2)
+	return algorithms.CostTopo{NRanks: k, NNodes: 1, RanksPerNode: k, Intra: tr, Inter: tr, Channels: 2}
+}
+
+// nodesTopo is the topology of n nodes of one rank each, joined by tr.
+func nodesTopo(n int, tr algorithms.Transport) algorithms.CostTopo {
+	return algorithms.CostTopo{NRanks: n, NNodes: n, RanksPerNode: 1, Intra: algorithms.Shm, Inter: tr, Channels: 2}
+}
+
+// fitCorrections sets tc's per-size corrections for the algorithms of
+// measured (runs on topo): measured time over the α-β prediction of tc,
+// smoothed. entry is where tc sits in the tuning (its transport, ranks
+// per node and nodes).
+func fitCorrections(tc *algorithms.TransportCost, cores int, entry algorithms.LocalCost, topo algorithms.CostTopo, measured map[algorithms.Algorithm]tuneRun) {
+	probe := algorithms.DefaultTuning()
+	probe.Cores = cores
+	probe.Transports[entry.Transport] = *tc
+	entry.Cost = *tc
+	probe.Local = []algorithms.LocalCost{entry}
+	for a, run := range measured {
+		for i, b := range run.Bytes {
+			p, err := probe.Predict(algorithms.AllReduce, a, algorithms.Simple, topo, b, 0)
+			if err != nil || p.TimeUs <= 0 || run.MedianUs[i] <= 0 {
+				continue
+			}
+			k := bits.Len64(uint64(b)) - 1
+			tc.Correction[a][algorithms.Simple][k] = run.MedianUs[i] / p.TimeUs
+		}
+		smoothCorrections(&tc.Correction[a][algorithms.Simple])
+	}
 }

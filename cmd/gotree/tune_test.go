@@ -30,7 +30,7 @@ func TestFitRun(t *testing.T) {
 			}
 			r.MedianUs = append(r.MedianUs, t0)
 		}
-		f := fitRun(r, 5, tc.algo, tc.k)
+		f := fitRun(r, 5, tc.algo, localTopo(tc.k, algorithms.Shm))
 		if math.Abs(f.LatencyUs-tc.lat) > 1e-9 || math.Abs(f.HopUs-tc.hop) > 1e-9 || math.Abs(f.BusGBps-tc.bus) > 1e-9 || f.BaseUs != 5 {
 			t.Errorf("%v k=%d: fit %+v, want latency %v hop %v bus %v", tc.algo, tc.k, f, tc.lat, tc.hop, tc.bus)
 		}

@@ -1,0 +1,197 @@
+package main
+
+// gotree tune -from-perf calibrates the network between nodes from
+// `gotree perf --json` runs across them (one rank per node, the ring and
+// the tree forced): loopback inside one host says little about a real
+// link, and the crossover between ring and tree depends on the number of
+// nodes. Each node count measured gets its own TCP entry (a local entry
+// with "nodes" set), fitted like tune's own runs; the main TCP entry takes
+// the fit of the largest node count, for node counts not measured.
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"time"
+
+	"github.com/gotree/gotree/algorithms"
+)
+
+// perfFile is what -from-perf reads of a `gotree perf --json` output.
+type perfFile struct {
+	Collective string    `json:"collective"`
+	NRanks     int       `json:"nranks"`
+	Nodes      int       `json:"nodes"`
+	Algo       string    `json:"algo"`
+	Rows       []perfRow `json:"rows"`
+}
+
+// readPerfRuns reads perf JSON files and pools them per node count and
+// algorithm: at each size the median over the files of perf's
+// out-of-place median. Every file must be an allreduce with a forced ring
+// or tree, one rank per node, and no wrong element.
+func readPerfRuns(paths []string) (map[int]map[algorithms.Algorithm]tuneRun, error) {
+	meds := map[int]map[algorithms.Algorithm]map[int64][]float64{}
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return nil, err
+		}
+		var f perfFile
+		if err := json.Unmarshal(data, &f); err != nil {
+			return nil, fmt.Errorf("%s: not a gotree perf --json output: %v", p, err)
+		}
+		a, err := algorithms.ParseAlgorithm(f.Algo)
+		switch {
+		case f.Collective != algorithms.AllReduce.String():
+			return nil, fmt.Errorf("%s: %s, want allreduce", p, f.Collective)
+		case err != nil || (a != algorithms.Ring && a != algorithms.Tree):
+			return nil, fmt.Errorf("%s: algo %q, want a run with ring or tree forced (--algo)", p, f.Algo)
+		case f.Nodes == 0:
+			return nil, fmt.Errorf("%s: no node count (written by a gotree perf older than -from-perf)", p)
+		case f.Nodes < 2 || f.NRanks != f.Nodes:
+			return nil, fmt.Errorf("%s: %d ranks on %d nodes, want one rank on each of at least 2 nodes", p, f.NRanks, f.Nodes)
+		case len(f.Rows) == 0:
+			return nil, fmt.Errorf("%s: no rows", p)
+		}
+		for _, r := range f.Rows {
+			if r.OutWrong != 0 || r.InWrong != 0 {
+				return nil, fmt.Errorf("%s: %d B: %d wrong elements", p, r.Bytes, r.OutWrong+r.InWrong)
+			}
+			if meds[f.Nodes] == nil {
+				meds[f.Nodes] = map[algorithms.Algorithm]map[int64][]float64{}
+			}
+			if meds[f.Nodes][a] == nil {
+				meds[f.Nodes][a] = map[int64][]float64{}
+			}
+			meds[f.Nodes][a][r.Bytes] = append(meds[f.Nodes][a][r.Bytes], r.Median)
+		}
+	}
+	out := map[int]map[algorithms.Algorithm]tuneRun{}
+	for n, byAlgo := range meds {
+		out[n] = map[algorithms.Algorithm]tuneRun{}
+		for a, bySize := range byAlgo {
+			run := tuneRun{Transport: "tcp", NRanks: n, Algo: a.String()}
+			for b := range bySize {
+				run.Bytes = append(run.Bytes, b)
+			}
+			sort.Slice(run.Bytes, func(i, j int) bool { return run.Bytes[i] < run.Bytes[j] })
+			for _, b := range run.Bytes {
+				m, _, _ := stats(bySize[b])
+				run.MedianUs = append(run.MedianUs, m)
+			}
+			out[n][a] = run
+		}
+	}
+	return out, nil
+}
+
+// fitNodes fits the TCP entries of tu from runs (node count -> algorithm
+// -> pooled run): one local entry per node count, each needing both the
+// ring and the tree, replacing any earlier TCP entry for that count; the
+// main TCP entry becomes the largest count's. The base of a call is the
+// starting main TCP entry's.
+func fitNodes(tu *algorithms.Tuning, runs map[int]map[algorithms.Algorithm]tuneRun) ([]tuneFit, error) {
+	var ns []int
+	for n := range runs {
+		ns = append(ns, n)
+	}
+	sort.Ints(ns)
+	if len(ns) == 0 {
+		return nil, fmt.Errorf("no runs")
+	}
+	base := tu.Transports[algorithms.TCP].BaseUs[algorithms.Ring][algorithms.Simple]
+	var fits []tuneFit
+	var main algorithms.TransportCost
+	for _, n := range ns {
+		topo := nodesTopo(n, algorithms.TCP)
+		entry := algorithms.LocalCost{Transport: algorithms.TCP, RanksPerNode: 1, Nodes: n}
+		tc := algorithms.TransportCost{SharesCPU: true}
+		for _, a := range tuneAlgos("tcp") {
+			run, ok := runs[n][a]
+			if !ok {
+				return nil, fmt.Errorf("%d nodes: no %v run (give both the ring and the tree)", n, a)
+			}
+			f := fitRun(run, base, a, topo)
+			if f.BusGBps <= 0 {
+				return nil, fmt.Errorf("%d nodes, %v: no size of 1 MiB or more slower than the latency: cannot fit a bandwidth", n, a)
+			}
+			f.Transport = "tcp"
+			fits = append(fits, f)
+			tc.BaseUs[a][algorithms.Simple] = round3(f.BaseUs)
+			tc.HopUs[a][algorithms.Simple] = round3(f.HopUs)
+			tc.BusGBps[a][algorithms.Simple] = round3(f.BusGBps)
+		}
+		fitCorrections(&tc, tu.Cores, entry, topo, runs[n])
+		var keep []algorithms.LocalCost
+		for _, l := range tu.Local {
+			if l.Transport != algorithms.TCP || l.Nodes != n {
+				keep = append(keep, l)
+			}
+		}
+		entry.Cost = tc
+		tu.Local = append(keep, entry)
+		main = tc
+	}
+	tu.Transports[algorithms.TCP] = main
+	return fits, nil
+}
+
+// tuneFromPerf is `gotree tune -from-perf FILES [-tuning START] -out OUT`.
+func tuneFromPerf(paths []string, start, out string, stdout, stderr io.Writer) int {
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "gotree tune: -from-perf: %v\n", err)
+		return 1
+	}
+	tu := algorithms.DefaultTuning()
+	if start != "" {
+		data, err := os.ReadFile(start)
+		if err == nil {
+			tu, err = algorithms.ParseTuning(data)
+		}
+		if err != nil {
+			return fail(err)
+		}
+	}
+	runs, err := readPerfRuns(paths)
+	if err != nil {
+		return fail(err)
+	}
+	fits, err := fitNodes(tu, runs)
+	if err != nil {
+		return fail(err)
+	}
+	was := tu.Source
+	if was == "" {
+		was = "built-in values"
+	}
+	host, _ := os.Hostname()
+	tu.Source = fmt.Sprintf("gotree tune -from-perf on %s, %s: tcp per node count from %d perf runs; the rest from %s", host, time.Now().UTC().Format("2006-01-02 15:04 MST"), len(paths), was)
+	var measured []tuneRun
+	for _, byAlgo := range runs {
+		for _, r := range byAlgo {
+			measured = append(measured, r)
+		}
+	}
+	sort.Slice(measured, func(i, j int) bool {
+		if measured[i].NRanks != measured[j].NRanks {
+			return measured[i].NRanks < measured[j].NRanks
+		}
+		return measured[i].Algo < measured[j].Algo
+	})
+	data, err := algorithms.MarshalTuning(tu, []algorithms.Transport{algorithms.Shm, algorithms.TCP}, map[string]any{"files": paths, "fits": fits, "runs": measured})
+	if err == nil {
+		err = os.WriteFile(out, data, 0o644)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	fmt.Fprintf(stdout, "%-4s %5s %-5s %12s %10s %10s %10s\n", "link", "nodes", "algo", "latency(us)", "base(us)", "hop(us)", "bus(GB/s)")
+	for _, f := range fits {
+		fmt.Fprintf(stdout, "%-4s %5d %-5s %12.1f %10.1f %10.1f %10.3f\n", f.Transport, f.Ranks, f.Algo, f.LatencyUs, f.BaseUs, f.HopUs, f.BusGBps)
+	}
+	fmt.Fprintf(stdout, "# wrote %s; use it with GOTREE_TUNING_FILE=%s\n", out, out)
+	return 0
+}
