@@ -2,10 +2,10 @@
 """Compares `gotree sim --perf --json` with `gotree perf --json` measurements
 written by perf_matrix.sh, and prints a Markdown table (docs/crossover/netns/).
 
-    sim_compare.py MEASURED_DIR SIM_JSON [--title TEXT] [--tol 0.2]
+    sim_compare.py MEASURED_DIR[,DIR...] SIM_JSON [--title TEXT] [--tol 0.2]
 
 MEASURED_DIR holds n<N>-<algo>-r<rep>.json (rank 0's perf --json per
-repetition). Per (N, algorithm, size): the measured value is the median over
+repetition); several directories (comma-separated) pool their repetitions. Per (N, algorithm, size): the measured value is the median over
 repetitions of perf's median (out-of-place `time_us`); the spread is the
 smallest and largest repetition median and the largest P95; the error is
 simulated / measured - 1.
@@ -44,7 +44,8 @@ def main():
     a = ap.parse_args()
 
     meas = collections.defaultdict(list)
-    for f in sorted(glob.glob(os.path.join(a.measured, "n*-*-r*.json"))):
+    files = [f for d in a.measured.split(",") for f in glob.glob(os.path.join(d, "n*-*-r*.json"))]
+    for f in sorted(files):
         m = re.match(r"n(\d+)-(\w+)-r(\d+)\.json", os.path.basename(f))
         if not m:
             continue
