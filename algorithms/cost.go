@@ -159,14 +159,43 @@ type Tuning struct {
 // nodes nodes, and whether it was measured for exactly that count: an
 // entry for these nodes first, then one for any number of nodes.
 func (t *Tuning) cost(tr Transport, ranksPerNode, nodes int) (*TransportCost, bool) {
+	if i := t.localIndex(tr, ranksPerNode, nodes); i >= 0 {
+		return &t.Local[i].Cost, true
+	}
+	return &t.Transports[tr], false
+}
+
+// localIndex is the index in t.Local of the entry for tr with ranksPerNode
+// ranks on nodes nodes: one for exactly these nodes first, then one for
+// any number; -1 when none applies.
+func (t *Tuning) localIndex(tr Transport, ranksPerNode, nodes int) int {
 	for _, want := range [2]int{nodes, 0} {
-		for i := range t.Local {
-			if l := &t.Local[i]; l.Transport == tr && l.RanksPerNode == ranksPerNode && l.Nodes == want && (l.Cores == 0 || l.Cores == t.Cores) {
-				return &l.Cost, true
+		for i, l := range t.Local {
+			if l.Transport == tr && l.RanksPerNode == ranksPerNode && l.Nodes == want && (l.Cores == 0 || l.Cores == t.Cores) {
+				return i
 			}
 		}
 	}
-	return &t.Transports[tr], false
+	return -1
+}
+
+// EntryOf says in words which calibration of transport tr a communicator
+// with ranksPerNode ranks on each of nodes nodes uses (for `gotree
+// explain`): a local entry for exactly that layout, or the main entry.
+func (t *Tuning) EntryOf(tr Transport, ranksPerNode, nodes int) string {
+	i := t.localIndex(tr, ranksPerNode, nodes)
+	if i < 0 {
+		return "the main entry"
+	}
+	l := t.Local[i]
+	s := fmt.Sprintf("the entry calibrated for %d ranks per node", l.RanksPerNode)
+	if l.Nodes > 0 {
+		s = fmt.Sprintf("the entry calibrated for exactly %d nodes of %d %s", l.Nodes, l.RanksPerNode, map[bool]string{true: "rank", false: "ranks"}[l.RanksPerNode == 1])
+	}
+	if l.Cores > 0 {
+		s += fmt.Sprintf(" on %d cores", l.Cores)
+	}
+	return s
 }
 
 // costOf is cost for one algorithm and protocol: a local entry that has

@@ -556,6 +556,16 @@ func joinArrow(g *algorithms.Graph, c int) string {
 // explainCost prints the predicted times and the crossover.
 func explainCost(w io.Writer, tu *algorithms.Tuning, topo algorithms.CostTopo, maxB int64) {
 	fmt.Fprintf(w, "== Cost model (%s; %v inside nodes, %v between)\n\n", tu.Source, topo.Intra, topo.Inter)
+	var used []string
+	if topo.RanksPerNode > 1 {
+		used = append(used, fmt.Sprintf("%v: %s", topo.Intra, tu.EntryOf(topo.Intra, topo.RanksPerNode, topo.NNodes)))
+	}
+	if topo.NNodes > 1 {
+		used = append(used, fmt.Sprintf("%v: %s", topo.Inter, tu.EntryOf(topo.Inter, topo.RanksPerNode, topo.NNodes)))
+	}
+	if len(used) > 0 {
+		fmt.Fprintf(w, "Calibration used for %s of %s: %s.\n", plural(topo.NNodes, "node", "nodes"), plural(topo.RanksPerNode, "rank", "ranks"), strings.Join(used, "; "))
+	}
 	n := topo.NRanks
 	fmt.Fprintf(w, "time = latency + bytes / algorithm bandwidth. Latency is a fixed cost per call plus one hop cost per\n")
 	fmt.Fprintf(w, "step on the critical path: ring 2(n-1) = %d steps, tree 2 x ((ranks per node - 1) + log2(nodes)) = %d.\n",

@@ -227,3 +227,29 @@ func TestExplainSources(t *testing.T) {
 	assert.Equal(t, 2, runExplain([]string{"--topo", path, "--nranks", "4"}, &out, &errb))
 	assert.Contains(t, errb.String(), "8 GPUs × 1 nodes = 8 ranks")
 }
+
+// The cost section names the calibration it uses: a tuning file's entry
+// for exactly this many nodes, else the main entry (and the built-in
+// entry for 4 ranks per node on a 2-core node).
+func TestExplainCalibrationUsed(t *testing.T) {
+	tu := algorithms.DefaultTuning()
+	tu.Source = "test"
+	entry := tu.Transports[algorithms.TCP]
+	tu.Local = append(tu.Local, algorithms.LocalCost{Transport: algorithms.TCP, RanksPerNode: 1, Nodes: 3, Cost: entry})
+	data, err := algorithms.MarshalTuning(tu, []algorithms.Transport{algorithms.TCP}, nil)
+	require.NoError(t, err)
+	file := filepath.Join(t.TempDir(), "tuning.json")
+	require.NoError(t, os.WriteFile(file, data, 0o644))
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--nranks", "3", "--nodes", "3"}, "Calibration used for 3 nodes of 1 rank: tcp: the entry calibrated for exactly 3 nodes of 1 rank."},
+		{[]string{"--nranks", "4", "--nodes", "4"}, "Calibration used for 4 nodes of 1 rank: tcp: the main entry."},
+		{[]string{"--nranks", "8", "--nodes", "2"}, "Calibration used for 2 nodes of 4 ranks: shm: the entry calibrated for 4 ranks per node on 2 cores; tcp: the main entry."},
+	} {
+		var out, errb bytes.Buffer
+		require.Equal(t, 0, runExplain(append(tc.args, "--links", "cpu", "-e", "1M", "--tuning", file), &out, &errb), errb.String())
+		assert.Contains(t, out.String(), tc.want, tc.args)
+	}
+}
