@@ -27,12 +27,7 @@ import os
 import re
 import statistics
 
-
-def fmt_size(b):
-    for unit, s in ((1 << 20, "M"), (1 << 10, "K")):
-        if b >= unit and b % unit == 0:
-            return f"{b // unit}{s}"
-    return str(b)
+from sim_compare import fmt_size  # this directory: size labels as in the simulator tables
 
 
 def main():

@@ -45,6 +45,9 @@ from conftest import REPO, WORKERS, assert_checks, run_command, worker_env
 sys.path.insert(0, str(WORKERS))
 import faults_netns  # noqa: E402
 
+sys.path.insert(0, str(REPO / "tests" / "netns"))
+from sim_compare import fmt_size as _fmt_size  # noqa: E402  (the size labels of gotree explain's tables)
+
 LINK_RATE_GBPS = 2.0  # Gbit/s, as given to netns.sh
 LINK_GBYTES = LINK_RATE_GBPS / 8  # GB/s (10^9 bytes), the unit of busbw
 
@@ -139,13 +142,6 @@ def test_perf_rate_limited_2gbit(built):
     ]
     print("\n".join(lines))
     assert row["wrong"] == 0 and row["inplace_wrong"] == 0, f"wrong results: {row}"
-
-
-def _fmt_size(b):
-    for unit, s in ((1 << 20, "M"), (1 << 10, "K")):
-        if b >= unit and b % unit == 0:
-            return f"{b // unit}{s}"
-    return str(b)
 
 
 def test_tune_from_perf_across_namespaces(built):
