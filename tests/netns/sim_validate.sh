@@ -4,9 +4,10 @@
 #
 #   sim_validate.sh OUTDIR GOTREE [REPS] [RATE]
 #
-# 1. calibration: 2 nodes, ring, 1-16 KiB, on 1 channel and on 2 channels
+# 1. calibration: 2 nodes, ring, CAL_MIN (default 4 B; the first run in
+#    docs/crossover/netns used 1K) to 16 KiB, on 1 channel and on 2 channels
 #    (GOTREE_MIN_NCHANNELS=2), at RATE (default 1gbit);
-# 2. validation: 2, 3, 4 nodes x ring, tree x 1 KiB .. 16 MiB (x4), at RATE and
+# 2. validation: 2, 3, 4 nodes x ring, tree x 4 B .. 16 MiB (x4), at RATE and
 #    without a rate limit, REPS repetitions (default 5) in fresh namespaces;
 # 3. fit --hop-us and --msg-cpu-us on step 1 only (sim_calibrate.py);
 # 4. `gotree sim --perf` with those and the tuning file's link bandwidth for
@@ -34,20 +35,21 @@ tuning=$repo/docs/crossover/tuning.json
 } >"$out/env.txt"
 
 pm=("$here/perf_matrix.sh")
-sizes=(-b 1K -e 16K -f 4 -n 20 -w 5 -c 1)
+sizes=(-b "${CAL_MIN:-4}" -e 16K -f 4 -n 20 -w 5 -c 1)
+full=(-b 4 -e 16M -f 4 -n 20 -w 5 -c 1)
 "${pm[@]}" "$out/raw/cal-1ch" "$rate" "$bin" "$reps" 2 ring "${sizes[@]}"
 PERF_ENV=GOTREE_MIN_NCHANNELS=2 "${pm[@]}" "$out/raw/cal-2ch" "$rate" "$bin" "$reps" 2 ring "${sizes[@]}"
-"${pm[@]}" "$out/raw/measured" "$rate" "$bin" "$reps"
-"${pm[@]}" "$out/raw/measured" none "$bin" "$reps"
+"${pm[@]}" "$out/raw/measured" "$rate" "$bin" "$reps" "2 3 4" "ring tree" "${full[@]}"
+"${pm[@]}" "$out/raw/measured" none "$bin" "$reps" "2 3 4" "ring tree" "${full[@]}"
 echo "load after: $(cat /proc/loadavg)" >>"$out/env.txt"
 
 sim=("$bin" sim --links cpu --tuning "$tuning" --ranks-per-node 1 --mtu 1500 --host-cores "$(nproc)")
 lat=$(python3 "$here/sim_calibrate.py" "$out/raw/cal-1ch/$rate" "$out/raw/cal-2ch/$rate" -- "${sim[@]}" --nic-rate "$rate" --nic-burst 1M 2>"$out/calibration.txt")
 echo "fit: $lat" >>"$out/calibration.txt"
 # shellcheck disable=SC2086
-"${sim[@]}" $lat --perf --json --nodes 2,3,4 -b 1K -e 16M -f 4 --nic-rate "$rate" --nic-burst 1M >"$out/sim-$rate.json"
+"${sim[@]}" $lat --perf --json --nodes 2,3,4 -b 4 -e 16M -f 4 --nic-rate "$rate" --nic-burst 1M >"$out/sim-$rate.json"
 # shellcheck disable=SC2086
-"${sim[@]}" $lat --perf --json --nodes 2,3,4 -b 1K -e 16M -f 4 --nic-gbps 0 >"$out/sim-none.json"
+"${sim[@]}" $lat --perf --json --nodes 2,3,4 -b 4 -e 16M -f 4 --nic-gbps 0 >"$out/sim-none.json"
 python3 "$here/sim_compare.py" "$out/raw/measured/$rate" "$out/sim-$rate.json" --title "tbf $rate per namespace link and direction" >"$out/comparison-$rate.md"
 python3 "$here/sim_compare.py" "$out/raw/measured/none" "$out/sim-none.json" --title "no rate limit" >"$out/comparison-none.md"
 echo "sim: ${sim[*]} $lat" >>"$out/calibration.txt"
