@@ -85,21 +85,25 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 	timeout := fs.Duration("timeout", 2*time.Minute, "communicator timeout")
 	from := fs.String("from", "", "fit shm from sweeps' raw.csv files (comma-separated) instead of measuring (pooled medians of every run)")
 	fromPerf := fs.String("from-perf", "", "fit tcp per node count from `gotree perf --json` files of multi-node runs (comma-separated; one rank per node, ring and tree forced) instead of measuring")
-	start := fs.String("tuning", os.Getenv("GOTREE_TUNING_FILE"), "with -from or -from-perf: the tuning file that gives everything not refitted")
+	cluster := fs.Bool("cluster", false, "run on every node under a launcher (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; one process per node): measure ring and tree across the nodes and fit tcp for this node count (rank 0 writes -out)")
+	start := fs.String("tuning", os.Getenv("GOTREE_TUNING_FILE"), "with -from, -from-perf or -cluster: the tuning file that gives everything not refitted")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	if n := btoi(*from != "") + btoi(*fromPerf != "") + btoi(*cluster); n > 1 {
+		fmt.Fprintln(stderr, "gotree tune: give at most one of -from, -from-perf and -cluster")
+		return 2
+	}
 	if *fromPerf != "" {
-		if *from != "" {
-			fmt.Fprintln(stderr, "gotree tune: give -from or -from-perf, not both")
-			return 2
-		}
 		return tuneFromPerf(strings.Split(*fromPerf, ","), *start, *out, stdout, stderr)
 	}
 	maxB, err := parseSize(*maxS)
 	if err != nil || maxB < 1<<20 || *cycles < 1 || *iters < 1 {
 		fmt.Fprintln(stderr, "gotree tune: need -e >= 1M, -cycles >= 1, -iters >= 1")
 		return 2
+	}
+	if *cluster {
+		return tuneCluster(maxB, *iters, *timeout, *start, *out, stdout, stderr)
 	}
 	var sizes []int64
 	for b := int64(4); b <= maxB; b *= 2 {
@@ -290,6 +294,13 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "gotree tune: %s N=%d %s: %d wrong elements\n", r.Transport, r.NRanks, r.Algo, r.Wrong)
 			return 1
 		}
+	}
+	return 0
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
 	}
 	return 0
 }

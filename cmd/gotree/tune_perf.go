@@ -2,13 +2,15 @@ package main
 
 // gotree tune -from-perf calibrates the network between nodes from
 // `gotree perf --json` runs across them (one rank per node, the ring and
-// the tree forced): loopback inside one host says little about a real
+// the tree forced), and gotree tune -cluster makes those runs itself on
+// every node under a launcher: loopback inside one host says little about a real
 // link, and the crossover between ring and tree depends on the number of
 // nodes. Each node count measured gets its own TCP entry (a local entry
 // with "nodes" set), fitted like tune's own runs; the main TCP entry takes
 // the fit of the largest node count, for node counts not measured.
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -28,12 +30,9 @@ type perfFile struct {
 	Rows       []perfRow `json:"rows"`
 }
 
-// readPerfRuns reads perf JSON files and pools them per node count and
-// algorithm: at each size the median over the files of perf's
-// out-of-place median. Every file must be an allreduce with a forced ring
-// or tree, one rank per node, and no wrong element.
+// readPerfRuns reads perf JSON files and pools them (poolPerfRuns).
 func readPerfRuns(paths []string) (map[int]map[algorithms.Algorithm]tuneRun, error) {
-	meds := map[int]map[algorithms.Algorithm]map[int64][]float64{}
+	var docs []namedPerf
 	for _, p := range paths {
 		data, err := os.ReadFile(p)
 		if err != nil {
@@ -43,6 +42,25 @@ func readPerfRuns(paths []string) (map[int]map[algorithms.Algorithm]tuneRun, err
 		if err := json.Unmarshal(data, &f); err != nil {
 			return nil, fmt.Errorf("%s: not a gotree perf --json output: %v", p, err)
 		}
+		docs = append(docs, namedPerf{p, f})
+	}
+	return poolPerfRuns(docs)
+}
+
+// namedPerf is one perf run and the name its errors carry.
+type namedPerf struct {
+	name string
+	perfFile
+}
+
+// poolPerfRuns pools perf runs per node count and algorithm: at each size
+// the median over the runs of perf's out-of-place median. Every run must
+// be an allreduce with a forced ring or tree that ran that algorithm at
+// every size (plan_algo), one rank per node, and no wrong element.
+func poolPerfRuns(docs []namedPerf) (map[int]map[algorithms.Algorithm]tuneRun, error) {
+	meds := map[int]map[algorithms.Algorithm]map[int64][]float64{}
+	for _, f := range docs {
+		p := f.name
 		a, err := algorithms.ParseAlgorithm(f.Algo)
 		switch {
 		case f.Collective != algorithms.AllReduce.String():
@@ -59,6 +77,9 @@ func readPerfRuns(paths []string) (map[int]map[algorithms.Algorithm]tuneRun, err
 		for _, r := range f.Rows {
 			if r.OutWrong != 0 || r.InWrong != 0 {
 				return nil, fmt.Errorf("%s: %d B: %d wrong elements", p, r.Bytes, r.OutWrong+r.InWrong)
+			}
+			if r.PlanAlgo != "" && r.PlanAlgo != f.Algo {
+				return nil, fmt.Errorf("%s: %d B: ran %s although %s was forced", p, r.Bytes, r.PlanAlgo, f.Algo)
 			}
 			if meds[f.Nodes] == nil {
 				meds[f.Nodes] = map[algorithms.Algorithm]map[int64][]float64{}
@@ -141,8 +162,58 @@ func fitNodes(tu *algorithms.Tuning, runs map[int]map[algorithms.Algorithm]tuneR
 
 // tuneFromPerf is `gotree tune -from-perf FILES [-tuning START] -out OUT`.
 func tuneFromPerf(paths []string, start, out string, stdout, stderr io.Writer) int {
-	fail := func(err error) int {
+	runs, err := readPerfRuns(paths)
+	if err != nil {
 		fmt.Fprintf(stderr, "gotree tune: -from-perf: %v\n", err)
+		return 1
+	}
+	return writeNodeTuning(runs, fmt.Sprintf("%d perf runs", len(paths)), map[string]any{"files": paths}, start, out, stdout, stderr)
+}
+
+// tuneCluster is `gotree tune -cluster`, run on every node under a
+// launcher (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, one process per
+// node): perf's allreduce from 4 B to maxB (×4) with the ring forced, then
+// with the tree, each in its own communicator; rank 0 fits them as
+// -from-perf does and writes out.
+func tuneCluster(maxB int64, iters int, timeout time.Duration, start, out string, stdout, stderr io.Writer) int {
+	var docs []namedPerf
+	for _, algo := range []string{"ring", "tree"} {
+		o := perfOpts{minBytes: 4, maxBytes: maxB, factor: 4, iters: iters, warmup: 5, check: 1,
+			dtype: algorithms.Float32, op: algorithms.Sum, algo: algo, coll: algorithms.AllReduce, asJSON: true, timeout: timeout}
+		var buf bytes.Buffer
+		if rc := perfJoinEnv(o, &buf, stderr); rc != 0 {
+			fmt.Fprintf(stderr, "gotree tune: -cluster: the %s run failed\n", algo)
+			return rc
+		}
+		if buf.Len() == 0 {
+			continue // not rank 0: perf prints on rank 0 only
+		}
+		var f perfFile
+		if err := json.Unmarshal(buf.Bytes(), &f); err != nil {
+			fmt.Fprintf(stderr, "gotree tune: -cluster: the %s run: %v\n", algo, err)
+			return 1
+		}
+		docs = append(docs, namedPerf{"tune -cluster, " + algo, f})
+	}
+	if len(docs) == 0 {
+		return 0
+	}
+	runs, err := poolPerfRuns(docs)
+	if err != nil {
+		fmt.Fprintf(stderr, "gotree tune: -cluster: %v\n", err)
+		return 1
+	}
+	for _, d := range docs {
+		fmt.Fprintf(stdout, "# measured %s over %d nodes\n", d.Algo, d.Nodes)
+	}
+	return writeNodeTuning(runs, fmt.Sprintf("a run across %d nodes (tune -cluster)", docs[0].Nodes), map[string]any{"perf": docs}, start, out, stdout, stderr)
+}
+
+// writeNodeTuning fits runs (fitNodes) into the tuning file start (or the
+// built-in values), writes it to out and prints the fits.
+func writeNodeTuning(runs map[int]map[algorithms.Algorithm]tuneRun, from string, raw map[string]any, start, out string, stdout, stderr io.Writer) int {
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "gotree tune: %v\n", err)
 		return 1
 	}
 	tu := algorithms.DefaultTuning()
@@ -155,10 +226,6 @@ func tuneFromPerf(paths []string, start, out string, stdout, stderr io.Writer) i
 			return fail(err)
 		}
 	}
-	runs, err := readPerfRuns(paths)
-	if err != nil {
-		return fail(err)
-	}
 	fits, err := fitNodes(tu, runs)
 	if err != nil {
 		return fail(err)
@@ -168,7 +235,7 @@ func tuneFromPerf(paths []string, start, out string, stdout, stderr io.Writer) i
 		was = "built-in values"
 	}
 	host, _ := os.Hostname()
-	tu.Source = fmt.Sprintf("gotree tune -from-perf on %s, %s: tcp per node count from %d perf runs; the rest from %s", host, time.Now().UTC().Format("2006-01-02 15:04 MST"), len(paths), was)
+	tu.Source = fmt.Sprintf("gotree tune on %s, %s: tcp per node count from %s; the rest from %s", host, time.Now().UTC().Format("2006-01-02 15:04 MST"), from, was)
 	var measured []tuneRun
 	for _, byAlgo := range runs {
 		for _, r := range byAlgo {
@@ -181,7 +248,8 @@ func tuneFromPerf(paths []string, start, out string, stdout, stderr io.Writer) i
 		}
 		return measured[i].Algo < measured[j].Algo
 	})
-	data, err := algorithms.MarshalTuning(tu, []algorithms.Transport{algorithms.Shm, algorithms.TCP}, map[string]any{"files": paths, "fits": fits, "runs": measured})
+	raw["fits"], raw["runs"] = fits, measured
+	data, err := algorithms.MarshalTuning(tu, []algorithms.Transport{algorithms.Shm, algorithms.TCP}, raw)
 	if err == nil {
 		err = os.WriteFile(out, data, 0o644)
 	}

@@ -129,6 +129,7 @@ func TestTuneFromPerf(t *testing.T) {
 		{func(f *perfFile) { f.Collective = "allgather" }, "want allreduce"},
 		{func(f *perfFile) { f.Rows[3].InWrong = 7 }, "7 wrong elements"},
 		{func(f *perfFile) { f.Rows = nil }, "no rows"},
+		{func(f *perfFile) { f.Rows[2].PlanAlgo = "tree" }, "64 B: ran tree although ring was forced"},
 	} {
 		p := writePerfJSON(t, dir, "bad.json", 2, "ring", ok, tc.mutate)
 		_, err := readPerfRuns([]string{p})
