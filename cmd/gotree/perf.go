@@ -198,11 +198,17 @@ func perfLaunch(o perfOpts, args []string, stdout, stderr io.Writer) int {
 func perfJoinEnv(o perfOpts, stdout, stderr io.Writer) int {
 	rank, err1 := strconv.Atoi(os.Getenv("RANK"))
 	n, err2 := strconv.Atoi(os.Getenv("WORLD_SIZE"))
-	addr := net.JoinHostPort(os.Getenv("MASTER_ADDR"), os.Getenv("MASTER_PORT"))
-	if err1 != nil || err2 != nil || os.Getenv("MASTER_ADDR") == "" || os.Getenv("MASTER_PORT") == "" {
+	port, err3 := strconv.Atoi(os.Getenv("MASTER_PORT"))
+	if err1 != nil || err2 != nil || err3 != nil || os.Getenv("MASTER_ADDR") == "" {
 		fmt.Fprintln(stderr, "gotree perf: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT must all be set")
 		return 2
 	}
+	if os.Getenv("TORCHELASTIC_USE_AGENT_STORE") == "True" {
+		// Under torchrun the agent's store already listens on
+		// MASTER_PORT: rank 0 serves the unique id on the next port.
+		port++
+	}
+	addr := net.JoinHostPort(os.Getenv("MASTER_ADDR"), strconv.Itoa(port))
 	cfg, err := perfConfig(o)
 	if err != nil {
 		fmt.Fprintf(stderr, "gotree perf: %v\n", err)

@@ -70,7 +70,7 @@ func poolPerfRuns(docs []namedPerf) (map[int]map[algorithms.Algorithm]tuneRun, e
 		case f.Nodes == 0:
 			return nil, fmt.Errorf("%s: no node count (written by a gotree perf older than -from-perf)", p)
 		case f.Nodes < 2 || f.NRanks != f.Nodes:
-			return nil, fmt.Errorf("%s: %d ranks on %d nodes, want one rank on each of at least 2 nodes", p, f.NRanks, f.Nodes)
+			return nil, fmt.Errorf("%s: %s on %s, want one rank on each of at least 2 nodes", p, plural(f.NRanks, "rank", "ranks"), plural(f.Nodes, "node", "nodes"))
 		case len(f.Rows) == 0:
 			return nil, fmt.Errorf("%s: no rows", p)
 		}

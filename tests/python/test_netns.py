@@ -23,6 +23,11 @@ test_tune_cluster_across_namespaces
     GOTREE_TUNING_FILE: the communicator runs what `gotree explain` predicts from the file,
     and follows the file's entry for 3 nodes rather than its main TCP entry.
 
+test_perf_under_torchrun (no root needed)
+    `torchrun --standalone --nproc-per-node 2 --no-python build/gotree perf`: perf joins a
+    torchrun job although torchrun's agent holds MASTER_PORT; tune -cluster on one node
+    is refused with the reason.
+
 Only addresses inside the namespaces (10.77.0.x) are used. Concurrent users of netns.sh
 are serialised with a flock (workers/faults_netns.py); namespaces are removed afterwards,
 also when a run is killed.
@@ -204,3 +209,22 @@ def test_tune_cluster_across_namespaces(built):
         assert set(ran.values()) == {"ring"}, f"with the 3-node entry's ring made cheap, auto ran {ran}"
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_perf_under_torchrun(built):
+    """`gotree perf` joins a torchrun job (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), whose
+    agent already listens on MASTER_PORT: rank 0 serves the communicator's id on the next
+    port. `gotree tune -cluster` on one node is refused with a message that says why. Needs
+    no root."""
+    cli = _gotree_cli()
+    run = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "--no-python", str(cli)]
+    rc, out = run_command(run + ["perf", "-b", "4", "-e", "4K", "-f", "32", "-n", "3", "-w", "1", "--json"], 120, env=worker_env(), cwd=REPO)
+    assert rc == 0, f"gotree perf under torchrun failed (rc={rc}):\n{out[-4000:]}"
+    doc = json.loads(out[out.index("{"): out.rindex("}") + 1])
+    assert doc["nranks"] == 2 and doc["nodes"] == 1, doc
+    assert [r["size"] for r in doc["rows"]] == [4, 128, 4096] and all(r["wrong"] == 0 and r["inplace_wrong"] == 0 for r in doc["rows"]), doc
+    tuning = Path(tempfile.mkdtemp(prefix="gotree-tune-")) / "t.json"
+    rc, out = run_command(run + ["tune", "-cluster", "-e", "1M", "-iters", "2", "-out", str(tuning)], 120, env=worker_env(), cwd=REPO)
+    assert rc != 0 and "2 ranks on 1 node, want one rank on each of at least 2 nodes" in out, out[-4000:]
+    assert not tuning.exists()
+    shutil.rmtree(tuning.parent, ignore_errors=True)
