@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/bits"
 	"slices"
+	"strings"
 )
 
 // This file is gotree's α-β cost model with the structure of NCCL's
@@ -125,7 +126,7 @@ func (tc *TransportCost) correction(a Algorithm, p Protocol, bytes int64) float6
 // LocalCost is a transport calibrated for one number of ranks per node
 // (CPU transports: measured with that many ranks sharing the cores) and,
 // when Nodes is set, one number of nodes (a network measured across that
-// many nodes: `gotree tune -from-perf`). It replaces the transport's cost,
+// many nodes: `gotree tune -cluster` or `-from-perf`). It replaces the transport's cost,
 // oversubscription included, when a communicator has exactly that many
 // ranks per node (and nodes) — and, when Cores is set, only on nodes with
 // that many cores (Tuning.Cores). An entry for the communicator's node
@@ -195,6 +196,24 @@ func (t *Tuning) EntryOf(tr Transport, ranksPerNode, nodes int) string {
 	if l.Cores > 0 {
 		s += fmt.Sprintf(" on %d cores", l.Cores)
 	}
+	// Algorithms the entry has no bandwidth for keep the main entry (costOf).
+	var own, main []string
+	for a := Algorithm(0); int(a) < NumAlgorithms; a++ {
+		has, supported := false, false
+		for p := Protocol(0); int(p) < NumProtocols; p++ {
+			has = has || l.Cost.BusGBps.At(a, p) > 0
+			supported = supported || t.Transports[tr].BusGBps.At(a, p) > 0
+		}
+		switch {
+		case has:
+			own = append(own, a.String())
+		case supported:
+			main = append(main, a.String())
+		}
+	}
+	if len(main) > 0 {
+		s += fmt.Sprintf(" for %s, the main entry for %s", strings.Join(own, " and "), strings.Join(main, " and "))
+	}
 	return s
 }
 
@@ -261,8 +280,8 @@ const (
 // sends 2(n-1)/n of it. Measured across 4 network namespaces at 1 Gbit/s,
 // the tree took 1.3-1.75x the ring's time from 256 KiB to 16 MiB; the
 // earlier 2.2 made auto pick it there (docs/crossover/netns/auto-tuned).
-// A tuning file replaces them (`gotree tune -from-perf` fits tcp from
-// runs across the nodes themselves).
+// A tuning file replaces them (`gotree tune -cluster` fits tcp from runs
+// across the nodes themselves).
 var (
 	defaultShm = TransportCost{
 		BaseUs:    AlgoProto{{0, 0, 0.5}, {0, 0, 0.5}, {0, 0, 0.5}},
