@@ -84,7 +84,7 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 	builtinAlgos := fs.String("builtin-algos", "ring,tree,hd", "with -builtin: the algorithms the built-in local entries calibrate (the others keep the main shm entry)")
 	timeout := fs.Duration("timeout", 2*time.Minute, "communicator timeout")
 	from := fs.String("from", "", "fit shm from sweeps' raw.csv files (comma-separated) instead of measuring (pooled medians of every run)")
-	fromPerf := fs.String("from-perf", "", "fit tcp per node count from `gotree perf --json` files of multi-node runs (comma-separated; one rank per node, ring and tree forced) instead of measuring")
+	fromPerf := fs.String("from-perf", "", "fit tcp per node count from the files of gotree perf --json runs across nodes (comma-separated; one rank per node, ring and tree forced) instead of measuring")
 	cluster := fs.Bool("cluster", false, "run on every node under a launcher (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; one process per node): measure ring and tree across the nodes and fit tcp for this node count (rank 0 writes -out)")
 	start := fs.String("tuning", os.Getenv("GOTREE_TUNING_FILE"), "with -from, -from-perf or -cluster: the tuning file that gives everything not refitted")
 	if err := fs.Parse(args); err != nil {
