@@ -111,9 +111,10 @@ func poolPerfRuns(docs []namedPerf) (map[int]map[algorithms.Algorithm]tuneRun, e
 
 // fitNodes fits the TCP entries of tu from runs (node count -> algorithm
 // -> pooled run): one local entry per node count, each needing both the
-// ring and the tree, replacing any earlier TCP entry for that count; the
-// main TCP entry becomes the largest count's. The base of a call is the
-// starting main TCP entry's.
+// ring and the tree, replacing any earlier TCP entry for that count (so
+// that runs on different node counts can be fitted one after another into
+// one file); the main TCP entry becomes the largest count's. The base of a
+// call is the starting main TCP entry's.
 func fitNodes(tu *algorithms.Tuning, runs map[int]map[algorithms.Algorithm]tuneRun) ([]tuneFit, error) {
 	var ns []int
 	for n := range runs {
@@ -125,7 +126,6 @@ func fitNodes(tu *algorithms.Tuning, runs map[int]map[algorithms.Algorithm]tuneR
 	}
 	base := tu.Transports[algorithms.TCP].BaseUs[algorithms.Ring][algorithms.Simple]
 	var fits []tuneFit
-	var main algorithms.TransportCost
 	for _, n := range ns {
 		topo := nodesTopo(n, algorithms.TCP)
 		entry := algorithms.LocalCost{Transport: algorithms.TCP, RanksPerNode: 1, Nodes: n}
@@ -154,9 +154,15 @@ func fitNodes(tu *algorithms.Tuning, runs map[int]map[algorithms.Algorithm]tuneR
 		}
 		entry.Cost = tc
 		tu.Local = append(keep, entry)
-		main = tc
 	}
-	tu.Transports[algorithms.TCP] = main
+	// The main entry: the largest node count calibrated, in this run or
+	// an earlier one kept from the starting file.
+	largest := 0
+	for _, l := range tu.Local {
+		if l.Transport == algorithms.TCP && l.RanksPerNode == 1 && l.Nodes > largest {
+			largest, tu.Transports[algorithms.TCP] = l.Nodes, l.Cost
+		}
+	}
 	return fits, nil
 }
 

@@ -117,6 +117,24 @@ func TestTuneFromPerf(t *testing.T) {
 		}
 	}
 
+	// Fitted one node count after the other into one file: both entries
+	// stay, and the main entry is the larger count's whatever the order.
+	for _, order := range [][]int{{3, 2}, {2, 3}} {
+		chained := algorithms.DefaultTuning()
+		for _, n := range order {
+			_, err := fitNodes(chained, map[int]map[algorithms.Algorithm]tuneRun{n: runs[n]})
+			require.NoError(t, err)
+		}
+		var counts []int
+		for _, l := range chained.Local {
+			if l.Transport == algorithms.TCP {
+				counts = append(counts, l.Nodes)
+			}
+		}
+		require.ElementsMatch(t, []int{2, 3}, counts, "order %v", order)
+		require.InDelta(t, 0.15, chained.Transports[algorithms.TCP].BusGBps[algorithms.Tree][algorithms.Simple], 1e-9, "order %v: main entry", order)
+	}
+
 	// What -from-perf refuses, each naming the file and what is wrong.
 	ok := func(int64) float64 { return 100 }
 	for _, tc := range []struct {
