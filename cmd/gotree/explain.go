@@ -18,9 +18,11 @@ import (
 	"io"
 	"math/bits"
 	"os"
+	"runtime"
 	"strings"
 
 	"github.com/gotree/gotree/algorithms"
+	"github.com/gotree/gotree/pg"
 	"github.com/gotree/gotree/topology"
 )
 
@@ -124,6 +126,7 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	src.intra = intra
 	var g *algorithms.Graph
 	search := *channels
+	cpuChannels, cpuCores := 0, 0 // the CPU executor's channel cap, when it decides the channels, and the cores it assumed
 	if src.sys != nil && src.note == "" {
 		maxCh := 0
 		if set["channels"] {
@@ -145,14 +148,31 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 		tu = explainTopoTuning(tu, &src)
 	} else {
 		perNode := *nranks / *nodes
-		if g, err = algorithms.BuildGraph(algorithms.UniformLayout(*nodes, perNode, *channels, algorithms.BalancedTree)); err != nil {
+		if intra == algorithms.Shm && !set["channels"] {
+			// The CPU executor's channels follow the CPUs (pg.DefaultChannels,
+			// GOTREE_MAX_NCHANNELS unset): its graph has one search channel.
+			if cpuCores = tu.Cores; cpuCores <= 0 {
+				cpuCores = runtime.NumCPU()
+			}
+			cpuChannels = pg.DefaultChannels(cpuCores, perNode)
+			search = max(1, cpuChannels/2)
+		}
+		if g, err = algorithms.BuildGraph(algorithms.UniformLayout(*nodes, perNode, search, algorithms.BalancedTree)); err != nil {
 			fmt.Fprintf(stderr, "gotree explain: %v\n", err)
 			return 1
 		}
 	}
 	topo := algorithms.TopoOfGraph(g, intra, inter)
+	if cpuChannels > 0 {
+		topo.Channels = min(topo.Channels, cpuChannels)
+	}
 	explainSourceText(stdout, &src, g, search)
 	explainGraph(stdout, g, search, *trees, &src)
+	if cpuChannels > 0 {
+		fmt.Fprintf(stdout, "The CPU executor runs at most %s here: with GOTREE_MAX_NCHANNELS unset it uses 2 when every\n"+
+			"rank of the most crowded node has 2 CPUs, else 1 (here %d cores per node for %s; --channels shows more).\n\n",
+			plural(cpuChannels, "channel", "channels"), cpuCores, plural(topo.RanksPerNode, "rank", "ranks"))
+	}
 	explainCost(stdout, tu, topo, maxB)
 	return 0
 }

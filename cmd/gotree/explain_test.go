@@ -253,3 +253,38 @@ func TestExplainCalibrationUsed(t *testing.T) {
 		assert.Contains(t, out.String(), tc.want, tc.args)
 	}
 }
+
+// With the CPU transports and no --channels, explain shows the channels
+// the CPU executor runs (pg.DefaultChannels of the tuning's cores): one
+// for 4 ranks on 2 cores, two for one rank per node; --channels overrides.
+func TestExplainCPUChannels(t *testing.T) {
+	run := func(args ...string) string {
+		var out, errb bytes.Buffer
+		require.Equal(t, 0, runExplain(append(args, "--links", "cpu", "-e", "16M", "--tuning", ""), &out, &errb), errb.String())
+		return out.String()
+	}
+	rows := func(s string) []string { // the auto column's channel counts
+		var chs []string
+		for _, l := range strings.Split(s, "\n") {
+			for _, f := range strings.Fields(l) {
+				if strings.HasPrefix(f, "ch=") {
+					chs = append(chs, f)
+				}
+			}
+		}
+		return chs
+	}
+	s := run("--nranks", "4", "--nodes", "1")
+	assert.Contains(t, s, "The CPU executor runs at most 1 channel here")
+	assert.NotEmpty(t, rows(s))
+	for _, ch := range rows(s) {
+		assert.Equal(t, "ch=1", ch)
+	}
+	s = run("--nranks", "3", "--nodes", "3")
+	assert.Contains(t, s, "The CPU executor runs at most 2 channels here")
+	assert.Contains(t, rows(s), "ch=2")
+	assert.NotContains(t, rows(s), "ch=4")
+	s = run("--nranks", "3", "--nodes", "3", "--channels", "2")
+	assert.NotContains(t, s, "The CPU executor runs at most")
+	assert.Contains(t, rows(s), "ch=4")
+}
