@@ -72,12 +72,9 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	if err == nil && fs.NArg() > 0 {
 		err = fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	tu := algorithms.DefaultTuning()
-	if err == nil && *tuning != "" {
-		var data []byte
-		if data, err = os.ReadFile(*tuning); err == nil {
-			tu, err = algorithms.ParseTuning(data)
-		}
+	var tu *algorithms.Tuning
+	if err == nil {
+		tu, err = loadTuning(*tuning)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "gotree explain: %v\n", err)

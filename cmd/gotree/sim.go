@@ -192,15 +192,8 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	if o.perf && (o.iters < 1 || o.warmup < 0 || o.check < 0) {
 		return fail(fmt.Errorf("--perf needs -n >= 1, -w >= 0, -c >= 0"))
 	}
-	o.tu = algorithms.DefaultTuning()
-	if *tuning != "" {
-		data, err := os.ReadFile(*tuning)
-		if err == nil {
-			o.tu, err = algorithms.ParseTuning(data)
-		}
-		if err != nil {
-			return fail(err)
-		}
+	if o.tu, err = loadTuning(*tuning); err != nil {
+		return fail(err)
 	}
 	if o.perf {
 		return simPerf(o, stdout, stderr)

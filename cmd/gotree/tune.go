@@ -165,11 +165,7 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 		// Fit shm from a sweep's raw.csv; everything else (base, tcp) comes
 		// from the starting tuning file.
 		if *start != "" {
-			data, err := os.ReadFile(*start)
-			if err == nil {
-				tu, err = algorithms.ParseTuning(data)
-			}
-			if err != nil {
+			if tu, err = loadTuning(*start); err != nil {
 				return fail(err)
 			}
 		}
@@ -296,6 +292,19 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return 0
+}
+
+// loadTuning reads the tuning file at path, or gives the built-in values
+// when path is empty.
+func loadTuning(path string) (*algorithms.Tuning, error) {
+	if path == "" {
+		return algorithms.DefaultTuning(), nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return algorithms.ParseTuning(data)
 }
 
 func btoi(b bool) int {

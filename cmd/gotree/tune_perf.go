@@ -222,15 +222,9 @@ func writeNodeTuning(runs map[int]map[algorithms.Algorithm]tuneRun, from string,
 		fmt.Fprintf(stderr, "gotree tune: %v\n", err)
 		return 1
 	}
-	tu := algorithms.DefaultTuning()
-	if start != "" {
-		data, err := os.ReadFile(start)
-		if err == nil {
-			tu, err = algorithms.ParseTuning(data)
-		}
-		if err != nil {
-			return fail(err)
-		}
+	tu, err := loadTuning(start)
+	if err != nil {
+		return fail(err)
 	}
 	fits, err := fitNodes(tu, runs)
 	if err != nil {
