@@ -68,6 +68,7 @@ static CUresult gt_host_alloc(void *f, uintptr_t *p, size_t n, unsigned int flag
 }
 static CUstream gt_stream_from(uintptr_t h) { return (CUstream)h; }
 static void gt_store_u32(uintptr_t p, unsigned int v) { __atomic_store_n((unsigned int *)p, v, __ATOMIC_SEQ_CST); }
+static void *gt_ptr(uintptr_t p) { return (void *)p; }
 T4(gt_dptr_dptr_size_stream, CUdeviceptr, CUdeviceptr, size_t, CUstream)
 T3(gt_dptr_uchar_size, CUdeviceptr, unsigned char, size_t)
 T4(gt_dptr_uchar_size_stream, CUdeviceptr, unsigned char, size_t, CUstream)
@@ -739,6 +740,13 @@ func (c *Context) MemFreeHost(p uintptr) error {
 // MemHostAlloc: a flag the kernels poll), with a sequentially consistent
 // atomic store.
 func StoreHostU32(p uintptr, v uint32) { C.gt_store_u32(C.uintptr_t(p), C.uint(v)) }
+
+// HostBytes is the n bytes of C memory at p (from MemHostAlloc) as a
+// slice; it is valid until MemFreeHost.
+func HostBytes(p uintptr, n int) []byte { return unsafe.Slice((*byte)(C.gt_ptr(C.uintptr_t(p))), n) }
+
+// hostAddr is the address of b's first byte (b from HostBytes).
+func hostAddr(b []byte) uintptr { return uintptr(unsafe.Pointer(&b[0])) }
 
 // MemHostGetDevicePointer returns the device address of mapped host memory.
 func (c *Context) MemHostGetDevicePointer(p uintptr) (DevicePtr, error) {

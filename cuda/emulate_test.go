@@ -24,17 +24,28 @@ import (
 	"github.com/gotree/gotree/algorithms"
 )
 
+// emuMem is the emulated device memory: a Go arena whose device
+// addresses are its host addresses, so that it also serves as pinned host
+// memory mapped into the device (rankcomm_test.go).
 type emuMem struct {
 	buf  []byte
 	base uint64
+	mu   sync.Mutex
 	next uint64
 }
 
 func newEmuMem(n int) *emuMem {
-	return &emuMem{buf: make([]byte, n), base: 1 << 20, next: 1 << 20}
+	buf := make([]byte, n+256)
+	base := uint64(uintptr(unsafe.Pointer(&buf[0])))
+	base = (base + 255) &^ 255
+	m := &emuMem{buf: buf, base: base, next: base}
+	m.buf = buf[base-uint64(uintptr(unsafe.Pointer(&buf[0]))):]
+	return m
 }
 
 func (m *emuMem) alloc(n int) DevicePtr {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	p := m.next
 	m.next += uint64((n + 255) &^ 255)
 	if m.next-m.base > uint64(len(m.buf)) {
@@ -118,8 +129,17 @@ func (l *emuLaunch) wait(cond func() bool) {
 		if l.failed.Load() {
 			return
 		}
-		if time.Now().After(l.deadline) {
+		code := uint32(0)
+		if l.a.AbortFlag != 0 && atomic.LoadUint32(l.m.u32(l.a.AbortFlag)) != 0 {
+			code = KernelErrAbort
+		} else if time.Now().After(l.deadline) {
+			code = KernelErrTimeout
+		}
+		if code != 0 {
 			l.failed.Store(true)
+			if l.a.Err != 0 {
+				atomic.CompareAndSwapUint32(l.m.u32(l.a.Err), 0, code)
+			}
 			return
 		}
 		runtime.Gosched()

@@ -94,17 +94,7 @@ func NewComm(ctx *Context, k *Kernels, nranks int, cfg Config) (*Comm, error) {
 		return nil, fmt.Errorf("gotree/cuda: %d ranks", nranks)
 	}
 	c := &Comm{ctx: ctx, k: k, n: nranks, cfg: cfg, conns: map[ConnKey]ConnMem{}, plans: map[*algorithms.Plan]*devPlan{}}
-	sms, err := ctx.Dev.Attribute(AttrMultiprocessorCount)
-	if err != nil {
-		return nil, err
-	}
-	perSM := 1
-	if f, err := k.Func("gotree_run_f32_sum"); err == nil {
-		if regs, err := f.Attribute(FuncNumRegs); err == nil && regs > 0 {
-			perSM = max(1, min(65536/(regs*cfg.Threads), 2048/cfg.Threads))
-		}
-	}
-	c.maxB = sms * perSM
+	c.maxB = residentBlocks(ctx, k, cfg.Threads)
 	for r := 0; r < nranks; r++ {
 		s, err := ctx.StreamCreate(StreamNonBlocking)
 		if err != nil {
@@ -113,6 +103,7 @@ func NewComm(ctx *Context, k *Kernels, nranks int, cfg Config) (*Comm, error) {
 		}
 		c.streams = append(c.streams, s)
 	}
+	var err error
 	if c.errs, err = c.alloc(uint64(4 * nranks)); err != nil {
 		c.Close()
 		return nil, err
@@ -178,17 +169,11 @@ func (c *Comm) prepare(p *algorithms.Plan) (*devPlan, error) {
 		return nil, fmt.Errorf("gotree/cuda: plan needs %d channels × %d ranks = %d resident blocks; the device runs %d (use at most %d channels)",
 			p.Channels, c.n, p.Channels*c.n, c.maxB, c.MaxChannels())
 	}
-	if err := CheckSlices(p, c.cfg.SimpleSlotBytes, c.cfg.LLSlotLines); err != nil {
-		return nil, err
-	}
-	kn, err := KernelName(p.DType, p.Op, reduces(p.Coll))
+	kn, fin, err := planKernels(p, c.cfg)
 	if err != nil {
 		return nil, err
 	}
-	dp := &devPlan{kernel: kn, proto: protoOf(p.Proto)}
-	if reduces(p.Coll) {
-		dp.finalize = FinalizeKernel(p.DType, p.Op)
-	}
+	dp := &devPlan{kernel: kn, finalize: fin, proto: protoOf(p.Proto)}
 	ok := false
 	defer func() {
 		if !ok {
@@ -298,8 +283,7 @@ func (c *Comm) Enqueue(p *algorithms.Plan, in, out []DevicePtr) error {
 			if p.Coll == algorithms.Reduce && r != p.Root {
 				continue
 			}
-			blocks := uint32(min(1024, max(1, (bytes/uint64(p.DType.Size())+255)/256)))
-			if err := f.Launch(Dim3{X: blocks}, Dim3{X: 256}, 0, c.streams[r],
+			if err := f.Launch(Dim3{X: uint32(finalizeBlocks(bytes, p.DType))}, Dim3{X: 256}, 0, c.streams[r],
 				ArgU64(uint64(out[r])), ArgU64(bytes), ArgU32(uint32(c.n))); err != nil {
 				return err
 			}

@@ -1,0 +1,419 @@
+package cuda
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gotree/gotree/algorithms"
+	"github.com/gotree/gotree/backend"
+)
+
+// RankComm on the emulator: one rank per goroutine as if each were a
+// process, device FIFOs shared through (emulated) IPC handles within a
+// node, host-staged connections with real proxies over backend links
+// between nodes, the emulated kernels of emulate_test.go on one stream per
+// rank. Checked against RunOracle.
+
+// emuGPU is GPU on the emulator. Device and pinned host memory are one
+// arena (device addresses are host addresses); an IPC handle carries the
+// address; each stream is a goroutine that runs its launches in order.
+type emuGPU struct {
+	m       *emuMem
+	timeout time.Duration
+	mu      sync.Mutex
+	streams map[uintptr]chan func()
+	pending sync.WaitGroup
+	kernels map[string]emuKernel
+}
+
+type emuKernel struct {
+	dt       algorithms.DType
+	op       algorithms.Op
+	reduce   bool
+	finalize bool
+}
+
+func newEmuGPU(size int, timeout time.Duration) *emuGPU {
+	g := &emuGPU{m: newEmuMem(size), timeout: timeout, streams: map[uintptr]chan func(){}, kernels: map[string]emuKernel{}}
+	for dt := algorithms.DType(0); dt.Valid(); dt++ {
+		for op := algorithms.Op(0); op < 16; op++ {
+			if algorithms.Supports(op, dt) != nil {
+				continue
+			}
+			// Kernels shared by several dtypes (f32 and complex64 finalize,
+			// i8 and u8 sum) run as the first: the same arithmetic.
+			if n, err := KernelName(dt, op, true); err == nil && g.kernels[n] == (emuKernel{}) {
+				g.kernels[n] = emuKernel{dt: dt, op: op, reduce: true}
+			}
+			if n := FinalizeKernel(dt, op); n != "" && g.kernels[n] == (emuKernel{}) {
+				g.kernels[n] = emuKernel{dt: dt, op: op, finalize: true}
+			}
+		}
+	}
+	n, _ := KernelName(algorithms.Int8, algorithms.Sum, false)
+	g.kernels[n] = emuKernel{dt: algorithms.Int8, op: algorithms.Sum, reduce: true}
+	return g
+}
+
+func (g *emuGPU) Alloc(n uint64) (DevicePtr, error) {
+	p := g.m.alloc(int(n))
+	clear(g.m.bytes(p, int(n)))
+	return p, nil
+}
+func (g *emuGPU) Free(DevicePtr) error { return nil }
+func (g *emuGPU) Upload(dst DevicePtr, b []byte) error {
+	copy(g.m.bytes(dst, len(b)), b)
+	return nil
+}
+func (g *emuGPU) HostAlloc(n int) ([]byte, DevicePtr, error) {
+	p, _ := g.Alloc(uint64(n))
+	return g.m.bytes(p, n), p, nil
+}
+func (g *emuGPU) HostFree([]byte) error { return nil }
+func (g *emuGPU) IpcExport(p DevicePtr) (IpcMemHandle, error) {
+	var h IpcMemHandle
+	copy(h[:], "emu")
+	le.PutUint64(h[8:], uint64(p))
+	return h, nil
+}
+func (g *emuGPU) IpcOpen(h IpcMemHandle) (DevicePtr, error) {
+	if string(h[:3]) != "emu" {
+		return 0, fmt.Errorf("not an emulator handle")
+	}
+	return DevicePtr(le.Uint64(h[8:])), nil
+}
+func (g *emuGPU) IpcClose(DevicePtr) error { return nil }
+func (g *emuGPU) MaxBlocks(int) int        { return 64 }
+func (g *emuGPU) Synchronize() error {
+	g.pending.Wait()
+	return nil
+}
+
+// stream returns the queue of stream s, starting its goroutine.
+func (g *emuGPU) stream(s uintptr) chan func() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	q, ok := g.streams[s]
+	if !ok {
+		q = make(chan func(), 64)
+		g.streams[s] = q
+		go func() {
+			for f := range q {
+				f()
+				g.pending.Done()
+			}
+		}()
+	}
+	return q
+}
+
+func decodeArgs(ab []byte) KernelArgs {
+	u := func(i int) DevicePtr { return DevicePtr(le.Uint64(ab[8*i:])) }
+	return KernelArgs{In: u(0), Out: u(1), Steps: u(2), Channels: u(3), Conns: u(4), Err: u(5), AbortFlag: u(6),
+		TimeoutNs: le.Uint64(ab[56:]), SimpleSlotBytes: le.Uint32(ab[64:]), LLSlotLines: le.Uint32(ab[68:]),
+		Proto: le.Uint32(ab[72:]), Group0Threads: le.Uint32(ab[76:])}
+}
+
+func (g *emuGPU) Launch(name string, grid, block int, stream uintptr, params ...[]byte) error {
+	k, ok := g.kernels[name]
+	if !ok {
+		return fmt.Errorf("emulator: no kernel %q", name)
+	}
+	var run func()
+	if k.finalize {
+		out, n, ranks := DevicePtr(le.Uint64(params[0])), int(le.Uint64(params[1])), int(le.Uint32(params[2]))
+		run = func() { algorithms.Finalize(g.m.bytes(out, n), k.dt, k.op, ranks) }
+	} else {
+		a := decodeArgs(params[0])
+		run = func() {
+			l := &emuLaunch{m: g.m, a: a, dt: k.dt, op: k.op, reduce: k.reduce, deadline: time.Now().Add(time.Duration(a.TimeoutNs))}
+			var wg sync.WaitGroup
+			l.run(grid, &wg)
+			wg.Wait()
+		}
+	}
+	g.pending.Add(1)
+	g.stream(stream) <- run
+	return nil
+}
+
+// pipeLinks are Links over in-memory pipes: one backend link per channel
+// and pair of ranks, made on first use by either end.
+type pipeLinks struct {
+	rank  int
+	hosts []int
+	net   *pipeNet
+}
+
+type pipeNet struct {
+	mu        sync.Mutex
+	slotBytes int
+	ends      map[[3]int][2]backend.Conn
+}
+
+func (p *pipeLinks) Rank() int              { return p.rank }
+func (p *pipeLinks) Size() int              { return len(p.hosts) }
+func (p *pipeLinks) SameHost(peer int) bool { return p.hosts[peer] == p.hosts[p.rank] }
+func (p *pipeLinks) DeviceLink(ch, peer int) (backend.Conn, error) {
+	lo, hi := min(p.rank, peer), max(p.rank, peer)
+	n := p.net
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	key := [3]int{ch, lo, hi}
+	e, ok := n.ends[key]
+	if !ok {
+		a, b := net.Pipe()
+		e = [2]backend.Conn{backend.NewTCPConn(a, hi, ch, 4, n.slotBytes), backend.NewTCPConn(b, lo, ch, 4, n.slotBytes)}
+		n.ends[key] = e
+	}
+	if p.rank == lo {
+		return e[0], nil
+	}
+	return e[1], nil
+}
+
+func (n *pipeNet) close() {
+	for _, e := range n.ends {
+		e[0].Close()
+		e[1].Close()
+	}
+}
+
+// emuCluster is one RankComm per rank of a layout on one emulated GPU.
+type emuCluster struct {
+	gpu   *emuGPU
+	net   *pipeNet
+	comms []*RankComm
+	graph *algorithms.Graph
+}
+
+func newEmuCluster(t *testing.T, nodes, perNode, channels int, timeout time.Duration) *emuCluster {
+	t.Helper()
+	g, err := algorithms.BuildGraph(algorithms.UniformLayout(nodes, perNode, channels, algorithms.BalancedTree))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &emuCluster{gpu: newEmuGPU(96<<20, timeout), net: &pipeNet{slotBytes: 192, ends: map[[3]int][2]backend.Conn{}}, graph: g}
+	for r := 0; r < g.NRanks; r++ {
+		rc, err := NewRankComm(c.gpu, &pipeLinks{rank: r, hosts: g.NodeOf, net: c.net},
+			Config{SimpleSlotBytes: 512, LLSlotLines: 16}, timeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.comms = append(c.comms, rc)
+	}
+	t.Cleanup(func() {
+		for _, rc := range c.comms {
+			rc.Close()
+		}
+		c.net.close()
+	})
+	return c
+}
+
+// run issues p on every rank concurrently (rank r on stream r+1) and
+// returns the outputs, or the first rank's error.
+func (c *emuCluster) run(p *algorithms.Plan, inputs [][]byte, inPlace bool) ([][]byte, error) {
+	n := len(c.comms)
+	es := int64(p.DType.Size())
+	inN, outN := p.BufferCounts()
+	ins, outs := make([]DevicePtr, n), make([]DevicePtr, n)
+	m := c.gpu.m
+	for r := 0; r < n; r++ {
+		switch {
+		case !inPlace:
+			ins[r] = m.alloc(int(inN * es))
+			outs[r] = m.alloc(int(outN * es))
+			fill := m.bytes(outs[r], int(outN*es))
+			for i := range fill {
+				fill[i] = 0xA5
+			}
+			if p.Coll == algorithms.Reduce && r != p.Root {
+				clear(fill)
+			}
+		case p.Coll == algorithms.AllGather:
+			outs[r] = m.alloc(int(outN * es))
+			ins[r] = outs[r] + DevicePtr(int64(r)*p.Count*es)
+		case p.Coll == algorithms.ReduceScatter:
+			ins[r] = m.alloc(int(inN * es))
+			outs[r] = ins[r] + DevicePtr(int64(r)*p.Count*es)
+		default:
+			ins[r] = m.alloc(int(inN * es))
+			outs[r] = ins[r]
+		}
+		copy(m.bytes(ins[r], int(inN*es)), inputs[r])
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range c.comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = c.comms[r].Enqueue(p, ins[r], outs[r], uintptr(r+1))
+		}()
+	}
+	wg.Wait()
+	c.gpu.Synchronize()
+	for r, rc := range c.comms {
+		if errs[r] == nil {
+			errs[r] = rc.Err()
+		}
+		if errs[r] != nil {
+			return nil, fmt.Errorf("rank %d: %w", r, errs[r])
+		}
+	}
+	res := make([][]byte, n)
+	for r := range res {
+		res[r] = append([]byte(nil), m.bytes(outs[r], int(outN*es))...)
+	}
+	return res, nil
+}
+
+func TestRankCommEmulated(t *testing.T) {
+	rng := rand.New(rand.NewSource(11))
+	dts := []algorithms.DType{algorithms.Float32, algorithms.BFloat16, algorithms.Int64, algorithms.Float64, algorithms.Uint8}
+	plans := 0
+	for _, lay := range []struct{ nodes, perNode int }{{1, 3}, {2, 1}, {2, 2}, {3, 1}, {2, 3}, {4, 1}} {
+		c := newEmuCluster(t, lay.nodes, lay.perNode, 2, 5*time.Second)
+		protos := []algorithms.Protocol{algorithms.Simple}
+		if lay.nodes == 1 {
+			protos = append(protos, algorithms.LL)
+		}
+		type req struct {
+			coll  algorithms.Collective
+			algo  algorithms.Algorithm
+			count int64
+		}
+		var reqs []req
+		for _, count := range []int64{1, 37, 1000, 4099} {
+			reqs = append(reqs, req{algorithms.AllReduce, algorithms.Ring, count}, req{algorithms.AllReduce, algorithms.Tree, count})
+		}
+		for _, coll := range []algorithms.Collective{algorithms.Broadcast, algorithms.Reduce, algorithms.AllGather, algorithms.ReduceScatter} {
+			reqs = append(reqs, req{coll, algorithms.Ring, 257})
+		}
+		for _, proto := range protos {
+			for _, rq := range reqs {
+				dt := dts[rng.Intn(len(dts))]
+				op := algorithms.Op(rng.Intn(8))
+				for algorithms.Supports(op, dt) != nil {
+					op = algorithms.Op(rng.Intn(8))
+				}
+				if rq.coll != algorithms.AllReduce {
+					dt, op = algorithms.Float32, algorithms.Sum
+				}
+				chunk := int64(512) // 2 slots of 512 bytes (Simple), 4 of 128 (LL)
+				p, err := algorithms.BuildPlan(c.graph, algorithms.PlanRequest{Coll: rq.coll, Algo: rq.algo, Proto: proto, Count: rq.count,
+					DType: dt, Op: op, Root: c.graph.NRanks - 1, KeepChannels: true, ChunkBytes: chunk})
+				if err != nil {
+					t.Fatal(err)
+				}
+				name := fmt.Sprintf("%dx%d %v %v %v %d %v %v", lay.nodes, lay.perNode, rq.coll, rq.algo, proto, rq.count, dt, op)
+				inN, _ := p.BufferCounts()
+				for run := 0; run < 2; run++ { // the FIFO counters carry over
+					inPlace := run == 1
+					inputs := make([][]byte, c.graph.NRanks)
+					for r := range inputs {
+						inputs[r] = randomInput(rng, dt, inN)
+					}
+					want, err := algorithms.RunOracle(p, inputs, inPlace)
+					if err != nil {
+						t.Fatal(err)
+					}
+					got, err := c.run(p, inputs, inPlace)
+					if err != nil {
+						t.Fatalf("%s: %v", name, err)
+					}
+					for r := range got {
+						if !bytes.Equal(got[r], want[r]) {
+							t.Fatalf("%s run %d: rank %d output differs from the oracle:\n got %x\nwant %x\n in %x", name, run, r, got[r][:min(16, len(got[r]))], want[r][:min(16, len(want[r]))], inputs[r][:min(16, len(inputs[r]))])
+						}
+					}
+				}
+				plans++
+			}
+		}
+	}
+	t.Logf("%d plans run on separate rank communicators", plans)
+}
+
+// TestSliceSchedule: both ends of every connection list the same slices,
+// and they add up to what the plan moves over it.
+func TestSliceSchedule(t *testing.T) {
+	g, err := algorithms.BuildGraph(algorithms.UniformLayout(2, 3, 2, algorithms.BalancedTree))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, algo := range []algorithms.Algorithm{algorithms.Ring, algorithms.Tree} {
+		p, err := algorithms.BuildPlan(g, algorithms.PlanRequest{Coll: algorithms.AllReduce, Algo: algo, Proto: algorithms.Simple,
+			Count: 1001, DType: algorithms.Float32, KeepChannels: true, ChunkBytes: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		per := make([]map[ConnKey][]int, p.NRanks)
+		for r := range per {
+			per[r] = SliceSchedule(p, r, 300)
+		}
+		conns := 0
+		for r := range per {
+			for k, s := range per[r] {
+				other := k.To
+				if other == r {
+					other = k.From
+				}
+				if fmt.Sprint(per[other][k]) != fmt.Sprint(s) {
+					t.Fatalf("%v %+v: rank %d lists %v, rank %d lists %v", algo, k, r, s, other, per[other][k])
+				}
+				for _, n := range s {
+					if n <= 0 || n > 300 || n%4 != 0 {
+						t.Fatalf("%v %+v: slice of %d bytes", algo, k, n)
+					}
+				}
+				conns++
+			}
+		}
+		if conns == 0 {
+			t.Fatalf("%v: no connections", algo)
+		}
+	}
+}
+
+// TestRankCommPeerMissing: a rank that never issues the collective makes
+// its peers fail within the timeout with an error that says so, never
+// hang; the communicator then refuses new work.
+func TestRankCommPeerMissing(t *testing.T) {
+	for _, lay := range []struct{ nodes, perNode int }{{2, 1}, {1, 2}} {
+		c := newEmuCluster(t, lay.nodes, lay.perNode, 1, 300*time.Millisecond)
+		p, err := algorithms.BuildPlan(c.graph, algorithms.PlanRequest{Coll: algorithms.AllReduce, Algo: algorithms.Ring, Proto: algorithms.Simple,
+			Count: 1000, DType: algorithms.Float32, Op: algorithms.Sum, KeepChannels: true, ChunkBytes: 512})
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf := c.gpu.m.alloc(4000)
+		start := time.Now()
+		err = c.comms[0].Enqueue(p, buf, buf, 1)
+		c.gpu.Synchronize()
+		if err == nil {
+			err = c.comms[0].Err()
+		}
+		took := time.Since(start)
+		if err == nil {
+			t.Fatalf("%dx%d: no error with rank 1 missing", lay.nodes, lay.perNode)
+		}
+		if took > 5*time.Second {
+			t.Fatalf("%dx%d: took %v to fail", lay.nodes, lay.perNode, took)
+		}
+		if !strings.Contains(err.Error(), "rank 1") || !strings.Contains(err.Error(), "timed out") {
+			t.Errorf("%dx%d: unclear error: %v", lay.nodes, lay.perNode, err)
+		}
+		if err2 := c.comms[0].Enqueue(p, buf, buf, 1); err2 == nil {
+			t.Errorf("%dx%d: a failed communicator accepted new work", lay.nodes, lay.perNode)
+		}
+		t.Logf("%dx%d: %v after %v", lay.nodes, lay.perNode, err, took.Round(time.Millisecond))
+	}
+}
