@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -154,6 +155,14 @@ func (c *RankComm) Err() error {
 	return c.failed
 }
 
+// ranksText is "rank 1" or "ranks 1, 2".
+func ranksText(rs []int) string {
+	if len(rs) == 1 {
+		return fmt.Sprintf("rank %d", rs[0])
+	}
+	return "ranks " + strings.Trim(strings.Join(strings.Fields(fmt.Sprint(rs)), ", "), "[]")
+}
+
 func (c *RankComm) lastLaunch() string {
 	if s := c.last.Load(); s != nil {
 		return *s
@@ -180,7 +189,7 @@ func (c *RankComm) Enqueue(p *algorithms.Plan, in, out DevicePtr, stream uintptr
 		return err
 	}
 	c.seq++
-	desc := fmt.Sprintf("collective #%d (%v, with ranks %v)", c.seq, p.Coll, rp.peers)
+	desc := fmt.Sprintf("collective #%d (%v with %s)", c.seq, p.Coll, ranksText(rp.peers))
 	c.last.Store(&desc)
 	for _, k := range sortedKeys(rp.staged) {
 		select {

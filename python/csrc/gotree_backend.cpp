@@ -15,6 +15,17 @@
 // Work.wait() itself waits on the library directly (lower latency); whichever
 // thread sees the request finish first completes the Work, exactly once.
 //
+// CUDA tensors get ProcessGroupNCCL's stream semantics through device-generic
+// c10 APIs only (no CUDA header or toolkit is needed to build this file). The
+// backend keeps one internal stream per device. A collective makes it wait
+// for the caller's current stream, stages copies on it, has the library
+// enqueue the operation on it (the request comes back already complete),
+// queues the copy-out, reserves every tensor's memory for it and records an
+// end event there. Work.wait() and synchronize() make the caller's current
+// stream wait for that event (the host does not block); isCompleted() queries
+// it. The future is CUDA-aware and completed at issue: whoever consumes it
+// (wait, value, then) has their current stream wait for the internal stream.
+//
 // No logic that belongs in Go lives here: this file validates tensors, maps
 // torch types to the ABI, stages non-contiguous tensors, and keeps buffers
 // alive until the library is done with them.
@@ -24,6 +35,10 @@
 
 #include <ATen/MemoryOverlap.h>
 #include <ATen/core/ivalue.h>
+#include <c10/core/Event.h>
+#include <c10/core/Stream.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
 #include <pybind11/chrono.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -41,7 +56,9 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -451,17 +468,33 @@ ReducePlan planReduce(
 // ---------------------------------------------------------------------------
 // Tensor checks.
 
+// The error for a CUDA tensor gotree cannot serve: why says what refused it
+// (torch, or the library's GOTREE_ERR_NOT_SUPPORTED text).
+[[noreturn]] void throwCudaUnsupported(const c10::Device& d, const std::string& why) {
+  C10_THROW_ERROR(
+      NotImplementedError,
+      c10::str("gotree: CUDA tensors are not supported yet (tensor on ", d.str(),
+               "); ", why, ". Use CPU tensors, or backend=\"cpu:gotree,cuda:nccl\"."));
+}
+
 void checkTensor(const at::Tensor& t, const char* coll, const std::string& what) {
   TORCH_CHECK_VALUE(t.defined(), "gotree: ", coll, ": ", what, " is undefined");
   if (t.device().is_cuda()) {
+    // The CUDA path needs streams of a device torch can use; without one (no
+    // driver, no GPU) refuse before touching any data.
+    int n = c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA)
+        ? c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).deviceCount()
+        : 0;
+    if (t.device().index() >= n) {
+      throwCudaUnsupported(
+          t.device(), c10::str(coll, " got ", what, " on ", t.device().str(),
+                               " but torch sees ", n, " CUDA device(s)"));
+    }
+  } else {
     TORCH_CHECK(
-        false, "gotree: CUDA tensors are not supported yet (tensor on ",
-        t.device().str(), "); ", coll, " got ", what, " on ",
-        t.device().str(), ". Use CPU tensors, or backend=\"cpu:gotree,cuda:nccl\".");
+        t.device().is_cpu(), "gotree: ", coll, ": ", what, " is on device ",
+        t.device().str(), "; only CPU and CUDA tensors are supported");
   }
-  TORCH_CHECK(
-      t.device().is_cpu(), "gotree: ", coll, ": ", what, " is on device ",
-      t.device().str(), "; only CPU tensors are supported");
   TORCH_CHECK(
       t.layout() == at::kStrided, "gotree: ", coll, ": ", what,
       " has layout ", t.layout(), "; only dense (strided) tensors are supported");
@@ -506,18 +539,24 @@ class GotreeWork : public c10d::Work {
  public:
   GotreeWork(
       int rank, c10d::OpType opType, std::string name, uint64_t seq,
-      std::vector<at::Tensor> outputs, Clock::time_point deadline,
-      milliseconds timeout, bool explicitTimeout)
+      std::vector<at::Tensor> outputs, c10::Device device,
+      Clock::time_point deadline, milliseconds timeout, bool explicitTimeout)
       : c10d::Work(rank, opType),
         name_(std::move(name)),
         seq_(seq),
         outputs_(std::move(outputs)),
+        device_(device),
         deadline_(deadline),
         timeout_(timeout),
         explicitTimeout_(explicitTimeout),
         pid_(getpid()),
+        // A device work's future is CUDA-aware: completing it records an
+        // event on the current stream, and its consumers (wait, value, then)
+        // make their current stream wait for that event.
         future_(c10::make_intrusive<c10::ivalue::Future>(
-            c10::ListType::create(c10::TensorType::get()))) {}
+            c10::ListType::create(c10::TensorType::get()),
+            device.is_cpu() ? std::vector<c10::Device>{}
+                            : std::vector<c10::Device>{device})) {}
 
   ~GotreeWork() override {
     if (getpid() != pid_ || g_api == nullptr) {
@@ -530,7 +569,12 @@ class GotreeWork : public c10d::Work {
     }
   }
 
+  // A device work is complete once its end event passed on the GPU.
   bool isCompleted() override {
+    return hostCompleted() && (!end_ || end_->query());
+  }
+
+  bool hostCompleted() {
     if (completedFlag_.load()) {
       return true;
     }
@@ -586,7 +630,13 @@ class GotreeWork : public c10d::Work {
     return sourceRank_;
   }
 
-  void synchronize() override {}
+  // Makes the caller's current stream wait for a device work (like
+  // ProcessGroupNCCL without blocking wait); nothing to do for the CPU.
+  void synchronize() override {
+    if (end_) {
+      end_->block(c10::impl::VirtualGuardImpl(device_.type()).getStream(device_));
+    }
+  }
 
   bool wait(milliseconds timeout) override {
     checkNotForked(pid_, "Work.wait() was called");
@@ -653,10 +703,13 @@ class GotreeWork : public c10d::Work {
       }
     }
     waitCompleted();
-    std::lock_guard<std::mutex> g(mutex_);
-    if (exception_) {
-      std::rethrow_exception(exception_);
+    {
+      std::lock_guard<std::mutex> g(mutex_);
+      if (exception_) {
+        std::rethrow_exception(exception_);
+      }
     }
+    synchronize();
     return true;
   }
 
@@ -735,6 +788,8 @@ class GotreeWork : public c10d::Work {
   std::string detail_;
   std::vector<at::Tensor> outputs_;
   std::vector<at::Tensor> keepalive_;  // inputs and staging buffers
+  const c10::Device device_;           // of every tensor: the CPU or one CUDA device
+  std::optional<c10::Event> end_;      // device work: recorded on the internal stream after it
   std::function<void()> post_;         // copy-out after success
   std::vector<gotree_request_t> reqs_;
   gotree_comm_t comm_ = 0;
@@ -946,9 +1001,9 @@ class GotreeBackend : public c10d::Backend {
     TORCH_CHECK_VALUE(
         !opts.sparseIndices.has_value(), "gotree: sparse allreduce is not supported");
     ReducePlan p = planReduce(t.scalar_type(), opts.reduceOp, coll);
-    auto work = makeWork(c10d::OpType::ALLREDUCE, coll, {t}, opts);
+    auto work = makeWork(c10d::OpType::ALLREDUCE, coll, {t}, {}, opts);
     work->detail_ = c10::str(describe(t), ", ", opName(opts.reduceOp.op_));
-    issueLocked(work, [&](std::vector<std::function<gotree_status_t(gotree_request_t*)>>& calls) {
+    issueLocked(work, [&](auto& calls) {
       addAllreduce(work, t, p, calls);
     });
     return work;
@@ -967,7 +1022,7 @@ class GotreeBackend : public c10d::Backend {
       plans.push_back(planReduce(tensors[i].scalar_type(), opts.reduceOp, coll));
     }
     auto work = makeWork(
-        c10d::OpType::ALLREDUCE_COALESCED, coll, tensors, opts);
+        c10d::OpType::ALLREDUCE_COALESCED, coll, tensors, {}, opts);
     work->detail_ = c10::str(tensors.size(), " tensors, ", opName(opts.reduceOp.op_));
     issueLocked(work, [&](auto& calls) {
       for (size_t i = 0; i < tensors.size(); i++) {
@@ -991,7 +1046,7 @@ class GotreeBackend : public c10d::Backend {
     if (getRank() != opts.rootRank) {
       checkWritable(t, coll, "the tensor");
     }
-    auto work = makeWork(c10d::OpType::BROADCAST, coll, {t}, opts);
+    auto work = makeWork(c10d::OpType::BROADCAST, coll, {t}, {}, opts);
     work->detail_ = c10::str(describe(t), ", root ", opts.rootRank);
     int root = static_cast<int>(opts.rootRank);
     issueLocked(work, [&](auto& calls) {
@@ -1007,9 +1062,9 @@ class GotreeBackend : public c10d::Backend {
       void* ptr = buf.numel() ? buf.data_ptr() : nullptr;
       gotree_comm_t comm = comm_;
       const Api* a = &api();
-      calls.push_back([=](gotree_request_t* r) {
+      calls.push_back([=](int device, void* stream, gotree_request_t* r) {
         return a->broadcast(comm, ptr, ptr, w.count, w.dtype, GOTREE_SUM, root,
-                            GOTREE_DEVICE_CPU, nullptr, r);
+                            device, stream, r);
       });
     });
     return work;
@@ -1044,7 +1099,7 @@ class GotreeBackend : public c10d::Backend {
           outs[i].numel(), " elements (sizes ", outs[i].sizes(), "), expected ",
           in.numel(), " (the input's, sizes ", in.sizes(), ")");
     }
-    auto work = makeWork(c10d::OpType::ALLGATHER, coll, outs, opts);
+    auto work = makeWork(c10d::OpType::ALLGATHER, coll, outs, {in}, opts);
     work->detail_ = describe(in);
     issueLocked(work, [&](auto& calls) {
       const int64_t nbytes = in.numel() * in.element_size();
@@ -1084,7 +1139,7 @@ class GotreeBackend : public c10d::Backend {
     const char* coll = "all_gather_into_tensor";
     checkUsable(coll);
     checkAllgatherBase(output, input, coll, "");
-    auto work = makeWork(c10d::OpType::_ALLGATHER_BASE, coll, {output}, opts);
+    auto work = makeWork(c10d::OpType::_ALLGATHER_BASE, coll, {output}, {input}, opts);
     work->detail_ = describe(input);
     issueLocked(work, [&](auto& calls) { addAllgatherBase(work, output, input, calls); });
     return work;
@@ -1101,7 +1156,7 @@ class GotreeBackend : public c10d::Backend {
     for (size_t i = 0; i < inputs.size(); i++) {
       checkAllgatherBase(outputs[i], inputs[i], coll, c10::str("[", i, "]"));
     }
-    auto work = makeWork(c10d::OpType::COALESCED, coll, outputs, opts);
+    auto work = makeWork(c10d::OpType::COALESCED, coll, outputs, inputs, opts);
     work->detail_ = c10::str(inputs.size(), " tensors");
     issueLocked(work, [&](auto& calls) {
       for (size_t i = 0; i < inputs.size(); i++) {
@@ -1115,11 +1170,11 @@ class GotreeBackend : public c10d::Backend {
       const c10d::BarrierOptions& opts) override {
     const char* coll = "barrier";
     checkUsable(coll);
-    auto work = makeWork(c10d::OpType::BARRIER, coll, {}, opts);
+    auto work = makeWork(c10d::OpType::BARRIER, coll, {}, {}, opts);
     issueLocked(work, [&](auto& calls) {
       gotree_comm_t comm = comm_;
       const Api* a = &api();
-      calls.push_back([=](gotree_request_t* r) { return a->barrier(comm, r); });
+      calls.push_back([=](int, void*, gotree_request_t* r) { return a->barrier(comm, r); });
     });
     return work;
   }
@@ -1143,7 +1198,7 @@ class GotreeBackend : public c10d::Backend {
       checkWritable(t, coll, "the tensor");
     }
     ReducePlan p = planReduce(t.scalar_type(), opts.reduceOp, coll);
-    auto work = makeWork(c10d::OpType::REDUCE, coll, {t}, opts);
+    auto work = makeWork(c10d::OpType::REDUCE, coll, {t}, {}, opts);
     work->detail_ = c10::str(describe(t), ", ", opName(opts.reduceOp.op_), ", root ", root);
     issueLocked(work, [&](auto& calls) {
       at::Tensor send = reduceInput(work, t, p);
@@ -1159,8 +1214,8 @@ class GotreeBackend : public c10d::Backend {
       const Api* a = &api();
       gotree_dtype_t dt = p.dtype;
       gotree_op_t op = p.op;
-      calls.push_back([=](gotree_request_t* r) {
-        return a->reduce(comm, sp, rp, count, dt, op, root, GOTREE_DEVICE_CPU, nullptr, r);
+      calls.push_back([=](int device, void* stream, gotree_request_t* r) {
+        return a->reduce(comm, sp, rp, count, dt, op, root, device, stream, r);
       });
     });
     return work;
@@ -1196,7 +1251,7 @@ class GotreeBackend : public c10d::Backend {
           "), expected ", out.numel(), " (the output's, sizes ", out.sizes(), ")");
     }
     ReducePlan p = planReduce(out.scalar_type(), opts.reduceOp, coll);
-    auto work = makeWork(c10d::OpType::REDUCE_SCATTER, coll, {out}, opts);
+    auto work = makeWork(c10d::OpType::REDUCE_SCATTER, coll, {out}, ins, opts);
     work->detail_ = c10::str(describe(out), ", ", opName(opts.reduceOp.op_));
     issueLocked(work, [&](auto& calls) {
       std::vector<at::Tensor> flat;
@@ -1218,7 +1273,7 @@ class GotreeBackend : public c10d::Backend {
     checkUsable(coll);
     checkReduceScatterBase(output, input, coll, "");
     ReducePlan p = planReduce(input.scalar_type(), opts.reduceOp, coll);
-    auto work = makeWork(c10d::OpType::_REDUCE_SCATTER_BASE, coll, {output}, opts);
+    auto work = makeWork(c10d::OpType::_REDUCE_SCATTER_BASE, coll, {output}, {input}, opts);
     work->detail_ = c10::str(describe(output), ", ", opName(opts.reduceOp.op_));
     issueLocked(work, [&](auto& calls) {
       at::Tensor send = reduceInput(work, input, p);
@@ -1240,7 +1295,7 @@ class GotreeBackend : public c10d::Backend {
       checkReduceScatterBase(outputs[i], inputs[i], coll, c10::str("[", i, "]"));
       plans.push_back(planReduce(inputs[i].scalar_type(), opts.reduceOp, coll));
     }
-    auto work = makeWork(c10d::OpType::COALESCED, coll, outputs, opts);
+    auto work = makeWork(c10d::OpType::COALESCED, coll, outputs, inputs, opts);
     work->detail_ = c10::str(inputs.size(), " tensors, ", opName(opts.reduceOp.op_));
     issueLocked(work, [&](auto& calls) {
       for (size_t i = 0; i < inputs.size(); i++) {
@@ -1288,7 +1343,7 @@ class GotreeBackend : public c10d::Backend {
         flatOuts.push_back(o);
       }
     }
-    auto work = makeWork(c10d::OpType::ALLGATHER_COALESCED, coll, flatOuts, opts);
+    auto work = makeWork(c10d::OpType::ALLGATHER_COALESCED, coll, flatOuts, inputs, opts);
     work->detail_ = c10::str(inputs.size(), " tensors");
     issueLocked(work, [&](auto& calls) {
       for (size_t i = 0; i < inputs.size(); i++) {
@@ -1340,7 +1395,7 @@ class GotreeBackend : public c10d::Backend {
           "gotree: gather: only the root (rank ", root, ") passes output "
           "tensors; rank ", getRank(), " passed ", outputTensors.size(), " list(s)");
     }
-    auto work = makeWork(c10d::OpType::GATHER, coll, outs, opts);
+    auto work = makeWork(c10d::OpType::GATHER, coll, outs, {in}, opts);
     work->detail_ = c10::str(describe(in), ", root ", root);
     issueLocked(work, [&](auto& calls) {
       at::Tensor send = in.contiguous();
@@ -1356,9 +1411,9 @@ class GotreeBackend : public c10d::Backend {
       }
       gotree_comm_t comm = comm_;
       const Api* a = &api();
-      calls.push_back([=](gotree_request_t* r) {
+      calls.push_back([=](int device, void* stream, gotree_request_t* r) {
         return a->gather(comm, sp, rp, w.count, w.dtype, GOTREE_SUM, root,
-                         GOTREE_DEVICE_CPU, nullptr, r);
+                         device, stream, r);
       });
     });
     return work;
@@ -1393,7 +1448,7 @@ class GotreeBackend : public c10d::Backend {
           "gotree: scatter: only the root (rank ", root, ") passes input "
           "tensors; rank ", getRank(), " passed ", inputTensors.size(), " list(s)");
     }
-    auto work = makeWork(c10d::OpType::SCATTER, coll, {out}, opts);
+    auto work = makeWork(c10d::OpType::SCATTER, coll, {out}, ins, opts);
     work->detail_ = c10::str(describe(out), ", root ", root);
     issueLocked(work, [&](auto& calls) {
       at::Tensor send;
@@ -1411,9 +1466,9 @@ class GotreeBackend : public c10d::Backend {
       void* rp = w.count ? recv.data_ptr() : nullptr;
       gotree_comm_t comm = comm_;
       const Api* a = &api();
-      calls.push_back([=](gotree_request_t* r) {
+      calls.push_back([=](int device, void* stream, gotree_request_t* r) {
         return a->scatter(comm, sp, rp, w.count, w.dtype, GOTREE_SUM, root,
-                          GOTREE_DEVICE_CPU, nullptr, r);
+                          device, stream, r);
       });
     });
     return work;
@@ -1481,7 +1536,7 @@ class GotreeBackend : public c10d::Backend {
           output.numel(), " elements but the input ", input.numel(),
           " (equal splits need equal sizes)");
     }
-    auto work = makeWork(c10d::OpType::ALLTOALL_BASE, coll, {output}, opts);
+    auto work = makeWork(c10d::OpType::ALLTOALL_BASE, coll, {output}, {input}, opts);
     work->detail_ = c10::str(describe(input), equal ? ", equal splits" : ", uneven splits");
     issueLocked(work, [&](auto& calls) {
       at::Tensor send = input.contiguous();
@@ -1509,14 +1564,14 @@ class GotreeBackend : public c10d::Backend {
       gotree_dtype_t dt = w.dtype;
       if (equal) {
         uint64_t count = n ? so / n : 0;
-        calls.push_back([=](gotree_request_t* r) {
+        calls.push_back([=](int device, void* stream, gotree_request_t* r) {
           return a->alltoall(comm, sp, rp, count, dt, GOTREE_SUM, 0,
-                             GOTREE_DEVICE_CPU, nullptr, r);
+                             device, stream, r);
         });
       } else {
-        calls.push_back([=](gotree_request_t* r) {
+        calls.push_back([=](int device, void* stream, gotree_request_t* r) {
           return a->alltoallv(comm, sp, sc.data(), sd.data(), rp, rc.data(),
-                              rd.data(), dt, GOTREE_DEVICE_CPU, nullptr, r);
+                              rd.data(), dt, device, stream, r);
         });
       }
     });
@@ -1552,7 +1607,7 @@ class GotreeBackend : public c10d::Backend {
           " (", wi, ": ", dtypeName(inputTensors[i].scalar_type()), ", ", wo,
           ": ", dtypeName(outputTensors[i].scalar_type()), ")");
     }
-    auto work = makeWork(c10d::OpType::ALLTOALL, coll, outputTensors, opts);
+    auto work = makeWork(c10d::OpType::ALLTOALL, coll, outputTensors, inputTensors, opts);
     work->detail_ = c10::str(n, " tensors of ", dtypeName(dtype));
     issueLocked(work, [&](auto& calls) {
       std::vector<at::Tensor> flat;
@@ -1592,9 +1647,9 @@ class GotreeBackend : public c10d::Backend {
       gotree_comm_t comm = comm_;
       const Api* a = &api();
       gotree_dtype_t dt = w.dtype;
-      calls.push_back([=](gotree_request_t* r) {
+      calls.push_back([=](int device, void* stream, gotree_request_t* r) {
         return a->alltoallv(comm, sp, sc.data(), sd.data(), rp, rc.data(),
-                            rd.data(), dt, GOTREE_DEVICE_CPU, nullptr, r);
+                            rd.data(), dt, device, stream, r);
       });
     });
     return work;
@@ -1609,7 +1664,7 @@ class GotreeBackend : public c10d::Backend {
     const at::Tensor& t = single(tensors, coll, "tensors");
     checkTensor(t, coll, "the tensor");
     checkPeer(dstRank, coll, "destination");
-    auto work = makeWork(c10d::OpType::SEND, coll, {t}, c10d::kUnsetTimeout);
+    auto work = makeWork(c10d::OpType::SEND, coll, {t}, {}, c10d::kUnsetTimeout);
     work->detail_ = c10::str(describe(t), " to rank ", dstRank);
     issueLocked(work, [&](auto& calls) {
       at::Tensor buf = t.contiguous();
@@ -1618,8 +1673,8 @@ class GotreeBackend : public c10d::Backend {
       const void* p = w.count ? buf.data_ptr() : nullptr;
       gotree_comm_t comm = comm_;
       const Api* a = &api();
-      calls.push_back([=](gotree_request_t* r) {
-        return a->send(comm, p, w.count, w.dtype, dstRank, GOTREE_DEVICE_CPU, nullptr, r);
+      calls.push_back([=](int device, void* stream, gotree_request_t* r) {
+        return a->send(comm, p, w.count, w.dtype, dstRank, device, stream, r);
       });
     }, /*p2p=*/true);
     return work;
@@ -1633,7 +1688,7 @@ class GotreeBackend : public c10d::Backend {
     checkTensor(t, coll, "the tensor");
     checkWritable(t, coll, "the tensor");
     checkPeer(srcRank, coll, "source");
-    auto work = makeWork(c10d::OpType::RECV, coll, {t}, c10d::kUnsetTimeout);
+    auto work = makeWork(c10d::OpType::RECV, coll, {t}, {}, c10d::kUnsetTimeout);
     work->detail_ = c10::str(describe(t), " from rank ", srcRank);
     work->sourceRank_ = srcRank;
     issueLocked(work, [&](auto& calls) {
@@ -1642,8 +1697,8 @@ class GotreeBackend : public c10d::Backend {
       void* p = w.count ? buf.data_ptr() : nullptr;
       gotree_comm_t comm = comm_;
       const Api* a = &api();
-      calls.push_back([=](gotree_request_t* r) {
-        return a->recv(comm, p, w.count, w.dtype, srcRank, GOTREE_DEVICE_CPU, nullptr, r);
+      calls.push_back([=](int device, void* stream, gotree_request_t* r) {
+        return a->recv(comm, p, w.count, w.dtype, srcRank, device, stream, r);
       });
     }, /*p2p=*/true);
     return work;
@@ -1663,7 +1718,7 @@ class GotreeBackend : public c10d::Backend {
         t.numel() > 0, "gotree: ", coll, ": the tensor has 0 elements; a "
         "receive of 0 elements must name its source (src=), because a "
         "zero-element send puts no message on the wire");
-    auto work = makeWork(c10d::OpType::RECVANYSOURCE, coll, {t}, c10d::kUnsetTimeout);
+    auto work = makeWork(c10d::OpType::RECVANYSOURCE, coll, {t}, {}, c10d::kUnsetTimeout);
     work->detail_ = c10::str(describe(t), " from any rank");
     issueLocked(work, [&](auto& calls) {
       at::Tensor buf = recvTarget(work, t, at::Tensor());
@@ -1681,8 +1736,8 @@ class GotreeBackend : public c10d::Backend {
       Wire w = moveWire(buf);
       void* p = buf.data_ptr();
       gotree_comm_t comm = comm_;
-      calls.push_back([=](gotree_request_t* r) {
-        return a->recv(comm, p, w.count, w.dtype, GOTREE_ANY_SOURCE, GOTREE_DEVICE_CPU, nullptr, r);
+      calls.push_back([=](int device, void* stream, gotree_request_t* r) {
+        return a->recv(comm, p, w.count, w.dtype, GOTREE_ANY_SOURCE, device, stream, r);
       });
     }, /*p2p=*/true);
     return work;
@@ -1854,12 +1909,19 @@ class GotreeBackend : public c10d::Backend {
     for (auto& c : children) {
       outs.insert(outs.end(), c->outputs_.begin(), c->outputs_.end());
     }
-    auto work = makeWork(c10d::OpType::COALESCED, "coalesced", outs, c10d::kUnsetTimeout);
+    auto work = makeWork(c10d::OpType::COALESCED, "coalesced", outs, {}, c10d::kUnsetTimeout);
     work->detail_ = c10::str(children.size(), " operations");
     work->children_ = std::move(children);
     if (work->children_.empty()) {
       work->finish(nullptr);
       return work;
+    }
+    if (work->device_.is_cuda()) {
+      // The children completed (on the host) when they were issued; the
+      // batch ends after the last of them on the internal stream.
+      c10::StreamGuard onStream(internalStream(work->device_));
+      work->finish(work->firstChildException());
+      markOnStream(*work);
     }
     {
       std::lock_guard<std::mutex> g(issueMu_);
@@ -1870,7 +1932,9 @@ class GotreeBackend : public c10d::Backend {
   }
 
  private:
-  using Call = std::function<gotree_status_t(gotree_request_t*)>;
+  // One library call, given the device and stream to run on
+  // (GOTREE_DEVICE_CPU and nullptr for host memory).
+  using Call = std::function<gotree_status_t(int, void*, gotree_request_t*)>;
 
   void checkPeer(int peer, const char* coll, const char* what) {
     TORCH_CHECK_VALUE(
@@ -2021,8 +2085,8 @@ class GotreeBackend : public c10d::Backend {
     const Api* a = &api();
     gotree_dtype_t dt = p.dtype;
     gotree_op_t op = p.op;
-    calls.push_back([=](gotree_request_t* r) {
-      return a->reduce_scatter(comm, sp, rp, count, dt, op, 0, GOTREE_DEVICE_CPU, nullptr, r);
+    calls.push_back([=](int device, void* stream, gotree_request_t* r) {
+      return a->reduce_scatter(comm, sp, rp, count, dt, op, 0, device, stream, r);
     });
   }
 
@@ -2083,38 +2147,98 @@ class GotreeBackend : public c10d::Backend {
   template <typename O>
   c10::intrusive_ptr<GotreeWork> makeWork(
       c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
-      const O& opts) {
-    auto work = makeWork(type, name, std::move(outputs), opts.timeout);
+      const std::vector<at::Tensor>& inputs, const O& opts) {
+    auto work = makeWork(type, name, std::move(outputs), inputs, opts.timeout);
     work->sync_ = !isAsyncOp(opts, 0);
     return work;
   }
 
+  // inputs: the tensors the work reads that are not among its outputs. All
+  // tensors of one work are on one device: the CPU, or one CUDA device.
   c10::intrusive_ptr<GotreeWork> makeWork(
       c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
-      milliseconds opTimeout) {
+      const std::vector<at::Tensor>& inputs, milliseconds opTimeout) {
+    c10::Device device = !outputs.empty() ? outputs[0].device()
+        : !inputs.empty()                   ? inputs[0].device()
+                                            : c10::Device(c10::kCPU);
+    for (c10::ArrayRef<at::Tensor> list : {c10::ArrayRef<at::Tensor>(outputs), c10::ArrayRef<at::Tensor>(inputs)}) {
+      for (const auto& t : list) {
+        TORCH_CHECK_VALUE(
+            t.device() == device, "gotree: ", name, ": all tensors must be on "
+            "one device (the CPU or one CUDA device); got ", device.str(),
+            " and ", t.device().str());
+      }
+    }
     bool explicitTimeout = opTimeout != c10d::kUnsetTimeout && opTimeout.count() > 0;
     milliseconds to = explicitTimeout ? opTimeout : timeout_;
     auto work = c10::make_intrusive<GotreeWork>(
-        getRank(), type, name, 0, std::move(outputs), Clock::now() + to, to,
-        explicitTimeout && to < timeout_);
+        getRank(), type, name, 0, std::move(outputs), device, Clock::now() + to,
+        to, explicitTimeout && to < timeout_);
     work->comm_ = comm_;
+    if (device.is_cuda()) {
+      work->keepalive_ = inputs;  // the stream may read them after the call returns
+    }
     return work;
+  }
+
+  // This backend's stream for device works on device d, made on first use.
+  c10::Stream internalStream(c10::Device d) {
+    std::lock_guard<std::mutex> g(streamMu_);
+    auto it = streams_.find(d.index());
+    if (it == streams_.end()) {
+      c10::impl::VirtualGuardImpl impl(d.type());
+      it = streams_.emplace(d.index(), impl.getStreamFromGlobalPool(d)).first;
+    }
+    return it->second;
+  }
+
+  // Ends the host side of a device work, with its internal stream current:
+  // every tensor's memory stays reserved until the stream passed this point
+  // (the caching allocator records the stream), and the end event marks it.
+  static void markOnStream(GotreeWork& work) {
+    c10::impl::VirtualGuardImpl impl(work.device_.type());
+    c10::Stream stream = impl.getStream(work.device_);
+    for (const auto* list : {&work.keepalive_, &work.outputs_}) {
+      for (const auto& t : *list) {
+        impl.recordDataPtrOnStream(t.storage().data_ptr(), stream);
+      }
+    }
+    work.end_.emplace(work.device_.type());
+    work.end_->record(stream);
   }
 
   // Builds the library calls of one work (may stage buffers and set the
   // copy-out), then issues them under issueMu_ and queues the work. All
   // validation happened before, so a failure here is the library's.
+  //
+  // A device work runs on this backend's internal stream of its device,
+  // after what the caller's current stream holds so far. The staging copies
+  // (build, and the copy-out in finish) run there too; the library enqueues
+  // the collective there and returns requests that are already complete.
   template <typename Builder>
   void issueLocked(
       const c10::intrusive_ptr<GotreeWork>& work, Builder&& build, bool p2p = false) {
+    const bool onDevice = work->device_.is_cuda();
+    std::optional<c10::StreamGuard> onStream;
+    int device = GOTREE_DEVICE_CPU;
+    void* stream = nullptr;
+    if (onDevice) {
+      c10::Stream internal = internalStream(work->device_);
+      c10::Event ready(work->device_.type());
+      ready.record(c10::impl::VirtualGuardImpl(work->device_.type()).getStream(work->device_));
+      ready.block(internal);
+      onStream.emplace(internal);
+      device = work->device_.index();
+      stream = internal.native_handle();
+    }
     std::vector<Call> calls;
     build(calls);
     // A synchronous call (asyncOp false) with nothing queued before it is
     // waited for here, on the calling thread; a single library call is
     // also announced (gotree_comm_will_wait) so that the library runs it
-    // on this thread without waking its own.
+    // on this thread without waking its own (a device call only enqueues).
     const bool sync = work->sync_ && !coalescing_ && !p2p && idle();
-    const bool announce = sync && !work->explicitTimeout_ && calls.size() == 1;
+    const bool announce = sync && !work->explicitTimeout_ && calls.size() == 1 && !onDevice;
     const Api& a = api();
     std::unique_lock<std::mutex> issue(issueMu_);
     work->seq_ = p2p ? seq_ : ++seq_;
@@ -2124,7 +2248,7 @@ class GotreeBackend : public c10d::Backend {
       if (announce) {
         a.comm_will_wait(comm_, 1);
       }
-      st = call(&r);
+      st = call(device, stream, &r);
       if (st != GOTREE_SUCCESS) {
         if (announce) {
           a.comm_will_wait(comm_, 0);
@@ -2133,10 +2257,21 @@ class GotreeBackend : public c10d::Backend {
       }
       work->reqs_.push_back(r);
     }
+    if (onDevice) {
+      if (st == GOTREE_SUCCESS) {
+        // Queues the copy-out; the future records its event after it.
+        work->finish(nullptr);
+      }
+      markOnStream(*work);
+    }
     if (st != GOTREE_SUCCESS) {
       std::string msg = c10::str(
-          work->label(), " could not be issued: ",
+          work->label(), " could not be issued",
+          onDevice ? c10::str(" on ", work->device_.str()) : std::string(), ": ",
           describeFailure(a, st, {comm_, 0}));
+      if (onDevice && st == GOTREE_ERR_NOT_SUPPORTED && work->reqs_.empty()) {
+        throwCudaUnsupported(work->device_, msg);
+      }
       if (work->reqs_.empty()) {
         throwStatus(st, msg);
       }
@@ -2206,9 +2341,9 @@ class GotreeBackend : public c10d::Backend {
     const Api* a = &api();
     gotree_dtype_t dt = p.dtype;
     gotree_op_t op = p.op;
-    calls.push_back([=](gotree_request_t* r) {
-      return a->allreduce(comm, ptr, ptr, count, dt, op, 0, GOTREE_DEVICE_CPU,
-                          nullptr, r);
+    calls.push_back([=](int device, void* stream, gotree_request_t* r) {
+      return a->allreduce(comm, ptr, ptr, count, dt, op, 0, device,
+                          stream, r);
     });
   }
 
@@ -2235,9 +2370,9 @@ class GotreeBackend : public c10d::Backend {
     const Api* a = &api();
     const void* sp = sendPtr;
     void* rp = recvPtr;
-    calls.push_back([=](gotree_request_t* r) {
+    calls.push_back([=](int device, void* stream, gotree_request_t* r) {
       return a->allgather(comm, sp, rp, w.count, w.dtype, GOTREE_SUM, 0,
-                          GOTREE_DEVICE_CPU, nullptr, r);
+                          device, stream, r);
     });
   }
 
@@ -2336,7 +2471,11 @@ class GotreeBackend : public c10d::Backend {
     }
     work->finish(nullptr);  // no-op when already completed
     if (allDone) {
-      work->keepalive_.clear();
+      // A device work keeps its tensors until it is destroyed (the caching
+      // allocator also holds their memory until its stream passed the op).
+      if (!work->device_.is_cuda()) {
+        work->keepalive_.clear();
+      }
     } else {
       // The library never released a request even after abort: never free
       // memory it might still write (leak instead of use-after-free).
@@ -2431,6 +2570,8 @@ class GotreeBackend : public c10d::Backend {
   std::mutex splitMu_;
   std::string lastSplitName_;  // the group and backend of the last split
   c10::weak_intrusive_ptr<c10d::Backend> lastSplit_{c10::intrusive_ptr<c10d::Backend>()};
+  std::mutex streamMu_;
+  std::map<c10::DeviceIndex, c10::Stream> streams_;  // internal streams, under streamMu_
   std::mutex queueMu_;
   // Held by pointer so that a forked child can leak it: the parent's
   // completion thread was waiting on it at fork time, and destroying a
