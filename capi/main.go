@@ -281,9 +281,58 @@ func gotreego_collective(kind C.int, h C.int64_t, send, recv unsafe.Pointer, cou
 		return fail(int64(h), fmt.Errorf("%w: unknown collective %d", pg.ErrInvalidArgument, kind))
 	}
 	name := collNames[kind]
+	if device != -1 {
+		return issueDevice(h, req, name, func(c *pg.Comm) error {
+			return deviceCollective(c, int(kind), name, uintptr(send), uintptr(recv), uint64(count), algorithms.DType(dtype), algorithms.Op(op), int(root), int(device), uintptr(stream))
+		})
+	}
 	return issue(h, req, name, device, func(c *pg.Comm) (*pg.Request, error) {
 		return issueCollective(c, int(kind), name, send, recv, uint64(count), algorithms.DType(dtype), algorithms.Op(op), int(root))
 	})
+}
+
+// deviceKinds maps the collectives with a device path to theirs.
+var deviceKinds = map[int]algorithms.Collective{collAllReduce: algorithms.AllReduce, collBroadcast: algorithms.Broadcast,
+	collAllGather: algorithms.AllGather, collReduce: algorithms.Reduce, collReduceScatter: algorithms.ReduceScatter}
+
+// issueDevice runs enqueue (a collective on CUDA buffers, queued on the
+// caller's stream before it returns) and hands back a request that is
+// already complete: completion is the stream's business.
+func issueDevice(h C.int64_t, req *C.int64_t, name string, enqueue func(c *pg.Comm) error) C.int {
+	return issue(h, req, name, -1, func(c *pg.Comm) (*pg.Request, error) {
+		if err := enqueue(c); err != nil {
+			return nil, err
+		}
+		return pg.CompletedRequest(name), nil
+	})
+}
+
+// deviceCollective checks one collective on CUDA buffers and enqueues it.
+// Buffers are as for issueCollective; in place is NCCL's convention for
+// allgather (sendbuf = recvbuf + rank*count) and reduce_scatter (recvbuf =
+// sendbuf + rank*count).
+func deviceCollective(c *pg.Comm, kind int, name string, send, recv uintptr, n uint64, dt algorithms.DType, op algorithms.Op, root, device int, stream uintptr) error {
+	coll, ok := deviceKinds[kind]
+	if !ok {
+		return fmt.Errorf("%w: %s: device %d: CUDA buffers are supported by allreduce, broadcast, reduce, allgather and reduce_scatter", pg.ErrNotSupported, name, device)
+	}
+	if !dt.Valid() {
+		return fmt.Errorf("%w: %s: unknown dtype %d", pg.ErrInvalidArgument, name, int(dt))
+	}
+	if n > 1<<40 {
+		return fmt.Errorf("%w: %s: count %d is too large", pg.ErrInvalidArgument, name, n)
+	}
+	if (kind == collAllGather || kind == collReduceScatter) && send == recv && n > 0 && c.Size() > 1 {
+		return fmt.Errorf("%w: %s: sendbuf equals recvbuf: for in place, pass NCCL's layout (allgather: sendbuf = recvbuf + rank*count elements; reduce_scatter: recvbuf = sendbuf + rank*count)", pg.ErrInvalidArgument, name)
+	}
+	isRoot := root == c.Rank()
+	switch {
+	case kind == collBroadcast && !isRoot:
+		send = recv // not read
+	case kind == collReduce && !isRoot:
+		recv = send // not written
+	}
+	return c.DeviceCollective(pg.DeviceArgs{Coll: coll, Send: send, Recv: recv, Count: int64(n), DType: dt, Op: op, Root: root, Device: device, Stream: stream})
 }
 
 // issueCollective checks the buffers of one collective and issues it.

@@ -44,6 +44,9 @@ type Config struct {
 	TimeoutNs       uint64 // a wait longer than this fails the launch (default 60 s)
 }
 
+// Defaults returns c with its zero fields set to the defaults.
+func (c Config) Defaults() Config { return c.withDefaults() }
+
 func (c Config) withDefaults() Config {
 	if c.Threads == 0 {
 		c.Threads = 512

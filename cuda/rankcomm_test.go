@@ -20,129 +20,6 @@ import (
 // between nodes, the emulated kernels of emulate_test.go on one stream per
 // rank. Checked against RunOracle.
 
-// emuGPU is GPU on the emulator. Device and pinned host memory are one
-// arena (device addresses are host addresses); an IPC handle carries the
-// address; each stream is a goroutine that runs its launches in order.
-type emuGPU struct {
-	m       *emuMem
-	timeout time.Duration
-	mu      sync.Mutex
-	streams map[uintptr]chan func()
-	pending sync.WaitGroup
-	kernels map[string]emuKernel
-}
-
-type emuKernel struct {
-	dt       algorithms.DType
-	op       algorithms.Op
-	reduce   bool
-	finalize bool
-}
-
-func newEmuGPU(size int, timeout time.Duration) *emuGPU {
-	g := &emuGPU{m: newEmuMem(size), timeout: timeout, streams: map[uintptr]chan func(){}, kernels: map[string]emuKernel{}}
-	for dt := algorithms.DType(0); dt.Valid(); dt++ {
-		for op := algorithms.Op(0); op < 16; op++ {
-			if algorithms.Supports(op, dt) != nil {
-				continue
-			}
-			// Kernels shared by several dtypes (f32 and complex64 finalize,
-			// i8 and u8 sum) run as the first: the same arithmetic.
-			if n, err := KernelName(dt, op, true); err == nil && g.kernels[n] == (emuKernel{}) {
-				g.kernels[n] = emuKernel{dt: dt, op: op, reduce: true}
-			}
-			if n := FinalizeKernel(dt, op); n != "" && g.kernels[n] == (emuKernel{}) {
-				g.kernels[n] = emuKernel{dt: dt, op: op, finalize: true}
-			}
-		}
-	}
-	n, _ := KernelName(algorithms.Int8, algorithms.Sum, false)
-	g.kernels[n] = emuKernel{dt: algorithms.Int8, op: algorithms.Sum, reduce: true}
-	return g
-}
-
-func (g *emuGPU) Alloc(n uint64) (DevicePtr, error) {
-	p := g.m.alloc(int(n))
-	clear(g.m.bytes(p, int(n)))
-	return p, nil
-}
-func (g *emuGPU) Free(DevicePtr) error { return nil }
-func (g *emuGPU) Upload(dst DevicePtr, b []byte) error {
-	copy(g.m.bytes(dst, len(b)), b)
-	return nil
-}
-func (g *emuGPU) HostAlloc(n int) ([]byte, DevicePtr, error) {
-	p, _ := g.Alloc(uint64(n))
-	return g.m.bytes(p, n), p, nil
-}
-func (g *emuGPU) HostFree([]byte) error { return nil }
-func (g *emuGPU) IpcExport(p DevicePtr) (IpcMemHandle, error) {
-	var h IpcMemHandle
-	copy(h[:], "emu")
-	le.PutUint64(h[8:], uint64(p))
-	return h, nil
-}
-func (g *emuGPU) IpcOpen(h IpcMemHandle) (DevicePtr, error) {
-	if string(h[:3]) != "emu" {
-		return 0, fmt.Errorf("not an emulator handle")
-	}
-	return DevicePtr(le.Uint64(h[8:])), nil
-}
-func (g *emuGPU) IpcClose(DevicePtr) error { return nil }
-func (g *emuGPU) MaxBlocks(int) int        { return 64 }
-func (g *emuGPU) Synchronize() error {
-	g.pending.Wait()
-	return nil
-}
-
-// stream returns the queue of stream s, starting its goroutine.
-func (g *emuGPU) stream(s uintptr) chan func() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	q, ok := g.streams[s]
-	if !ok {
-		q = make(chan func(), 64)
-		g.streams[s] = q
-		go func() {
-			for f := range q {
-				f()
-				g.pending.Done()
-			}
-		}()
-	}
-	return q
-}
-
-func decodeArgs(ab []byte) KernelArgs {
-	u := func(i int) DevicePtr { return DevicePtr(le.Uint64(ab[8*i:])) }
-	return KernelArgs{In: u(0), Out: u(1), Steps: u(2), Channels: u(3), Conns: u(4), Err: u(5), AbortFlag: u(6),
-		TimeoutNs: le.Uint64(ab[56:]), SimpleSlotBytes: le.Uint32(ab[64:]), LLSlotLines: le.Uint32(ab[68:]),
-		Proto: le.Uint32(ab[72:]), Group0Threads: le.Uint32(ab[76:])}
-}
-
-func (g *emuGPU) Launch(name string, grid, block int, stream uintptr, params ...[]byte) error {
-	k, ok := g.kernels[name]
-	if !ok {
-		return fmt.Errorf("emulator: no kernel %q", name)
-	}
-	var run func()
-	if k.finalize {
-		out, n, ranks := DevicePtr(le.Uint64(params[0])), int(le.Uint64(params[1])), int(le.Uint32(params[2]))
-		run = func() { algorithms.Finalize(g.m.bytes(out, n), k.dt, k.op, ranks) }
-	} else {
-		a := decodeArgs(params[0])
-		run = func() {
-			l := &emuLaunch{m: g.m, a: a, dt: k.dt, op: k.op, reduce: k.reduce, deadline: time.Now().Add(time.Duration(a.TimeoutNs))}
-			var wg sync.WaitGroup
-			l.run(grid, &wg)
-			wg.Wait()
-		}
-	}
-	g.pending.Add(1)
-	g.stream(stream) <- run
-	return nil
-}
-
 // pipeLinks are Links over in-memory pipes: one backend link per channel
 // and pair of ranks, made on first use by either end.
 type pipeLinks struct {
@@ -187,7 +64,7 @@ func (n *pipeNet) close() {
 
 // emuCluster is one RankComm per rank of a layout on one emulated GPU.
 type emuCluster struct {
-	gpu   *emuGPU
+	gpu   *Emulator
 	net   *pipeNet
 	comms []*RankComm
 	graph *algorithms.Graph
@@ -199,7 +76,7 @@ func newEmuCluster(t *testing.T, nodes, perNode, channels int, timeout time.Dura
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &emuCluster{gpu: newEmuGPU(96<<20, timeout), net: &pipeNet{slotBytes: 192, ends: map[[3]int][2]backend.Conn{}}, graph: g}
+	c := &emuCluster{gpu: NewEmulator(96 << 20), net: &pipeNet{slotBytes: 192, ends: map[[3]int][2]backend.Conn{}}, graph: g}
 	for r := 0; r < g.NRanks; r++ {
 		rc, err := NewRankComm(c.gpu, &pipeLinks{rank: r, hosts: g.NodeOf, net: c.net},
 			Config{SimpleSlotBytes: 512, LLSlotLines: 16}, timeout)
@@ -213,6 +90,7 @@ func newEmuCluster(t *testing.T, nodes, perNode, channels int, timeout time.Dura
 			rc.Close()
 		}
 		c.net.close()
+		c.gpu.Close()
 	})
 	return c
 }

@@ -79,6 +79,7 @@ type Comm struct {
 
 	plans    planCache
 	p2p      p2pLinks
+	devs     devices // the CUDA path, made on first use (device.go)
 	refusals refusalLog
 }
 
@@ -557,6 +558,7 @@ func (c *Comm) fail(err error) {
 // Abort fails every pending and future operation at once.
 func (c *Comm) Abort() {
 	c.fail(fmt.Errorf("%w: rank %d: aborted by the caller", ErrAborted, c.rank))
+	c.closeDevices(true)
 	c.mu.Lock()
 	if !c.closed {
 		c.closed = true
@@ -589,6 +591,11 @@ func (c *Comm) Destroy() error {
 		err = fmt.Errorf("%w: rank %d: operations still running at destroy after %v", ErrTimeout, c.rank, c.cfg.Timeout)
 		c.fail(err)
 		<-done
+	}
+	// The device path's kernels finish and its proxies stop before the
+	// links close under them.
+	if derr := c.closeDevices(false); err == nil {
+		err = derr
 	}
 	c.cancel(errors.New("destroyed"))
 	c.closeLinks("")

@@ -17,12 +17,25 @@ import (
 // stays open (authenticated) for the communicator's life.
 const p2pChannel = 1 << 20
 
+// devChannel is the channel number of the device path's channel ch
+// (DeviceLink): links made on first use like the point-to-point ones.
+func devChannel(ch int) int { return p2pChannel + 1 + ch }
+
+// maxDevChannels bounds the device channels a peer may ask to connect.
+const maxDevChannels = 64
+
+// lazyChannel says whether a data connection on channel ch is one made
+// after init.
+func lazyChannel(ch int) bool { return ch >= p2pChannel && ch <= devChannel(maxDevChannels-1) }
+
+// p2pLinks are the links made on first use: the point-to-point channel's
+// and the device path's (devChannel), by channel and peer.
 type p2pLinks struct {
 	mu      sync.Mutex
-	links   map[int]backend.Conn
-	ready   map[int]chan struct{} // closed when links[peer] or errs[peer] is set
-	errs    map[int]error
-	dialing map[int]bool
+	links   map[linkKey]backend.Conn
+	ready   map[linkKey]chan struct{} // closed when links[k] or errs[k] is set
+	errs    map[linkKey]error
+	dialing map[linkKey]bool
 	closed  bool
 	last    map[p2pKey]*Request // ordering of send/recv per peer and direction
 	count   map[p2pKey]uint64   // sends/receives issued per peer and direction
@@ -34,40 +47,40 @@ type p2pKey struct {
 }
 
 func (p *p2pLinks) init() {
-	p.links = map[int]backend.Conn{}
-	p.ready = map[int]chan struct{}{}
-	p.errs = map[int]error{}
-	p.dialing = map[int]bool{}
+	p.links = map[linkKey]backend.Conn{}
+	p.ready = map[linkKey]chan struct{}{}
+	p.errs = map[linkKey]error{}
+	p.dialing = map[linkKey]bool{}
 	p.last = map[p2pKey]*Request{}
 	p.count = map[p2pKey]uint64{}
 }
 
-func (p *p2pLinks) readyChan(peer int) chan struct{} {
-	ch, ok := p.ready[peer]
+func (p *p2pLinks) readyChan(k linkKey) chan struct{} {
+	ch, ok := p.ready[k]
 	if !ok {
 		ch = make(chan struct{})
-		p.ready[peer] = ch
+		p.ready[k] = ch
 	}
 	return ch
 }
 
-// set records the outcome of connecting to peer (mu held).
-func (p *p2pLinks) set(peer int, l backend.Conn, err error) {
-	if _, done := p.links[peer]; done {
+// set records the outcome of making link k (mu held).
+func (p *p2pLinks) set(k linkKey, l backend.Conn, err error) {
+	if _, done := p.links[k]; done {
 		if l != nil {
 			l.Close()
 		}
 		return
 	}
 	if err != nil {
-		p.errs[peer] = err
+		p.errs[k] = err
 	} else if p.closed {
 		l.Close()
-		p.errs[peer] = ErrAborted
+		p.errs[k] = ErrAborted
 	} else {
-		p.links[peer] = l
+		p.links[k] = l
 	}
-	ch := p.readyChan(peer)
+	ch := p.readyChan(k)
 	select {
 	case <-ch:
 	default:
@@ -93,31 +106,38 @@ func (c *Comm) p2pLink(peer int) (backend.Conn, error) { return c.p2pLinkOr(peer
 // p2pLinkOr is p2pLink that also gives up, with errStopped, when stop is
 // closed while it waits for the peer to connect.
 func (c *Comm) p2pLinkOr(peer int, stop <-chan struct{}) (backend.Conn, error) {
+	return c.lazyLink(linkKey{p2pChannel, peer}, "point-to-point traffic", stop)
+}
+
+// lazyLink returns link k (a channel made on first use), making it if
+// needed: the lower rank dials, the higher one's listener accepts.
+func (c *Comm) lazyLink(k linkKey, what string, stop <-chan struct{}) (backend.Conn, error) {
+	peer := k.peer
 	if peer < 0 || peer >= c.nranks || peer == c.rank {
-		return nil, fmt.Errorf("%w: rank %d: no point-to-point link to rank %d", ErrInvalidArgument, c.rank, peer)
+		return nil, fmt.Errorf("%w: rank %d: no link to rank %d for %s", ErrInvalidArgument, c.rank, peer, what)
 	}
 	p := &c.p2p
 	p.mu.Lock()
-	if l, ok := p.links[peer]; ok {
+	if l, ok := p.links[k]; ok {
 		p.mu.Unlock()
 		return l, nil
 	}
 	deadline := time.Now().Add(c.cfg.Timeout)
-	if c.rank < peer && !p.dialing[peer] {
-		p.dialing[peer] = true
+	if c.rank < peer && !p.dialing[k] {
+		p.dialing[k] = true
 		p.mu.Unlock()
-		l, err := c.dialP2P(peer, deadline)
+		l, err := c.dialLazy(k, what, deadline)
 		p.mu.Lock()
-		p.set(peer, l, err)
+		p.set(k, l, err)
 	}
-	ch := p.readyChan(peer)
+	ch := p.readyChan(k)
 	p.mu.Unlock()
 	t := time.NewTimer(time.Until(deadline))
 	defer t.Stop()
 	select {
 	case <-ch:
 	case <-t.C:
-		return nil, fmt.Errorf("%w: rank %d: rank %d did not connect for point-to-point traffic within %v", ErrTimeout, c.rank, peer, c.cfg.Timeout)
+		return nil, fmt.Errorf("%w: rank %d: rank %d did not connect for %s within %v", ErrTimeout, c.rank, peer, what, c.cfg.Timeout)
 	case <-stop:
 		return nil, errStopped
 	case <-c.ctx.Done():
@@ -125,10 +145,10 @@ func (c *Comm) p2pLinkOr(peer int, stop <-chan struct{}) (backend.Conn, error) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if err := p.errs[peer]; err != nil {
+	if err := p.errs[k]; err != nil {
 		return nil, err
 	}
-	return p.links[peer], nil
+	return p.links[k], nil
 }
 
 func context_cause(c *Comm) error {
@@ -140,21 +160,22 @@ func context_cause(c *Comm) error {
 	return errors.New("communicator closed")
 }
 
-func (c *Comm) dialP2P(peer int, deadline time.Time) (backend.Conn, error) {
-	conn, err := c.dialData(c.secret, peer, p2pChannel, deadline)
+func (c *Comm) dialLazy(k linkKey, what string, deadline time.Time) (backend.Conn, error) {
+	conn, err := c.dialData(c.secret, k.peer, int32(k.channel), deadline)
 	if err != nil {
-		return nil, fmt.Errorf("%w: rank %d: could not connect to rank %d at %s: %v", ErrRemote, c.rank, peer, c.peers[peer].DataAddr, err)
+		return nil, fmt.Errorf("%w: rank %d: could not connect to rank %d at %s for %s: %v", ErrRemote, c.rank, k.peer, c.peers[k.peer].DataAddr, what, err)
 	}
-	l, err := c.makeLink(linkKey{p2pChannel, peer}, []*net.TCPConn{conn}, deadline)
+	l, err := c.makeLink(k, []*net.TCPConn{conn}, deadline)
 	if err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("%w: rank %d: point-to-point link to rank %d: %v", ErrRemote, c.rank, peer, err)
+		return nil, fmt.Errorf("%w: rank %d: link to rank %d for %s: %v", ErrRemote, c.rank, k.peer, what, err)
 	}
 	return l, nil
 }
 
 // acceptP2P serves the data listener after init: authenticated lazy links
-// from lower ranks; anything else is refused and logged.
+// (point-to-point and device channels) from lower ranks; anything else is
+// refused and logged.
 func (c *Comm) acceptP2P(secret [32]byte) {
 	defer c.acceptWG.Done()
 	ln := c.ln.(*net.TCPListener)
@@ -177,7 +198,7 @@ func (c *Comm) acceptP2P(secret [32]byte) {
 		go func() {
 			defer func() { <-sem }()
 			h, err := serverHandshake(conn, secret, time.Now().Add(min(c.cfg.Timeout, 3*time.Second)))
-			if err != nil || h.Kind != kindData || h.Channel != p2pChannel || int(h.Rank) >= c.rank || h.Rank < 0 {
+			if err != nil || h.Kind != kindData || !lazyChannel(int(h.Channel)) || int(h.Rank) >= c.rank || h.Rank < 0 {
 				c.refusals.warn(c.log, "refused a connection from %v: %v", conn.RemoteAddr(), orKind(err, h))
 				conn.Close()
 				return
@@ -188,11 +209,11 @@ func (c *Comm) acceptP2P(secret [32]byte) {
 }
 
 func (c *Comm) acceptedP2P(h hello, conn *net.TCPConn) {
-	peer := int(h.Rank)
-	l, err := c.makeLink(linkKey{p2pChannel, peer}, []*net.TCPConn{conn}, time.Now().Add(c.cfg.Timeout))
+	k := linkKey{int(h.Channel), int(h.Rank)}
+	l, err := c.makeLink(k, []*net.TCPConn{conn}, time.Now().Add(c.cfg.Timeout))
 	if err != nil {
 		conn.Close()
-		err = fmt.Errorf("%w: rank %d: point-to-point link from rank %d: %v", ErrRemote, c.rank, peer, err)
+		err = fmt.Errorf("%w: rank %d: link from rank %d on channel %d: %v", ErrRemote, c.rank, k.peer, k.channel, err)
 	}
 	c.p2p.mu.Lock()
 	defer c.p2p.mu.Unlock()
@@ -202,7 +223,7 @@ func (c *Comm) acceptedP2P(h hello, conn *net.TCPConn) {
 		}
 		return
 	}
-	c.p2p.set(peer, l, err)
+	c.p2p.set(k, l, err)
 }
 
 // AllToAll sends sendCounts[p] elements at sendDispls[p] of send to every

@@ -1,0 +1,230 @@
+package pg
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/gotree/gotree/algorithms"
+	"github.com/gotree/gotree/backend"
+	"github.com/gotree/gotree/cuda"
+)
+
+// Device collectives: CUDA buffers run through cuda.RankComm on the
+// caller's stream, like NCCL: the call enqueues the kernels and returns;
+// the work happens when the stream gets there. The device path has its own
+// links (devChannel, made on first use), so its proxies never share a link
+// with the CPU path.
+
+// DeviceArgs is one collective on CUDA buffers.
+type DeviceArgs struct {
+	Coll       algorithms.Collective
+	Send, Recv uintptr // device addresses; equal for in place
+	Count      int64   // elements, as the CPU collectives count them
+	DType      algorithms.DType
+	Op         algorithms.Op
+	Root       int
+	Device     int     // CUDA ordinal
+	Stream     uintptr // CUstream; 0 is the legacy default stream
+}
+
+// devices holds the communicator's device path: one RankComm per CUDA
+// ordinal it was used with, made on first use.
+type devices struct {
+	mu      sync.Mutex
+	comms   map[int]*cuda.RankComm
+	release map[int]func() error
+}
+
+// deviceLinks gives a RankComm the communicator's hosts and lazy links.
+type deviceLinks struct{ c *Comm }
+
+func (l deviceLinks) Rank() int { return l.c.rank }
+func (l deviceLinks) Size() int { return l.c.nranks }
+func (l deviceLinks) SameHost(peer int) bool {
+	return l.c.peers[peer].HostID == l.c.peers[l.c.rank].HostID
+}
+func (l deviceLinks) DeviceLink(ch, peer int) (backend.Conn, error) {
+	if ch < 0 || ch >= maxDevChannels {
+		return nil, fmt.Errorf("%w: device channel %d not in 0..%d", ErrInvalidArgument, ch, maxDevChannels-1)
+	}
+	return l.c.lazyLink(linkKey{devChannel(ch), peer}, fmt.Sprintf("device channel %d", ch), nil)
+}
+
+// openGPU opens CUDA device ordinal for the device path: its primary
+// context (the one torch uses) with the kernels loaded, a release, and
+// where the kernels came from. Without a driver the error wraps
+// ErrNotSupported and says why. Tests put the emulator here.
+var openGPU = func(ordinal int) (cuda.GPU, func() error, string, error) {
+	drv, err := cuda.Load()
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("%w: CUDA device %d: %v", ErrNotSupported, ordinal, err)
+	}
+	n, err := drv.DeviceCount()
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("%w: CUDA device %d: %v", ErrNotSupported, ordinal, err)
+	}
+	if ordinal < 0 || ordinal >= n {
+		return nil, nil, "", fmt.Errorf("%w: CUDA device %d does not exist (the driver sees %d)", ErrInvalidArgument, ordinal, n)
+	}
+	dev, err := drv.Device(ordinal)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	ctx, err := dev.RetainPrimaryContext()
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("CUDA device %d: %w", ordinal, err)
+	}
+	k, err := cuda.LoadKernels(ctx, false)
+	if err != nil {
+		ctx.Release()
+		return nil, nil, "", fmt.Errorf("CUDA device %d: loading the kernels: %w", ordinal, err)
+	}
+	return cuda.NewGPU(ctx, k), ctx.Release, k.Source, nil
+}
+
+// deviceComm returns the RankComm of a CUDA ordinal, made on first use.
+func (c *Comm) deviceComm(ordinal int) (*cuda.RankComm, error) {
+	d := &c.devs
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if rc, ok := d.comms[ordinal]; ok {
+		return rc, nil
+	}
+	gpu, release, source, err := openGPU(ordinal)
+	if err != nil {
+		return nil, fmt.Errorf("rank %d: %w", c.rank, err)
+	}
+	rc, err := cuda.NewRankComm(gpu, deviceLinks{c}, cuda.Config{}, c.cfg.Timeout)
+	if err != nil {
+		release()
+		return nil, err
+	}
+	if d.comms == nil {
+		d.comms, d.release = map[int]*cuda.RankComm{}, map[int]func() error{}
+	}
+	d.comms[ordinal], d.release[ordinal] = rc, release
+	c.log.Infof("INIT", "CUDA device %d: kernels from %s", ordinal, source)
+	return rc, nil
+}
+
+// closeDevices closes the device path (abort: make running kernels give
+// up first).
+func (c *Comm) closeDevices(abort bool) error {
+	d := &c.devs
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var errs []error
+	for ord, rc := range d.comms {
+		if abort {
+			errs = append(errs, rc.Abort("the communicator was aborted"))
+		} else {
+			errs = append(errs, rc.Close())
+		}
+		errs = append(errs, d.release[ord]())
+	}
+	d.comms, d.release = nil, nil
+	return errors.Join(errs...)
+}
+
+// DeviceCollective enqueues a collective on CUDA buffers on a.Stream. It
+// returns when the kernels are queued (the first call of a plan also makes
+// its connections with the peers, which issue the same call); failures
+// found later are returned by the following calls.
+func (c *Comm) DeviceCollective(a DeviceArgs) error {
+	c.mu.Lock()
+	err := c.usable(a.Coll.String())
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	switch a.Coll {
+	case algorithms.AllReduce, algorithms.Broadcast, algorithms.Reduce, algorithms.AllGather, algorithms.ReduceScatter:
+	default:
+		return fmt.Errorf("%w: rank %d: %v on CUDA buffers: the device path runs allreduce, broadcast, reduce, allgather and reducescatter", ErrNotSupported, c.rank, a.Coll)
+	}
+	if a.Root < 0 || a.Root >= c.nranks {
+		return fmt.Errorf("%w: rank %d: %v: root %d not in [0, %d)", ErrInvalidArgument, c.rank, a.Coll, a.Root, c.nranks)
+	}
+	if a.Count < 0 {
+		return fmt.Errorf("%w: rank %d: %v: count %d < 0", ErrInvalidArgument, c.rank, a.Coll, a.Count)
+	}
+	if a.Op == algorithms.PremulSum {
+		return fmt.Errorf("%w: rank %d: %v: PREMUL_SUM on CUDA buffers (scale the input and use SUM)", ErrNotSupported, c.rank, a.Coll)
+	}
+	if err := algorithms.Supports(a.Op, a.DType); err != nil {
+		return fmt.Errorf("%w: rank %d: %v: %v", ErrInvalidArgument, c.rank, a.Coll, err)
+	}
+	if a.Count == 0 || c.nranks == 1 && a.Send == a.Recv {
+		return nil
+	}
+	if a.Send == 0 || a.Recv == 0 {
+		return fmt.Errorf("%w: rank %d: %v: null device buffer for %d elements", ErrInvalidArgument, c.rank, a.Coll, a.Count)
+	}
+	rc, err := c.deviceComm(a.Device)
+	if err != nil {
+		return err
+	}
+	p, err := c.devicePlan(a)
+	if err != nil {
+		return fmt.Errorf("%w: rank %d: %v on CUDA buffers: no plan: %v", ErrInvalidArgument, c.rank, a.Coll, err)
+	}
+	if err := rc.Enqueue(p, cuda.DevicePtr(a.Send), cuda.DevicePtr(a.Recv), a.Stream); err != nil {
+		return fmt.Errorf("%w: rank %d: %v of %d x %v on CUDA device %d: %v", ErrRemote, c.rank, a.Coll, a.Count, a.DType, a.Device, err)
+	}
+	return nil
+}
+
+// devicePlanKey caches device plans apart from the CPU ones.
+type devicePlanKey struct{ req algorithms.PlanRequest }
+
+// devicePlan picks the algorithm and protocol with NCCL's constants for
+// GPU links (NVLink within a node, the network between nodes; LL does not
+// cross nodes here) under GOTREE_ALGO, GOTREE_PROTO and the channel
+// limits, and builds the plan with chunks that fit the kernels' FIFOs.
+func (c *Comm) devicePlan(a DeviceArgs) (*algorithms.Plan, error) {
+	bytes := a.Count * int64(a.DType.Size())
+	if a.Coll == algorithms.AllGather || a.Coll == algorithms.ReduceScatter {
+		bytes *= int64(c.nranks)
+	}
+	algos, err := algorithms.ParseAlgoSpec(c.cfg.Algo, a.Coll)
+	if err != nil {
+		return nil, err
+	}
+	protos, err := algorithms.ParseProtoSpec(c.cfg.Proto, a.Coll)
+	if err != nil {
+		return nil, err
+	}
+	protos &= 1<<algorithms.LL | 1<<algorithms.Simple // LL128 runs as Simple in the kernels
+	topo := algorithms.TopoOfGraph(c.graph, algorithms.NVLink, algorithms.Net)
+	if topo.NNodes > 1 {
+		protos &= 1 << algorithms.Simple
+	}
+	if a.Coll != algorithms.AllReduce {
+		algos &= 1 << algorithms.Ring
+	}
+	algos &^= 1 << algorithms.HalvingDoubling // no device plan
+	if protos == 0 {
+		protos = 1 << algorithms.Simple
+	}
+	pr, err := c.tuning.Choose(a.Coll, topo, bytes, algorithms.Constraints{Algos: algos, Protos: protos,
+		MinChannels: c.cfg.MinChannels, MaxChannels: c.cfg.MaxChannels})
+	if err != nil {
+		pr = algorithms.Prediction{Algo: algorithms.Ring, Proto: algorithms.Simple, Channels: 1}
+	}
+	cfg := cuda.Config{}.Defaults()
+	chunk := int64(cuda.MaxSlotsPerStep * cfg.SimpleSlotBytes)
+	if pr.Proto == algorithms.LL {
+		chunk = int64(cuda.MaxSlotsPerStep * cfg.LLSlotLines * 8)
+	}
+	req := algorithms.PlanRequest{Coll: a.Coll, Algo: pr.Algo, Proto: pr.Proto, Count: a.Count, DType: a.DType, Op: a.Op, Root: a.Root,
+		ChunkBytes: chunk, Channels: min(max(pr.Channels, 1), c.graph.Channels), KeepChannels: c.cfg.MinChannels > 1}
+	v, err := c.plans.get(devicePlanKey{req}, func() (any, error) {
+		c.log.Infof("TUNING", "%v %d bytes on CUDA buffers: %v/%v on %d channels, predicted %.1f us", a.Coll, bytes, pr.Algo, pr.Proto, req.Channels, pr.TimeUs)
+		return algorithms.BuildPlan(c.graph, req)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.(*algorithms.Plan), nil
+}

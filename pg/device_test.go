@@ -1,0 +1,239 @@
+package pg
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gotree/gotree/algorithms"
+	"github.com/gotree/gotree/cuda"
+)
+
+// The device path end to end without a GPU: communicators of ranks as
+// goroutines, on one or several hosts (host ids), whose device collectives
+// run on the emulated GPU (cuda.Emulator): lazy device links, IPC handles
+// through them within a host, host-staged proxies over TCP between hosts,
+// the plan choice, the emulated kernels. Results are exact integer sums
+// computed here.
+
+var le = binary.LittleEndian
+
+func le64(b []byte, v int64) { le.PutUint64(b, uint64(v)) }
+
+func useEmulator(t *testing.T, size int) *cuda.Emulator {
+	t.Helper()
+	emu := cuda.NewEmulator(size)
+	t.Cleanup(emu.Close)
+	old := openGPU
+	openGPU = func(int) (cuda.GPU, func() error, string, error) {
+		return emu, func() error { return nil }, "the emulator", nil
+	}
+	t.Cleanup(func() { openGPU = old })
+	return emu
+}
+
+// deviceRun issues one device collective on every rank at once (rank r on
+// stream r+1) and waits for the emulated streams.
+func deviceRun(t *testing.T, emu *cuda.Emulator, comms []*Comm, args func(r int) DeviceArgs) []error {
+	t.Helper()
+	errs := make([]error, len(comms))
+	var wg sync.WaitGroup
+	for r, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a := args(r)
+			a.Stream = uintptr(r + 1)
+			errs[r] = c.DeviceCollective(a)
+		}()
+	}
+	wg.Wait()
+	emu.Synchronize()
+	return errs
+}
+
+func TestDeviceCollectivesEmulated(t *testing.T) {
+	i64 := algorithms.Int64
+	ran := map[string]int{}
+	for _, tc := range []struct {
+		hosts       []string
+		proto, algo string
+	}{
+		{[]string{"a", "a", "a"}, "LL", ""},
+		{[]string{"a", "a", "a"}, "Simple", "tree"},
+		{[]string{"a", "b"}, "", ""},
+		{[]string{"a", "a", "b", "b"}, "", "allreduce:tree"},
+		{[]string{"a", "b", "c"}, "", ""},
+	} {
+		n := len(tc.hosts)
+		emu := useEmulator(t, 160<<20)
+		cfg := testConfig()
+		cfg.Proto, cfg.Algo = tc.proto, tc.algo
+		comms := startComms(t, n, tc.hosts, cfg)
+		for _, count := range []int64{1, 13, 1000, 40001} {
+			for _, coll := range []algorithms.Collective{algorithms.AllReduce, algorithms.Broadcast, algorithms.Reduce, algorithms.AllGather, algorithms.ReduceScatter} {
+				name := fmt.Sprintf("hosts %v proto %q algo %q %v count %d", tc.hosts, tc.proto, tc.algo, coll, count)
+				root := n - 1
+				inN, outN := count, count
+				switch coll {
+				case algorithms.AllGather:
+					outN = count * int64(n)
+				case algorithms.ReduceScatter:
+					inN = count * int64(n)
+				}
+				send, recv := make([]cuda.DevicePtr, n), make([]cuda.DevicePtr, n)
+				for r := range comms {
+					send[r], _ = emu.Alloc(uint64(8 * inN))
+					recv[r], _ = emu.Alloc(uint64(8 * outN))
+					in := emu.Bytes(send[r], int(8*inN))
+					for i := int64(0); i < inN; i++ {
+						le64(in[8*i:], val(r, i))
+					}
+					out := emu.Bytes(recv[r], int(8*outN))
+					for i := range out {
+						out[i] = 0xA5
+					}
+				}
+				args := func(r int) DeviceArgs {
+					return DeviceArgs{Coll: coll, Send: uintptr(send[r]), Recv: uintptr(recv[r]), Count: count, DType: i64, Op: algorithms.Sum, Root: root}
+				}
+				errs := deviceRun(t, emu, comms, args)
+				if p, err := comms[0].devicePlan(args(0)); err == nil {
+					ran[fmt.Sprintf("%v/%v", p.Algo, p.Proto)]++
+				}
+				for r, err := range errs {
+					require.NoError(t, err, "%s: rank %d", name, r)
+				}
+				sum := func(i int64) int64 {
+					s := int64(0)
+					for r := 0; r < n; r++ {
+						s += val(r, i)
+					}
+					return s
+				}
+				for r := range comms {
+					out := emu.Bytes(recv[r], int(8*outN))
+					for i := int64(0); i < outN; i++ {
+						var want int64
+						switch coll {
+						case algorithms.AllReduce:
+							want = sum(i)
+						case algorithms.Broadcast:
+							want = val(root, i)
+						case algorithms.Reduce:
+							if r != root {
+								continue
+							}
+							want = sum(i)
+						case algorithms.AllGather:
+							want = val(int(i/count), i%count)
+						case algorithms.ReduceScatter:
+							want = sum(int64(r)*count + i)
+						}
+						if got := int64(le.Uint64(out[8*i:])); got != want {
+							t.Fatalf("%s: rank %d element %d = %d, want %d", name, r, i, got, want)
+						}
+					}
+				}
+			}
+		}
+		// In place: allreduce with send == recv.
+		buf := make([]cuda.DevicePtr, n)
+		for r := range comms {
+			buf[r], _ = emu.Alloc(8 * 777)
+			b := emu.Bytes(buf[r], 8*777)
+			for i := int64(0); i < 777; i++ {
+				le64(b[8*i:], val(r, i))
+			}
+		}
+		errs := deviceRun(t, emu, comms, func(r int) DeviceArgs {
+			return DeviceArgs{Coll: algorithms.AllReduce, Send: uintptr(buf[r]), Recv: uintptr(buf[r]), Count: 777, DType: i64, Op: algorithms.Sum}
+		})
+		for r := range comms {
+			require.NoError(t, errs[r])
+			b := emu.Bytes(buf[r], 8*777)
+			for i := int64(0); i < 777; i++ {
+				want := int64(0)
+				for q := 0; q < n; q++ {
+					want += val(q, i)
+				}
+				require.Equal(t, want, int64(le.Uint64(b[8*i:])), "hosts %v in place rank %d element %d", tc.hosts, r, i)
+			}
+		}
+	}
+	t.Logf("plans run: %v", ran)
+	for _, want := range []string{"ring/LL", "ring/Simple", "tree/Simple"} {
+		if ran[want] == 0 {
+			t.Errorf("no %s plan ran: %v", want, ran)
+		}
+	}
+}
+
+// TestDeviceCollectiveMismatch: ranks that issue different device
+// collectives fail within the timeout with errors, never hang.
+func TestDeviceCollectiveMismatch(t *testing.T) {
+	emu := useEmulator(t, 64<<20)
+	for _, hosts := range [][]string{{"a", "b"}, {"a", "a"}} {
+		cfg := testConfig()
+		cfg.Timeout = time.Second
+		comms := startComms(t, 2, hosts, cfg)
+		p, _ := emu.Alloc(8 << 20)
+		start := time.Now()
+		errs := deviceRun(t, emu, comms, func(r int) DeviceArgs {
+			return DeviceArgs{Coll: algorithms.AllReduce, Send: uintptr(p), Recv: uintptr(p), Count: int64(1000 + 300000*r), DType: algorithms.Float32, Op: algorithms.Sum}
+		})
+		for r, c := range comms {
+			if errs[r] == nil {
+				errs[r] = c.devs.comms[0].Err()
+			}
+		}
+		took := time.Since(start)
+		if errs[0] == nil && errs[1] == nil {
+			t.Fatalf("hosts %v: mismatched counts ran without error", hosts)
+		}
+		require.Less(t, took, 10*time.Second, "hosts %v", hosts)
+		t.Logf("hosts %v: %v / %v after %v", hosts, errs[0], errs[1], took.Round(time.Millisecond))
+	}
+}
+
+func TestDeviceArgumentErrors(t *testing.T) {
+	useEmulator(t, 1<<20)
+	comms := startComms(t, 1, nil, testConfig())
+	c := comms[0]
+	for _, tc := range []struct {
+		a    DeviceArgs
+		want string
+	}{
+		{DeviceArgs{Coll: algorithms.AllToAll, Send: 8, Recv: 8, Count: 1, DType: algorithms.Float32}, "device path runs allreduce"},
+		{DeviceArgs{Coll: algorithms.Broadcast, Send: 8, Recv: 8, Count: 1, DType: algorithms.Float32, Root: 3}, "root 3"},
+		{DeviceArgs{Coll: algorithms.AllReduce, Send: 0, Recv: 8, Count: 5, DType: algorithms.Float32}, "null device buffer"},
+		{DeviceArgs{Coll: algorithms.AllReduce, Send: 8, Recv: 8, Count: 5, DType: algorithms.Float32, Op: algorithms.PremulSum}, "PREMUL_SUM"},
+		{DeviceArgs{Coll: algorithms.AllReduce, Send: 8, Recv: 16, Count: 5, DType: algorithms.DType(99)}, "allreduce"},
+	} {
+		err := c.DeviceCollective(tc.a)
+		require.Error(t, err, "%+v", tc.a)
+		require.Contains(t, err.Error(), tc.want)
+	}
+}
+
+// TestDeviceWithoutDriver: with no libcuda the device path says so and
+// wraps ErrNotSupported; the CPU path is unaffected.
+func TestDeviceWithoutDriver(t *testing.T) {
+	t.Setenv("GOTREE_LIBCUDA", "/nonexistent/libcuda.so.1")
+	comms := startComms(t, 1, nil, testConfig())
+	err := comms[0].DeviceCollective(DeviceArgs{Coll: algorithms.AllReduce, Send: 8, Recv: 16, Count: 5, DType: algorithms.Float32})
+	require.Error(t, err)
+	if !errors.Is(err, ErrNotSupported) || !strings.Contains(err.Error(), "no NVIDIA driver") {
+		t.Fatalf("error %v: want ErrNotSupported naming the missing driver", err)
+	}
+	buf := i64s([]int64{1, 2, 3})
+	r, err := comms[0].AllReduce(buf, buf, 3, algorithms.Int64, algorithms.Sum)
+	require.NoError(t, err)
+	require.NoError(t, r.Wait(time.Second))
+}
