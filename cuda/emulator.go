@@ -330,6 +330,7 @@ func (g *Emulator) IpcOpen(h IpcMemHandle) (DevicePtr, error) {
 }
 func (g *Emulator) IpcClose(DevicePtr) error { return nil }
 func (g *Emulator) MaxBlocks(int) int        { return 64 }
+
 // Close ends the stream goroutines once their work is done.
 func (g *Emulator) Close() {
 	g.pending.Wait()
