@@ -185,6 +185,20 @@ gotree_status_t gotree_comm_will_wait(gotree_comm_t comm, int will_wait);
  *   device:  GOTREE_DEVICE_CPU for host memory; a CUDA ordinal otherwise.
  *   stream:  a CUDA stream for device buffers; ignored for the CPU.
  *   request: receives a new request handle.
+ *
+ * Device buffers (device >= 0; allreduce, broadcast, reduce, allgather and
+ * reduce_scatter): like NCCL, the call queues the work on `stream` and
+ * returns; the request it hands back is already complete, and the result
+ * is there when the stream gets there (record an event after the call).
+ * The buffers must stay valid until then. The first call of each plan also
+ * connects this rank with its peers (CUDA IPC within a node, host-staged
+ * TCP between nodes), so every rank must issue the same device calls in
+ * the same order. In place is NCCL's layout: allgather sendbuf = recvbuf +
+ * rank*count elements, reduce_scatter recvbuf = sendbuf + rank*count.
+ * A failure found after a call returned (a peer that never launched, a
+ * lost connection) is returned by the next device call. Without an NVIDIA
+ * driver, or for the other collectives, the status is
+ * GOTREE_ERR_NOT_SUPPORTED and gotree_error_text says why.
  */
 
 /* recvbuf[i] = op over ranks of sendbuf[i], for i < count. */
