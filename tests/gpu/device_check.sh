@@ -11,7 +11,12 @@
 #      4 B to 1 GiB with ring, tree and auto; a kernel timeout; NVRTC.
 #   2. benchmark: allreduce time and busbw per size against the HBM limit
 #      from the device-to-device copy bandwidth measured in the same run.
-#   3. the table, printed last.
+#   3. torch: builds the extension against this machine's torch and the
+#      prebuilt tests/gpu/bin/libgotree.so, then tests/gpu/torch_check.py
+#      with one process per rank on the GPU: 2 and 4 ranks on one host
+#      (CUDA IPC), and 2 ranks as two hosts (GOTREE_HOST_ID; host-staged
+#      proxies over loopback TCP).
+#   4. the table, printed last.
 #
 # Environment: GOTREE_GPU_MAXBYTES (default 1 GiB), GOTREE_GPU_RANKS
 # (default 2,4,8), OUT (a folder for logs; default a temporary one).
@@ -70,6 +75,33 @@ tail -3 "$out/cpu.log"
 echo "== benchmark"
 timeout 150 "$bin" -test.v -test.count=1 -test.timeout 145s -test.run 'TestGPUBench' >"$out/bench.log" 2>&1 || rc=1
 grep -E '^(--- |ok|FAIL)' "$out/bench.log"
+echo "== torch: CUDA tensors, one process per rank"
+if [[ -f "$root/tests/gpu/bin/libgotree.so" ]] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+  cp "$root/tests/gpu/bin/libgotree.so" "$root/python/gotree/libgotree.so"
+  if (cd "$root" && GOTREE_SKIP_GO=1 timeout 240 python3 setup.py build_ext --inplace >"$out/ext.log" 2>&1); then
+    port=29700
+    for cfg in "2 1" "4 1" "2 2"; do
+      read -r n hosts <<<"$cfg"
+      port=$((port + 1))
+      pids=()
+      for ((r = 0; r < n; r++)); do
+        env RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+          GOTREE_HOST_ID="gpuhost$((r % hosts))" PYTHONPATH="$root/python" \
+          timeout 100 python3 "$root/tests/gpu/torch_check.py" >"$out/torch-$n-$hosts-$r.log" 2>&1 &
+        pids+=($!)
+      done
+      for p in "${pids[@]}"; do wait "$p" || rc=1; done
+      echo "-- $n ranks on $hosts host(s):"
+      grep -h "torch_check\|rank 0 all_reduce\|  rank" "$out"/torch-$n-$hosts-*.log | head -20
+      grep -lh "Error\|Traceback" "$out"/torch-$n-$hosts-*.log >/dev/null 2>&1 && tail -5 "$out"/torch-$n-$hosts-0.log
+    done
+  else
+    rc=1
+    echo "device_check: building the torch extension failed:"; tail -20 "$out/ext.log"
+  fi
+else
+  echo "device_check: skipped (no tests/gpu/bin/libgotree.so, or torch sees no GPU)"
+fi
 echo "== $(( $(date +%s) - start )) s; logs in $out"
 if [[ -s "$out/bench.txt" ]]; then
   echo

@@ -4,10 +4,14 @@
 #
 #   tests/gpu/prepare.sh     -> tests/gpu/bin/cuda.test (the cuda package's tests,
 #                               kernels.fatbin embedded)
+#                               tests/gpu/bin/libgotree.so (the library, for the
+#                               torch extension device_check builds there)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 mkdir -p tests/gpu/bin
 export CGO_ENABLED=1
 go test -c -o tests/gpu/bin/cuda.test ./cuda/
-echo "prepare: built tests/gpu/bin/cuda.test ($(du -h tests/gpu/bin/cuda.test | cut -f1))"
+go build -buildmode=c-shared -trimpath -o tests/gpu/bin/libgotree.so ./capi
+rm -f tests/gpu/bin/libgotree.h
+echo "prepare: built tests/gpu/bin/cuda.test ($(du -h tests/gpu/bin/cuda.test | cut -f1)) and tests/gpu/bin/libgotree.so ($(du -h tests/gpu/bin/libgotree.so | cut -f1))"

@@ -1,0 +1,129 @@
+"""CUDA tensors through torch.distributed with backend "gotree", one process
+per rank (the case torch runs): tests/gpu/device_check.sh starts the ranks
+with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and, to emulate several
+nodes on one machine, a GOTREE_HOST_ID per rank (then ranks on different
+"hosts" talk through the host-staged proxies over loopback TCP).
+
+Every rank uses cuda:(rank % device count): with one GPU all ranks share
+it (their kernels time-slice unless MPS runs). Checks, with exact expected
+values computed here: all_reduce (sum, avg, max), broadcast, reduce,
+all_gather_into_tensor, reduce_scatter_tensor at awkward sizes, in place
+and through async work; that a collective waits for the caller's stream
+(the input is written by a long kernel just before) and that work.wait()
+orders later kernels after it. Then times float32 all_reduce with CUDA
+events. Prints one line per rank; exit status 1 on any mismatch.
+"""
+
+import datetime
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+import gotree  # noqa: F401  registers the backend
+
+
+def main():
+    rank = int(os.environ["RANK"])
+    world = int(os.environ["WORLD_SIZE"])
+    dev = torch.device("cuda", rank % torch.cuda.device_count())
+    torch.cuda.set_device(dev)
+    dist.init_process_group("gotree", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=90))
+    fails = []
+
+    def check(name, got, want):
+        if not torch.equal(got.cpu(), want.cpu()):
+            bad = (got.cpu() != want.cpu()).nonzero()
+            fails.append(f"{name}: {bad.numel()} elements differ, first at {bad[0].tolist()}: "
+                         f"got {got.flatten()[bad[0][0]].item()} want {want.flatten()[bad[0][0]].item()}")
+
+    def pattern(n, r, dtype, mod):
+        # small integers: every sum below is exact in every dtype checked
+        return ((torch.arange(n, device=dev) % mod) + r).to(dtype)
+
+    sizes = [1, 7, 1000, 65537, (1 << 20) + 3, 1 << 24]
+    for dtype, mod in [(torch.float32, 97), (torch.int64, 97), (torch.bfloat16, 13), (torch.float16, 13), (torch.int32, 97)]:
+        for n in sizes:
+            if dtype != torch.float32 and n > (1 << 20) + 3:
+                continue
+            tag = f"{dtype} n={n}"
+            idx = torch.arange(n, device=dev) % mod
+            rsum = world * (world - 1) // 2
+            want_sum = (idx * world + rsum).to(dtype)
+            x = pattern(n, rank, dtype, mod)
+            dist.all_reduce(x)
+            check(f"all_reduce sum {tag}", x, want_sum)
+            x = pattern(n, rank, dtype, mod)
+            dist.all_reduce(x, op=dist.ReduceOp.MAX)
+            check(f"all_reduce max {tag}", x, (idx + world - 1).to(dtype))
+            x = pattern(n, rank, dtype, mod) if rank == world - 1 else torch.full((n,), -1, device=dev).to(dtype)
+            dist.broadcast(x, src=world - 1)
+            check(f"broadcast {tag}", x, pattern(n, world - 1, dtype, mod))
+            x = pattern(n, rank, dtype, mod)
+            dist.reduce(x, dst=0)
+            if rank == 0:
+                check(f"reduce {tag}", x, want_sum)
+            if n <= (1 << 20) + 3:
+                out = torch.full((n * world,), -1, device=dev).to(dtype)
+                dist.all_gather_into_tensor(out, pattern(n, rank, dtype, mod))
+                want = torch.cat([pattern(n, r, dtype, mod) for r in range(world)])
+                check(f"all_gather {tag}", out, want)
+                inp = torch.cat([pattern(n, r * 3 + rank, dtype, mod) for r in range(world)])
+                out = torch.full((n,), -1, device=dev).to(dtype)
+                dist.reduce_scatter_tensor(out, inp)
+                want = (idx * world + world * rank * 3 + rsum).to(dtype)
+                check(f"reduce_scatter {tag}", out, want)
+        if dtype == torch.float32:
+            x = pattern(4099, rank, dtype, 97) * world
+            dist.all_reduce(x, op=dist.ReduceOp.AVG)
+            check("all_reduce avg float32 n=4099", x, (torch.arange(4099, device=dev) % 97 * world + rsum).to(dtype))
+
+    # Stream semantics: the input is written by a slow kernel on the current
+    # stream just before the call; async work, then a kernel after wait().
+    n = 1 << 24
+    for it in range(3):
+        a = torch.randn(2048, 2048, device=dev)
+        for _ in range(20):
+            a = a @ a / 2048.0  # keeps the stream busy for a while
+        x = torch.full((n,), float(rank + it), device=dev) + 0 * a[0, 0]
+        work = dist.all_reduce(x, async_op=True)
+        work.wait()
+        y = x * 2
+        want = 2.0 * (world * it + world * (world - 1) / 2)
+        if not torch.all(y == want).item():
+            fails.append(f"stream order iteration {it}: got {y[0].item()} .. {y[-1].item()}, want {want}")
+
+    # Timing: float32 all_reduce, median of 20 with CUDA events.
+    lines = []
+    for n in [1024, 1 << 16, 1 << 22, 1 << 26]:
+        x = torch.ones(n, device=dev)
+        for _ in range(3):
+            dist.all_reduce(x)
+        ts = []
+        for _ in range(20):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            dist.all_reduce(x)
+            e.record()
+            e.synchronize()
+            ts.append(s.elapsed_time(e) * 1000)
+        ts.sort()
+        t = ts[len(ts) // 2]
+        bus = 4 * n / (t * 1e-6) * 2 * (world - 1) / world / 1e9 if world > 1 else 0
+        lines.append(f"{4 * n:>11} B {t:10.1f} us busbw {bus:7.2f} GB/s")
+    dist.barrier()
+    host = os.environ.get("GOTREE_HOST_ID", "one host")
+    status = "ok" if not fails else f"{len(fails)} FAILED"
+    print(f"torch_check rank {rank}/{world} ({host}) on {dev}: {status}", flush=True)
+    for f in fails[:10]:
+        print(f"  rank {rank}: {f}", flush=True)
+    if rank == 0:
+        for line in lines:
+            print(f"  rank 0 all_reduce {line}", flush=True)
+    dist.destroy_process_group()
+    sys.exit(1 if fails else 0)
+
+
+if __name__ == "__main__":
+    main()
