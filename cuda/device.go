@@ -64,6 +64,10 @@ func (d *ctxDevice) Launch(name string, grid, block int, stream uintptr, params 
 	return nil
 }
 
+func (d *ctxDevice) Capturing(stream uintptr) (bool, error) {
+	return d.ctx.WrapStream(stream).Capturing()
+}
+
 func (d *ctxDevice) MaxBlocks(threads int) int { return residentBlocks(d.ctx, d.k, threads) }
 
 // residentBlocks is how many blocks of threads threads of the step

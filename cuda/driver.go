@@ -74,6 +74,7 @@ T3(gt_dptr_uchar_size, CUdeviceptr, unsigned char, size_t)
 T4(gt_dptr_uchar_size_stream, CUdeviceptr, unsigned char, size_t, CUstream)
 T2(gt_pstream_u, CUstream *, unsigned int)
 T1(gt_stream, CUstream)
+T2(gt_stream_pint, CUstream, int *)
 T3(gt_stream_event_u, CUstream, CUevent, unsigned int)
 T2(gt_pevent_u, CUevent *, unsigned int)
 T2(gt_event_stream, CUevent, CUstream)
@@ -200,6 +201,7 @@ const (
 	fnStreamSynchronize
 	fnStreamQuery
 	fnStreamWaitEvent
+	fnStreamIsCapturing
 	fnEventCreate
 	fnEventDestroy
 	fnEventRecord
@@ -251,6 +253,7 @@ var entries = [numFns]entry{
 	fnStreamSynchronize:       {"cuStreamSynchronize", "cuStreamSynchronize", false},
 	fnStreamQuery:             {"cuStreamQuery", "cuStreamQuery", false},
 	fnStreamWaitEvent:         {"cuStreamWaitEvent", "cuStreamWaitEvent", false},
+	fnStreamIsCapturing:       {"cuStreamIsCapturing", "cuStreamIsCapturing", false},
 	fnEventCreate:             {"cuEventCreate", "cuEventCreate", false},
 	fnEventDestroy:            {"cuEventDestroy", "cuEventDestroy_v2", false},
 	fnEventRecord:             {"cuEventRecord", "cuEventRecord", false},
@@ -835,6 +838,14 @@ func (s *Stream) Query() (bool, error) {
 		return false, nil
 	}
 	return err == nil, err
+}
+
+// Capturing says whether the stream is capturing a CUDA graph (its
+// capture status is active or invalidated).
+func (s *Stream) Capturing() (bool, error) {
+	var st C.int
+	err := s.c.call(fnStreamIsCapturing, func(f unsafe.Pointer) C.CUresult { return C.gt_stream_pint(f, s.h, &st) })
+	return st != 0, err
 }
 
 // WaitEvent makes future work of the stream wait for e.

@@ -261,11 +261,12 @@ func (l *emuLaunch) stream(first, nsteps int, conns []emuConn, sStep []uint64) {
 // ranks that share it must be goroutines of one process; each stream is a
 // goroutine that runs its launches in order. Free does not reuse memory.
 type Emulator struct {
-	m       *emuMem
-	mu      sync.Mutex
-	streams map[uintptr]chan func()
-	pending sync.WaitGroup
-	kernels map[string]emuKernel
+	m         *emuMem
+	mu        sync.Mutex
+	capturing map[uintptr]bool
+	streams   map[uintptr]chan func()
+	pending   sync.WaitGroup
+	kernels   map[string]emuKernel
 }
 
 type emuKernel struct {
@@ -330,6 +331,22 @@ func (g *Emulator) IpcOpen(h IpcMemHandle) (DevicePtr, error) {
 }
 func (g *Emulator) IpcClose(DevicePtr) error { return nil }
 func (g *Emulator) MaxBlocks(int) int        { return 64 }
+
+// Capture marks stream as capturing a graph (or not), for Capturing.
+func (g *Emulator) Capture(stream uintptr, on bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.capturing == nil {
+		g.capturing = map[uintptr]bool{}
+	}
+	g.capturing[stream] = on
+}
+
+func (g *Emulator) Capturing(stream uintptr) (bool, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.capturing[stream], nil
+}
 
 // Close ends the stream goroutines once their work is done.
 func (g *Emulator) Close() {

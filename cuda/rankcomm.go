@@ -33,6 +33,8 @@ type GPU interface {
 	// Launch runs kernel name on grid blocks of block threads on stream (a
 	// CUstream; 0 is the legacy default stream).
 	Launch(name string, grid, block int, stream uintptr, params ...[]byte) error
+	// Capturing says whether stream is capturing a CUDA graph.
+	Capturing(stream uintptr) (bool, error)
 	// MaxBlocks is how many blocks of threads threads the device runs at
 	// once.
 	MaxBlocks(threads int) int
@@ -187,6 +189,16 @@ func (c *RankComm) Enqueue(p *algorithms.Plan, in, out DevicePtr, stream uintptr
 	rp, err := c.prepare(p)
 	if err != nil {
 		return err
+	}
+	if len(rp.staged) > 0 {
+		// A captured launch replays without the host: the proxies would
+		// not know. Within a node a plan replays as it was captured.
+		if capturing, err := c.dev.Capturing(stream); err != nil || capturing {
+			if err == nil {
+				err = fmt.Errorf("gotree/cuda: rank %d: %v across nodes cannot be captured in a CUDA graph: its host-staged proxies run per call (capture within one node works)", c.rank, p.Coll)
+			}
+			return err
+		}
 	}
 	c.seq++
 	desc := fmt.Sprintf("collective #%d (%v with %s)", c.seq, p.Coll, ranksText(rp.peers))

@@ -295,3 +295,28 @@ func TestRankCommPeerMissing(t *testing.T) {
 		t.Logf("%dx%d: %v after %v", lay.nodes, lay.perNode, err, took.Round(time.Millisecond))
 	}
 }
+
+// TestRankCommCapture: a plan with host-staged connections refuses a
+// capturing stream with a clear error (the proxies would not see the
+// replays); within a node capture is allowed.
+func TestRankCommCapture(t *testing.T) {
+	for _, lay := range []struct{ nodes, perNode int }{{2, 1}, {1, 2}} {
+		c := newEmuCluster(t, lay.nodes, lay.perNode, 1, 5*time.Second)
+		for r := range c.comms {
+			c.gpu.Capture(uintptr(r+1), true)
+		}
+		p, err := algorithms.BuildPlan(c.graph, algorithms.PlanRequest{Coll: algorithms.AllReduce, Algo: algorithms.Ring, Proto: algorithms.Simple,
+			Count: 100, DType: algorithms.Float32, Op: algorithms.Sum, KeepChannels: true, ChunkBytes: 512})
+		if err != nil {
+			t.Fatal(err)
+		}
+		inputs := [][]byte{randomInput(rand.New(rand.NewSource(1)), algorithms.Float32, 100), randomInput(rand.New(rand.NewSource(2)), algorithms.Float32, 100)}
+		_, err = c.run(p, inputs, false)
+		if lay.nodes == 1 && err != nil {
+			t.Fatalf("capture within a node: %v", err)
+		}
+		if lay.nodes == 2 && (err == nil || !strings.Contains(err.Error(), "CUDA graph")) {
+			t.Fatalf("capture across nodes: got %v, want an error about CUDA graphs", err)
+		}
+	}
+}
