@@ -155,15 +155,15 @@ func (c *Comm) DeviceCollective(a DeviceArgs) error {
 	if err := algorithms.Supports(a.Op, a.DType); err != nil {
 		return fmt.Errorf("%w: rank %d: %v: %v", ErrInvalidArgument, c.rank, a.Coll, err)
 	}
-	if a.Count == 0 || c.nranks == 1 && a.Send == a.Recv {
-		return nil
-	}
-	if a.Send == 0 || a.Recv == 0 {
+	if a.Count > 0 && (a.Send == 0 || a.Recv == 0) {
 		return fmt.Errorf("%w: rank %d: %v: null device buffer for %d elements", ErrInvalidArgument, c.rank, a.Coll, a.Count)
 	}
 	rc, err := c.deviceComm(a.Device)
 	if err != nil {
 		return err
+	}
+	if a.Count == 0 || c.nranks == 1 && a.Send == a.Recv {
+		return rc.Err()
 	}
 	p, err := c.devicePlan(a)
 	if err != nil {
