@@ -52,6 +52,7 @@ func (d *ctxDevice) IpcExport(p DevicePtr) (IpcMemHandle, error) { return d.ctx.
 func (d *ctxDevice) IpcOpen(h IpcMemHandle) (DevicePtr, error)   { return d.ctx.IpcOpenMemHandle(h) }
 func (d *ctxDevice) IpcClose(p DevicePtr) error                  { return d.ctx.IpcCloseMemHandle(p) }
 func (d *ctxDevice) Synchronize() error                          { return d.ctx.Synchronize() }
+func (d *ctxDevice) SyncStream(s uintptr) error                  { return d.ctx.WrapStream(s).Synchronize() }
 
 func (d *ctxDevice) Launch(name string, grid, block int, stream uintptr, params ...[]byte) error {
 	f, err := d.k.Func(name)

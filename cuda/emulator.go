@@ -364,6 +364,15 @@ func (g *Emulator) Synchronize() error {
 	return nil
 }
 
+// SyncStream waits for the work queued on stream so far.
+func (g *Emulator) SyncStream(stream uintptr) error {
+	done := make(chan struct{})
+	g.pending.Add(1)
+	g.stream(stream) <- func() { close(done) }
+	<-done
+	return nil
+}
+
 // stream returns the queue of stream s, starting its goroutine.
 func (g *Emulator) stream(s uintptr) chan func() {
 	g.mu.Lock()

@@ -40,6 +40,8 @@ type GPU interface {
 	MaxBlocks(threads int) int
 	// Synchronize waits for all work of the context.
 	Synchronize() error
+	// SyncStream waits for the work queued on stream so far.
+	SyncStream(stream uintptr) error
 }
 
 // Links is what a RankComm needs of its host communicator.
@@ -83,9 +85,10 @@ type RankComm struct {
 	conns   map[ConnKey]ConnMem
 	proxies map[ConnKey]*proxy
 	plans   map[*algorithms.Plan]*rankPlan
-	owned   []DevicePtr // device FIFOs this rank allocated
-	opened  []DevicePtr // peers' FIFOs opened through IPC
-	hosts   [][]byte    // host FIFOs
+	streams map[uintptr]bool // streams launched on
+	owned   []DevicePtr      // device FIFOs this rank allocated
+	opened  []DevicePtr      // peers' FIFOs opened through IPC
+	hosts   [][]byte         // host FIFOs
 	seq     uint64
 
 	failMu sync.Mutex
@@ -120,7 +123,7 @@ func NewRankComm(dev GPU, links Links, cfg Config, timeout time.Duration) (*Rank
 	life, cancel := context.WithCancel(context.Background())
 	return &RankComm{dev: dev, links: links, cfg: cfg, rank: links.Rank(), n: links.Size(), timeout: timeout,
 		status: host, devSt: d, life: life, cancel: cancel,
-		conns: map[ConnKey]ConnMem{}, proxies: map[ConnKey]*proxy{}, plans: map[*algorithms.Plan]*rankPlan{}}, nil
+		conns: map[ConnKey]ConnMem{}, proxies: map[ConnKey]*proxy{}, plans: map[*algorithms.Plan]*rankPlan{}, streams: map[uintptr]bool{}}, nil
 }
 
 func (c *RankComm) errWord() *uint32   { return (*uint32)(unsafe.Pointer(&c.status[0])) }
@@ -213,6 +216,7 @@ func (c *RankComm) Enqueue(p *algorithms.Plan, in, out DevicePtr, stream uintptr
 	a := KernelArgs{In: in, Out: out, Steps: rp.steps, Channels: rp.channels, Conns: rp.connTable,
 		Err: c.devSt, AbortFlag: c.devSt + 64, TimeoutNs: c.cfg.TimeoutNs, SimpleSlotBytes: uint32(c.cfg.SimpleSlotBytes),
 		LLSlotLines: uint32(c.cfg.LLSlotLines), Proto: rp.proto, Group0Threads: uint32(GroupSplit(p.Proto, c.cfg.Threads))}
+	c.streams[stream] = true
 	if err := c.dev.Launch(rp.kernel, p.Channels, c.cfg.Threads, stream, a.Bytes()); err != nil {
 		c.fail(err)
 		return c.Err()
@@ -267,6 +271,9 @@ func planKernels(p *algorithms.Plan, cfg Config) (kernel, finalize string, err e
 	return kernel, finalize, nil
 }
 
+// maxRankPlans bounds the plans whose tables stay on the device.
+const maxRankPlans = 512
+
 // prepare uploads p's tables and makes the connections it needs (once
 // per plan; c.mu held).
 func (c *RankComm) prepare(p *algorithms.Plan) (*rankPlan, error) {
@@ -275,6 +282,23 @@ func (c *RankComm) prepare(p *algorithms.Plan) (*rankPlan, error) {
 	}
 	if p.NRanks != c.n {
 		return nil, fmt.Errorf("gotree/cuda: plan for %d ranks on a communicator of %d", p.NRanks, c.n)
+	}
+	if len(c.plans) >= maxRankPlans {
+		// Many shapes (the caller's plan cache turned over): drop every
+		// plan's tables once this rank's launches are done (not the whole
+		// context's: ranks sharing it may be waiting for this one).
+		// Connections stay.
+		for s := range c.streams {
+			if err := c.dev.SyncStream(s); err != nil {
+				return nil, err
+			}
+		}
+		for q, rp := range c.plans {
+			for _, d := range rp.allocs {
+				c.dev.Free(d)
+			}
+			delete(c.plans, q)
+		}
 	}
 	if maxB := c.dev.MaxBlocks(c.cfg.Threads); p.Channels > maxB {
 		return nil, fmt.Errorf("gotree/cuda: plan needs %d channels, each a resident block; the device runs %d", p.Channels, maxB)

@@ -320,3 +320,35 @@ func TestRankCommCapture(t *testing.T) {
 		}
 	}
 }
+
+// TestRankCommPlanBound: more plans than maxRankPlans keep running right,
+// with at most maxRankPlans plans' tables on the device.
+func TestRankCommPlanBound(t *testing.T) {
+	c := newEmuCluster(t, 1, 2, 1, 5*time.Second)
+	rng := rand.New(rand.NewSource(3))
+	for i := 0; i < maxRankPlans+20; i++ {
+		count := int64(1 + i)
+		p, err := algorithms.BuildPlan(c.graph, algorithms.PlanRequest{Coll: algorithms.AllReduce, Algo: algorithms.Ring, Proto: algorithms.LL,
+			Count: count, DType: algorithms.Int32, Op: algorithms.Sum, KeepChannels: true, ChunkBytes: 512})
+		if err != nil {
+			t.Fatal(err)
+		}
+		inputs := [][]byte{randomInput(rng, algorithms.Int32, count), randomInput(rng, algorithms.Int32, count)}
+		want, err := algorithms.RunOracle(p, inputs, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := c.run(p, inputs, false)
+		if err != nil {
+			t.Fatalf("plan %d: %v", i, err)
+		}
+		if !bytes.Equal(got[0], want[0]) || !bytes.Equal(got[1], want[1]) {
+			t.Fatalf("plan %d: wrong result", i)
+		}
+		for r, rc := range c.comms {
+			if len(rc.plans) > maxRankPlans {
+				t.Fatalf("rank %d keeps %d plans", r, len(rc.plans))
+			}
+		}
+	}
+}
