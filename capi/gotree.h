@@ -193,8 +193,9 @@ gotree_status_t gotree_comm_will_wait(gotree_comm_t comm, int will_wait);
  * The buffers must stay valid until then. The first call of each plan also
  * connects this rank with its peers (CUDA IPC within a node, host-staged
  * TCP between nodes), so every rank must issue the same device calls in
- * the same order. In place is NCCL's layout: allgather sendbuf = recvbuf +
- * rank*count elements, reduce_scatter recvbuf = sendbuf + rank*count.
+ * the same order. In place: sendbuf = recvbuf, or NCCL's layout (allgather
+ * sendbuf = recvbuf + rank*count elements, reduce_scatter recvbuf = sendbuf
+ * + rank*count).
  * A failure found after a call returned (a peer that never launched, a
  * lost connection) is returned by the next device call. Without an NVIDIA
  * driver, or for the other collectives, the status is

@@ -308,9 +308,9 @@ func issueDevice(h C.int64_t, req *C.int64_t, name string, enqueue func(c *pg.Co
 }
 
 // deviceCollective checks one collective on CUDA buffers and enqueues it.
-// Buffers are as for issueCollective; in place is NCCL's convention for
-// allgather (sendbuf = recvbuf + rank*count) and reduce_scatter (recvbuf =
-// sendbuf + rank*count).
+// Buffers are as for issueCollective; in place is either NCCL's layout
+// (allgather sendbuf = recvbuf + rank*count, reduce_scatter recvbuf =
+// sendbuf + rank*count) or sendbuf = recvbuf (the block at the start).
 func deviceCollective(c *pg.Comm, kind int, name string, send, recv uintptr, n uint64, dt algorithms.DType, op algorithms.Op, root, device int, stream uintptr) error {
 	coll, ok := deviceKinds[kind]
 	if !ok {
@@ -321,9 +321,6 @@ func deviceCollective(c *pg.Comm, kind int, name string, send, recv uintptr, n u
 	}
 	if n > 1<<40 {
 		return fmt.Errorf("%w: %s: count %d is too large", pg.ErrInvalidArgument, name, n)
-	}
-	if (kind == collAllGather || kind == collReduceScatter) && send == recv && n > 0 && c.Size() > 1 {
-		return fmt.Errorf("%w: %s: sendbuf equals recvbuf: for in place, pass NCCL's layout (allgather: sendbuf = recvbuf + rank*count elements; reduce_scatter: recvbuf = sendbuf + rank*count)", pg.ErrInvalidArgument, name)
 	}
 	isRoot := root == c.Rank()
 	switch {

@@ -65,6 +65,10 @@ func (d *ctxDevice) Launch(name string, grid, block int, stream uintptr, params 
 	return nil
 }
 
+func (d *ctxDevice) Copy(dst, src DevicePtr, n uint64, stream uintptr) error {
+	return d.ctx.MemcpyDtoDAsync(dst, src, n, d.ctx.WrapStream(stream))
+}
+
 func (d *ctxDevice) Capturing(stream uintptr) (bool, error) {
 	return d.ctx.WrapStream(stream).Capturing()
 }

@@ -364,6 +364,12 @@ func (g *Emulator) Synchronize() error {
 	return nil
 }
 
+func (g *Emulator) Copy(dst, src DevicePtr, n uint64, stream uintptr) error {
+	g.pending.Add(1)
+	g.stream(stream) <- func() { copy(g.m.bytes(dst, int(n)), g.m.bytes(src, int(n))) }
+	return nil
+}
+
 // SyncStream waits for the work queued on stream so far.
 func (g *Emulator) SyncStream(stream uintptr) error {
 	done := make(chan struct{})

@@ -33,6 +33,8 @@ type GPU interface {
 	// Launch runs kernel name on grid blocks of block threads on stream (a
 	// CUstream; 0 is the legacy default stream).
 	Launch(name string, grid, block int, stream uintptr, params ...[]byte) error
+	// Copy queues a copy of n bytes of device memory on stream.
+	Copy(dst, src DevicePtr, n uint64, stream uintptr) error
 	// Capturing says whether stream is capturing a CUDA graph.
 	Capturing(stream uintptr) (bool, error)
 	// MaxBlocks is how many blocks of threads threads the device runs at
@@ -231,6 +233,15 @@ func (c *RankComm) Enqueue(p *algorithms.Plan, in, out DevicePtr, stream uintptr
 		}
 	}
 	return nil
+}
+
+// Copy queues a device-to-device copy of n bytes on stream (for callers
+// that move a buffer into the layout a plan wants).
+func (c *RankComm) Copy(dst, src DevicePtr, n uint64, stream uintptr) error {
+	if err := c.Err(); err != nil {
+		return err
+	}
+	return c.dev.Copy(dst, src, n, stream)
 }
 
 // finalizeBlocks is the grid of a finalize kernel over bytes of dt.

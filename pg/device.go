@@ -169,8 +169,31 @@ func (c *Comm) DeviceCollective(a DeviceArgs) error {
 	if err != nil {
 		return fmt.Errorf("%w: rank %d: %v on CUDA buffers: no plan: %v", ErrInvalidArgument, c.rank, a.Coll, err)
 	}
-	if err := rc.Enqueue(p, cuda.DevicePtr(a.Send), cuda.DevicePtr(a.Recv), a.Stream); err != nil {
+	failed := func(err error) error {
 		return fmt.Errorf("%w: rank %d: %v of %d x %v on CUDA device %d: %v", ErrRemote, c.rank, a.Coll, a.Count, a.DType, a.Device, err)
+	}
+	// The plans' in place is NCCL's layout: this rank's block of the
+	// gathered or scattered buffer. With sendbuf = recvbuf the block
+	// is at the start instead: move it there (ranks other than 0).
+	in, out := cuda.DevicePtr(a.Send), cuda.DevicePtr(a.Recv)
+	block := cuda.DevicePtr(int64(c.rank) * a.Count * int64(a.DType.Size()))
+	bytes := uint64(a.Count) * uint64(a.DType.Size())
+	switch {
+	case a.Coll == algorithms.AllGather && in == out && block > 0:
+		if err := rc.Copy(out+block, in, bytes, a.Stream); err != nil {
+			return failed(err)
+		}
+		in = out + block
+	case a.Coll == algorithms.ReduceScatter && in == out && block > 0:
+		out = in + block
+	}
+	if err := rc.Enqueue(p, in, out, a.Stream); err != nil {
+		return failed(err)
+	}
+	if out != cuda.DevicePtr(a.Recv) {
+		if err := rc.Copy(cuda.DevicePtr(a.Recv), out, bytes, a.Stream); err != nil {
+			return failed(err)
+		}
 	}
 	return nil
 }

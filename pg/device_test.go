@@ -166,6 +166,64 @@ func TestDeviceCollectivesEmulated(t *testing.T) {
 				require.Equal(t, want, int64(le.Uint64(b[8*i:])), "hosts %v in place rank %d element %d", tc.hosts, r, i)
 			}
 		}
+		// In place, both layouts: sendbuf = recvbuf (this rank's block at
+		// the start) and NCCL's (the block at rank*count).
+		const cnt = 301
+		for _, nccl := range []bool{false, true} {
+			ag, rs := make([]cuda.DevicePtr, n), make([]cuda.DevicePtr, n)
+			for r := range comms {
+				ag[r], _ = emu.Alloc(uint64(8 * cnt * n))
+				rs[r], _ = emu.Alloc(uint64(8 * cnt * n))
+				in := emu.Bytes(ag[r], 8*cnt*n)
+				off := 0
+				if nccl {
+					off = 8 * cnt * r
+				}
+				for i := int64(0); i < cnt; i++ {
+					le64(in[off+8*int(i):], val(r, i))
+				}
+				b := emu.Bytes(rs[r], 8*cnt*n)
+				for i := int64(0); i < cnt*int64(n); i++ {
+					le64(b[8*i:], val(r, i))
+				}
+			}
+			errs := deviceRun(t, emu, comms, func(r int) DeviceArgs {
+				send := ag[r]
+				if nccl {
+					send += cuda.DevicePtr(8 * cnt * r)
+				}
+				return DeviceArgs{Coll: algorithms.AllGather, Send: uintptr(send), Recv: uintptr(ag[r]), Count: cnt, DType: i64}
+			})
+			for r := range comms {
+				require.NoError(t, errs[r])
+				b := emu.Bytes(ag[r], 8*cnt*n)
+				for i := int64(0); i < cnt*int64(n); i++ {
+					require.Equal(t, val(int(i/cnt), i%cnt), int64(le.Uint64(b[8*i:])), "hosts %v in-place allgather (NCCL layout %v) rank %d element %d", tc.hosts, nccl, r, i)
+				}
+			}
+			errs = deviceRun(t, emu, comms, func(r int) DeviceArgs {
+				recv := rs[r]
+				if nccl {
+					recv += cuda.DevicePtr(8 * cnt * r)
+				}
+				return DeviceArgs{Coll: algorithms.ReduceScatter, Send: uintptr(rs[r]), Recv: uintptr(recv), Count: cnt, DType: i64, Op: algorithms.Sum}
+			})
+			for r := range comms {
+				require.NoError(t, errs[r])
+				off := 0
+				if nccl {
+					off = 8 * cnt * r
+				}
+				b := emu.Bytes(rs[r], 8*cnt*n)
+				for i := int64(0); i < cnt; i++ {
+					want := int64(0)
+					for q := 0; q < n; q++ {
+						want += val(q, int64(r)*cnt+i)
+					}
+					require.Equal(t, want, int64(le.Uint64(b[off+8*int(i):])), "hosts %v in-place reducescatter (NCCL layout %v) rank %d element %d", tc.hosts, nccl, r, i)
+				}
+			}
+		}
 	}
 	t.Logf("plans run: %v", ran)
 	for _, want := range []string{"ring/LL", "ring/Simple", "tree/Simple"} {
