@@ -470,25 +470,43 @@ ReducePlan planReduce(
 
 // The error for a CUDA tensor gotree cannot serve: why says what refused it
 // (torch, or the library's GOTREE_ERR_NOT_SUPPORTED text).
-[[noreturn]] void throwCudaUnsupported(const c10::Device& d, const std::string& why) {
+[[noreturn]] void throwCudaUnsupported(const c10::Device& d, std::string why) {
+  while (!why.empty() && (why.back() == '.' || why.back() == ' ')) {
+    why.pop_back();
+  }
   C10_THROW_ERROR(
       NotImplementedError,
       c10::str("gotree: CUDA tensors are not supported yet (tensor on ", d.str(),
                "); ", why, ". Use CPU tensors, or backend=\"cpu:gotree,cuda:nccl\"."));
 }
 
+// Why torch cannot give the CUDA path a stream on device d; empty when it can.
+// (No CUDA runtime or device; or a stand-in runtime such as the one
+// FakeTensorMode installs on machines without a GPU.)
+std::string noCudaStream(const c10::Device& d) {
+  if (!c10::impl::hasDeviceGuardImpl(d.type())) {
+    return "this torch has no CUDA runtime";
+  }
+  c10::impl::VirtualGuardImpl impl(d.type());
+  if (d.index() >= impl.deviceCount()) {
+    return c10::str("torch sees ", static_cast<int>(impl.deviceCount()), " CUDA device(s)");
+  }
+  try {
+    (void)impl.getStream(d).native_handle();
+  } catch (const c10::Error& e) {
+    return c10::str("torch has no CUDA stream there: ", e.msg());
+  }
+  return std::string();
+}
+
 void checkTensor(const at::Tensor& t, const char* coll, const std::string& what) {
   TORCH_CHECK_VALUE(t.defined(), "gotree: ", coll, ": ", what, " is undefined");
   if (t.device().is_cuda()) {
-    // The CUDA path needs streams of a device torch can use; without one (no
-    // driver, no GPU) refuse before touching any data.
-    int n = c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA)
-        ? c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).deviceCount()
-        : 0;
-    if (t.device().index() >= n) {
+    // Refused before any data is touched.
+    std::string why = noCudaStream(t.device());
+    if (!why.empty()) {
       throwCudaUnsupported(
-          t.device(), c10::str(coll, " got ", what, " on ", t.device().str(),
-                               " but torch sees ", n, " CUDA device(s)"));
+          t.device(), c10::str(coll, " got ", what, " on ", t.device().str(), ", but ", why));
     }
   } else {
     TORCH_CHECK(
@@ -2161,7 +2179,8 @@ class GotreeBackend : public c10d::Backend {
     c10::Device device = !outputs.empty() ? outputs[0].device()
         : !inputs.empty()                   ? inputs[0].device()
                                             : c10::Device(c10::kCPU);
-    for (c10::ArrayRef<at::Tensor> list : {c10::ArrayRef<at::Tensor>(outputs), c10::ArrayRef<at::Tensor>(inputs)}) {
+    for (c10::ArrayRef<at::Tensor> list :
+         {c10::ArrayRef<at::Tensor>(outputs), c10::ArrayRef<at::Tensor>(inputs)}) {
       for (const auto& t : list) {
         TORCH_CHECK_VALUE(
             t.device() == device, "gotree: ", name, ": all tensors must be on "
@@ -2316,14 +2335,16 @@ class GotreeBackend : public c10d::Backend {
       const c10::intrusive_ptr<GotreeWork>& work, const at::Tensor& t,
       const ReducePlan& p, std::vector<Call>& calls) {
     at::Tensor buf = t;
-    if (!t.is_contiguous()) {
-      // Staged: reduce a contiguous copy, copy back on success.
-      buf = t.contiguous();
+    if (!t.is_contiguous() || (p.premul && t.is_cuda())) {
+      // Staged: reduce a contiguous copy, copy back on success. A CUDA
+      // PREMUL_SUM scales a copy too, so that a call the library refuses
+      // leaves the tensor as it was.
+      buf = t.clone(at::MemoryFormat::Contiguous);
       at::Tensor dst = t;
       work->post_ = chainPost(work->post_, [dst, buf]() mutable { dst.copy_(buf); });
     }
     if (p.premul) {
-      // The result overwrites the tensor anyway: scale it in place.
+      // The result overwrites the tensor anyway: scale it (or its copy) in place.
       if (p.premul_tensor.defined()) {
         buf.mul_(p.premul_tensor.to(buf.device()));
       } else {
@@ -2342,8 +2363,7 @@ class GotreeBackend : public c10d::Backend {
     gotree_dtype_t dt = p.dtype;
     gotree_op_t op = p.op;
     calls.push_back([=](int device, void* stream, gotree_request_t* r) {
-      return a->allreduce(comm, ptr, ptr, count, dt, op, 0, device,
-                          stream, r);
+      return a->allreduce(comm, ptr, ptr, count, dt, op, 0, device, stream, r);
     });
   }
 

@@ -6,8 +6,7 @@
 Installing the wheel registers the backend automatically when torch is
 imported (entry point group "torch.backends"); `import gotree` does the same
 explicitly. The backend is registered for devices "cpu" and "cuda" with the
-plain creator signature (store, rank, size, timeout); CUDA tensors are refused
-with a clear error until the CUDA path lands.
+plain creator signature (store, rank, size, timeout).
 
 Nothing here starts the Go runtime: libgotree.so is loaded by the first
 process group that is created, so processes that never create one (and their
@@ -49,9 +48,21 @@ Semantics (CPU tensors):
   gets a RuntimeError.
 * not offered: split_group / supports_splitting (create groups with
   new_group; do not pass device_id= to init_process_group), sparse
-  allreduce, CUDA tensors (until the CUDA path lands).
+  allreduce.
 * LD_BIND_NOW=1 is not supported (libgotree.so binds NVML lazily).
 * $GOTREE_LIBRARY overrides the path of libgotree.so.
+
+CUDA tensors (every tensor of one call on the same CUDA device) follow
+ProcessGroupNCCL's stream semantics: the operation runs on the group's own
+stream of that device, after what the caller's current stream had queued.
+Work.wait() and Work.synchronize() make the caller's current stream wait for
+it without blocking the host, Work.is_completed() says whether the GPU has
+finished it, and the Work's future is CUDA-aware (its value, wait and then
+wait on the current stream). Staging copies (non-contiguous tensors,
+PREMUL_SUM's scaling) run on the group's stream. Which collectives run on
+the GPU is up to libgotree.so: the others, and machines where it finds no
+NVIDIA driver, raise NotImplementedError naming the collective, the device
+and the library's reason. barrier stays a host operation.
 """
 
 import os
