@@ -134,12 +134,17 @@ func (c *RankComm) abortWord() *uint32 { return (*uint32)(unsafe.Pointer(&c.stat
 // fail records an asynchronous failure and makes the kernels give up.
 func (c *RankComm) fail(err error) {
 	c.failMu.Lock()
+	defer c.failMu.Unlock()
 	if c.failed == nil {
 		c.failed = fmt.Errorf("gotree/cuda: rank %d: %w", c.rank, err)
 	}
-	c.failMu.Unlock()
 	atomic.StoreUint32(c.abortWord(), 1)
 }
+
+// Interrupt fails the communicator with err: running kernels and proxies
+// give up at once, and later calls return err. It may be called at any
+// time, also during Close.
+func (c *RankComm) Interrupt(err error) { c.fail(err) }
 
 // Err reports the first failure seen after a launch: a kernel's error
 // word or a proxy's error. nil while all is well.
@@ -541,8 +546,8 @@ func (c *RankComm) Close() error {
 	for _, h := range c.hosts {
 		errs = append(errs, c.dev.HostFree(h))
 	}
-	errs = append(errs, c.dev.HostFree(c.status))
 	c.failMu.Lock()
+	errs = append(errs, c.dev.HostFree(c.status))
 	c.status = make([]byte, 128) // Err and fail keep working, on Go memory
 	c.failMu.Unlock()
 	c.fail(errors.New("the communicator was closed"))

@@ -550,6 +550,7 @@ func (c *Comm) fail(err error) {
 	c.mu.Unlock()
 	if first {
 		c.log.Warnf("%v; aborting the communicator", err)
+		c.interruptDevices(err)
 		c.cancel(err)
 		c.closeLinks(fmt.Sprintf("rank %d gave up: %v", c.rank, err))
 	}

@@ -109,22 +109,37 @@ func (c *Comm) deviceComm(ordinal int) (*cuda.RankComm, error) {
 }
 
 // closeDevices closes the device path (abort: make running kernels give
-// up first).
+// up first). The communicators stay listed while they close, so that a
+// failure meanwhile still interrupts their kernels.
 func (c *Comm) closeDevices(abort bool) error {
 	d := &c.devs
 	d.mu.Lock()
-	defer d.mu.Unlock()
+	comms, release := d.comms, d.release
+	d.mu.Unlock()
 	var errs []error
-	for ord, rc := range d.comms {
+	for ord, rc := range comms {
 		if abort {
 			errs = append(errs, rc.Abort("the communicator was aborted"))
 		} else {
 			errs = append(errs, rc.Close())
 		}
-		errs = append(errs, d.release[ord]())
+		errs = append(errs, release[ord]())
 	}
+	d.mu.Lock()
 	d.comms, d.release = nil, nil
+	d.mu.Unlock()
 	return errors.Join(errs...)
+}
+
+// interruptDevices makes the device path's kernels and proxies give up
+// (the communicator failed: a peer may never launch again).
+func (c *Comm) interruptDevices(err error) {
+	d := &c.devs
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, rc := range d.comms {
+		rc.Interrupt(err)
+	}
 }
 
 // DeviceCollective enqueues a collective on CUDA buffers on a.Stream. It

@@ -295,3 +295,32 @@ func TestDeviceWithoutDriver(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, r.Wait(time.Second))
 }
+
+// TestDeviceInterruptedByFailure: when the communicator fails, a device
+// kernel waiting for a peer gives up at once instead of at its timeout.
+func TestDeviceInterruptedByFailure(t *testing.T) {
+	emu := useEmulator(t, 64<<20)
+	cfg := testConfig() // 20 s timeout
+	comms := startComms(t, 2, []string{"a", "a"}, cfg)
+	buf := make([]cuda.DevicePtr, 2)
+	for r := range buf {
+		buf[r], _ = emu.Alloc(4000)
+	}
+	args := func(r int) DeviceArgs {
+		return DeviceArgs{Coll: algorithms.AllReduce, Send: uintptr(buf[r]), Recv: uintptr(buf[r]), Count: 1000, DType: algorithms.Float32, Op: algorithms.Sum}
+	}
+	for r, err := range deviceRun(t, emu, comms, args) { // connects
+		require.NoError(t, err, "rank %d", r)
+	}
+	a := args(0)
+	a.Stream = 1
+	require.NoError(t, comms[0].DeviceCollective(a)) // rank 1 never joins
+	start := time.Now()
+	comms[0].fail(errors.New("test failure"))
+	emu.SyncStream(1)
+	took := time.Since(start)
+	require.Less(t, took, 5*time.Second, "the kernel waited for its timeout")
+	err := comms[0].devs.comms[0].Err()
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "test failure")
+}
