@@ -220,10 +220,10 @@ const (
 var collNames = [...]string{"gotree_allreduce", "gotree_broadcast", "gotree_allgather", "gotree_barrier",
 	"gotree_reduce", "gotree_reduce_scatter", "gotree_alltoall", "gotree_gather", "gotree_scatter"}
 
-// cpuOnly refuses device buffers: this build has no CUDA path.
+// cpuOnly refuses device buffers for the operations without a device path.
 func cpuOnly(name string, device C.int) error {
 	if device != -1 {
-		return fmt.Errorf("%w: %s: device %d: this build of gotree handles host memory only (device = GOTREE_DEVICE_CPU); the CUDA path is not available", pg.ErrNotSupported, name, device)
+		return fmt.Errorf("%w: %s: device %d: CUDA buffers are supported by allreduce, broadcast, reduce, allgather and reduce_scatter; %s takes host memory (device = GOTREE_DEVICE_CPU)", pg.ErrNotSupported, name, device, name)
 	}
 	return nil
 }
@@ -314,7 +314,7 @@ func issueDevice(h C.int64_t, req *C.int64_t, name string, enqueue func(c *pg.Co
 func deviceCollective(c *pg.Comm, kind int, name string, send, recv uintptr, n uint64, dt algorithms.DType, op algorithms.Op, root, device int, stream uintptr) error {
 	coll, ok := deviceKinds[kind]
 	if !ok {
-		return fmt.Errorf("%w: %s: device %d: CUDA buffers are supported by allreduce, broadcast, reduce, allgather and reduce_scatter", pg.ErrNotSupported, name, device)
+		return cpuOnly(name, C.int(device))
 	}
 	if !dt.Valid() {
 		return fmt.Errorf("%w: %s: unknown dtype %d", pg.ErrInvalidArgument, name, int(dt))
