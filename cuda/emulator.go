@@ -152,6 +152,17 @@ func (l *emuLaunch) buf(sel byte, off int64) DevicePtr {
 	return 0
 }
 
+// llLines calls f for the LL lines of units 16-byte units from slot: each
+// line's address and where its 8 data bytes sit in the units' data (a line
+// is {data 4 B, flag, data 4 B, flag}).
+func llLines(slot DevicePtr, units int, f func(line DevicePtr, off int)) {
+	for u := 0; u < units; u++ {
+		for j := 0; j < 2; j++ {
+			f(slot+DevicePtr(32*u+16*j), 16*u+8*j)
+		}
+	}
+}
+
 func (l *emuLaunch) stream(first, nsteps int, conns []emuConn, sStep []uint64) {
 	ll := l.a.Proto == protoLL
 	sliceBytes := int64(l.a.SimpleSlotBytes)
@@ -194,16 +205,13 @@ func (l *emuLaunch) stream(first, nsteps int, conns []emuConn, sStep []uint64) {
 				if ll {
 					slot := c.ll + DevicePtr((s%NSlots)*stride)
 					f := uint32(s + 1)
-					for u := 0; u < units; u++ {
-						for j := 0; j < 2; j++ {
-							line := slot + DevicePtr(32*u+16*j)
-							l.wait(func() bool {
-								return atomic.LoadUint32(l.m.u32(line+4)) == f && atomic.LoadUint32(l.m.u32(line+12)) == f
-							})
-							copy(msg[16*u+8*j:], l.m.bytes(line, 4))
-							copy(msg[16*u+8*j+4:], l.m.bytes(line+8, 4))
-						}
-					}
+					llLines(slot, units, func(line DevicePtr, off int) {
+						l.wait(func() bool {
+							return atomic.LoadUint32(l.m.u32(line+4)) == f && atomic.LoadUint32(l.m.u32(line+12)) == f
+						})
+						copy(msg[off:], l.m.bytes(line, 4))
+						copy(msg[off+4:], l.m.bytes(line+8, 4))
+					})
 				} else {
 					copy(msg, l.m.bytes(c.simple+DevicePtr((s%NSlots)*stride), 16*units))
 				}
@@ -226,15 +234,12 @@ func (l *emuLaunch) stream(first, nsteps int, conns []emuConn, sStep []uint64) {
 				if ll {
 					slot := c.ll + DevicePtr((s%NSlots)*stride)
 					f := uint32(s + 1)
-					for u := 0; u < units; u++ {
-						for j := 0; j < 2; j++ {
-							line := slot + DevicePtr(32*u+16*j)
-							copy(l.m.bytes(line, 4), acc[16*u+8*j:16*u+8*j+4])
-							copy(l.m.bytes(line+8, 4), acc[16*u+8*j+4:16*u+8*j+8])
-							atomic.StoreUint32(l.m.u32(line+4), f)
-							atomic.StoreUint32(l.m.u32(line+12), f)
-						}
-					}
+					llLines(slot, units, func(line DevicePtr, off int) {
+						copy(l.m.bytes(line, 4), acc[off:off+4])
+						copy(l.m.bytes(line+8, 4), acc[off+4:off+8])
+						atomic.StoreUint32(l.m.u32(line+4), f)
+						atomic.StoreUint32(l.m.u32(line+12), f)
+					})
 				} else {
 					copy(l.m.bytes(c.simple+DevicePtr((s%NSlots)*stride), 16*units), acc)
 				}
