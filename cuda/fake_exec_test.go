@@ -4,9 +4,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/gotree/gotree/algorithms"
+	"github.com/gotree/gotree/backend"
 )
 
 // The kernel loader and the executor's host side against the fake driver
@@ -133,5 +136,107 @@ func TestCommHostSide(t *testing.T) {
 	t.Setenv("FAKE_KERNEL_ERR", "")
 	if err2 := comm.Run(plan(8, 0, algorithms.Sum), bufs, bufs); err2 == nil {
 		t.Error("a broken communicator ran")
+	}
+}
+
+// TestRankCommFakeDriver runs RankComm's host side through the real
+// binding against the fake driver (whose launches run nothing): IPC
+// handles exported, sent and opened; mapped host FIFOs; the capture check;
+// stream-ordered copies; the error word a kernel writes.
+func TestRankCommFakeDriver(t *testing.T) {
+	ctx := fakeContext(t)
+	t.Setenv("GOTREE_NVRTC", fakeLib(t, "libnvrtc_fake.so"))
+	t.Setenv("GOTREE_CACHE_DIR", t.TempDir())
+	k, err := LoadKernels(ctx, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpu := NewGPU(ctx, k)
+	for _, hosts := range [][]int{{0, 0}, {0, 1}} {
+		pn := &pipeNet{slotBytes: 64 << 10, ends: map[[3]int][2]backend.Conn{}}
+		comms := make([]*RankComm, 2)
+		for r := range comms {
+			if comms[r], err = NewRankComm(gpu, &pipeLinks{rank: r, hosts: hosts, net: pn}, Config{SimpleSlotBytes: 64 << 10, LLSlotLines: 1024}, 2*time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
+		g, err := algorithms.BuildGraph(algorithms.UniformLayout(1, 2, 1, algorithms.BalancedTree))
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.NodeOf = []int{hosts[0], hosts[1]}
+		p, err := algorithms.BuildPlan(g, algorithms.PlanRequest{Coll: algorithms.AllReduce, Algo: algorithms.Ring,
+			Proto: algorithms.Simple, Count: 1000, DType: algorithms.Float32, Op: algorithms.Sum, KeepChannels: true, ChunkBytes: 4000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf, err := ctx.MemAlloc(8000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv("FAKE_CAPTURING", "1")
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for r := range comms {
+			wg.Add(1)
+			go func() { defer wg.Done(); errs[r] = comms[r].Enqueue(p, buf, buf, 0) }()
+		}
+		wg.Wait()
+		t.Setenv("FAKE_CAPTURING", "0")
+		for r := range comms {
+			staged := hosts[0] != hosts[1]
+			if staged && (errs[r] == nil || !strings.Contains(errs[r].Error(), "CUDA graph")) {
+				t.Errorf("hosts %v rank %d: capture across nodes: %v", hosts, r, errs[r])
+			}
+			if !staged && errs[r] != nil {
+				t.Errorf("hosts %v rank %d: %v", hosts, r, errs[r])
+			}
+		}
+		// Both ends of each connection name the same memory: the
+		// receiver's device FIFO opened by the sender, or a host FIFO
+		// per end whose device address is its host address.
+		for key, m := range comms[0].conns {
+			other := comms[1].conns[key]
+			if hosts[0] == hosts[1] && m != (ConnMem{Simple: other.Simple, LL: other.LL, Tail: other.Tail, Head: other.Head, Peer: m.Peer}) {
+				t.Errorf("%+v: rank 0 has %+v, rank 1 %+v", key, m, other)
+			}
+			if hosts[0] != hosts[1] {
+				found := false
+				for _, h := range comms[0].hosts {
+					found = found || DevicePtr(hostAddr(h)) == m.Simple
+				}
+				if !found || m.Simple == other.Simple {
+					t.Errorf("%+v: host FIFO %#x not rank 0's own", key, m.Simple)
+				}
+			}
+		}
+		if tb, _ := EncodeRank(p, 0); len(comms[0].conns) != len(tb.Conns) || len(tb.Conns) == 0 {
+			t.Errorf("hosts %v: %d connections, the plan has %d", hosts, len(comms[0].conns), len(tb.Conns))
+		}
+		// A stream-ordered device copy.
+		src := HostBytes(uintptr(buf), 8)
+		copy(src, "gotree!!")
+		if err := comms[0].Copy(buf+4000, buf, 8, 0); err != nil {
+			t.Fatal(err)
+		}
+		if got := string(HostBytes(uintptr(buf+4000), 8)); got != "gotree!!" {
+			t.Errorf("copy: %q", got)
+		}
+		// A kernel's error word (the fake kernel writes FAKE_KERNEL_ERR).
+		if hosts[0] == hosts[1] {
+			t.Setenv("FAKE_KERNEL_ERR", "1")
+			if err := comms[0].Enqueue(p, buf, buf, 0); err != nil {
+				t.Fatal(err)
+			}
+			t.Setenv("FAKE_KERNEL_ERR", "")
+			if err := comms[0].Err(); err == nil || !strings.Contains(err.Error(), "timed out") {
+				t.Errorf("error word: %v", err)
+			}
+		}
+		for _, rc := range comms {
+			rc.Abort("test over")
+		}
+		pn.close()
+		ctx.MemFree(buf)
 	}
 }

@@ -9,6 +9,9 @@
  *   FAKE_CUDA_VERSION     cuDriverGetVersion's answer (default 13000)
  *   FAKE_CUDA_INIT_ERROR  cuInit's CUresult (default 0)
  *   FAKE_CUDA_DEVICES     cuDeviceGetCount's answer (default 2)
+ *   FAKE_CAPTURING        cuStreamIsCapturing's status (default 0)
+ * Pinned host memory is calloc'd and mapped to itself; an IPC handle holds
+ * the pointer (good within one process only).
  * cuGetProcAddress deliberately does not know cuDeviceGetName, so the
  * binding's per-function dlsym fallback is exercised.
  */
@@ -138,6 +141,47 @@ CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n) {
   return 0;
 }
 
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, void *stream) {
+  (void)stream;
+  memmove((void *)(uintptr_t)d, (const void *)(uintptr_t)s, n);
+  return 0;
+}
+CUresult cuMemHostAlloc(void **p, size_t n, unsigned int flags) {
+  (void)flags;
+  *p = calloc(1, n ? n : 1);
+  return *p ? 0 : 2;
+}
+CUresult cuMemFreeHost(void *p) {
+  free(p);
+  return 0;
+}
+CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *d, void *p, unsigned int flags) {
+  (void)flags;
+  *d = (CUdeviceptr)(uintptr_t)p;
+  return 0;
+}
+typedef struct { char reserved[64]; } CUipcMemHandle;
+CUresult cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p) {
+  memset(h, 0, sizeof *h);
+  memcpy(h->reserved, "FAKEIPC", 7);
+  memcpy(h->reserved + 8, &p, sizeof p);
+  return 0;
+}
+CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *p, CUipcMemHandle h, unsigned int flags) {
+  if (memcmp(h.reserved, "FAKEIPC", 7) != 0 || flags != 1) return 1; /* CUDA_ERROR_INVALID_VALUE */
+  memcpy(p, h.reserved + 8, sizeof *p);
+  return 0;
+}
+CUresult cuIpcCloseMemHandle(CUdeviceptr p) {
+  (void)p;
+  return 0;
+}
+CUresult cuStreamIsCapturing(void *s, int *status) {
+  (void)s;
+  *status = envint("FAKE_CAPTURING", 0);
+  return 0;
+}
+
 /* Modules: an image starting with "FAKECUBIN" (what the fake NVRTC makes)
  * loads; anything else fails like a fatbin without code for the device.
  * A function handle is its name. */
@@ -225,6 +269,14 @@ static const struct {
     {"cuStreamDestroy", (void *)cuStreamDestroy_v2},
     {"cuStreamSynchronize", (void *)cuStreamSynchronize},
     {"cuLaunchKernel", (void *)cuLaunchKernel},
+    {"cuMemcpyDtoDAsync", (void *)cuMemcpyDtoDAsync_v2},
+    {"cuMemHostAlloc", (void *)cuMemHostAlloc},
+    {"cuMemFreeHost", (void *)cuMemFreeHost},
+    {"cuMemHostGetDevicePointer", (void *)cuMemHostGetDevicePointer_v2},
+    {"cuIpcGetMemHandle", (void *)cuIpcGetMemHandle},
+    {"cuIpcOpenMemHandle", (void *)cuIpcOpenMemHandle_v2},
+    {"cuIpcCloseMemHandle", (void *)cuIpcCloseMemHandle},
+    {"cuStreamIsCapturing", (void *)cuStreamIsCapturing},
     /* cuDeviceGetName is left out on purpose: dlsym must find it. */
 };
 
