@@ -112,7 +112,6 @@ import "C"
 import (
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
 	"sync"
 	"unsafe"
@@ -300,13 +299,13 @@ var (
 	loadErr    error
 )
 
-// Load opens the system's driver (DefaultLibrary, or $GOTREE_LIBCUDA) once
-// per process and returns it; later calls return the same result.
-func Load() (*Driver, error) {
+// Load opens the driver at path (DefaultLibrary when empty; pg passes
+// $GOTREE_LIBCUDA) once per process and returns it; later calls return the
+// first call's result.
+func Load(path string) (*Driver, error) {
 	loadOnce.Do(func() {
-		path := DefaultLibrary
-		if p := os.Getenv("GOTREE_LIBCUDA"); p != "" {
-			path = p
+		if path == "" {
+			path = DefaultLibrary
 		}
 		loadDriver, loadErr = LoadFrom(path)
 	})

@@ -37,10 +37,9 @@ func fakeContext(t *testing.T) *Context {
 // sources with NVRTC and loads that.
 func TestLoadKernelsFallsBackToNVRTC(t *testing.T) {
 	ctx := fakeContext(t)
-	t.Setenv("GOTREE_NVRTC", fakeLib(t, "libnvrtc_fake.so"))
 	cache := t.TempDir()
-	t.Setenv("GOTREE_CACHE_DIR", cache)
-	k, err := LoadKernels(ctx, false)
+	opt := KernelOptions{NVRTC: fakeLib(t, "libnvrtc_fake.so"), CacheDir: cache}
+	k, err := LoadKernels(ctx, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,32 +55,30 @@ func TestLoadKernelsFallsBackToNVRTC(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("FAKE_NVRTC_FAIL", "1") // a compile would fail now
-	if _, err := LoadKernels(ctx, false); err != nil {
+	if _, err := LoadKernels(ctx, opt); err != nil {
 		t.Fatalf("the cached CUBIN was not used: %v", err)
 	}
 	t.Setenv("FAKE_NVRTC_FAIL", "")
-	t.Setenv("GOTREE_CACHE_DIR", t.TempDir())
+	opt.CacheDir = t.TempDir()
 	if len(k.funcs) != len(KernelNames(string(SourceFiles()["gotree.cu"]))) {
 		t.Errorf("%d kernels preloaded", len(k.funcs))
 	}
 	// Without NVRTC the error says what is missing.
-	t.Setenv("GOTREE_NVRTC", "/nonexistent/libnvrtc.so")
-	_, err = LoadKernels(ctx, false)
+	_, err = LoadKernels(ctx, KernelOptions{NVRTC: "/nonexistent/libnvrtc.so", CacheDir: opt.CacheDir})
 	if err == nil || !strings.Contains(err.Error(), "no code for compute capability 9.0 and NVRTC is needed") {
 		t.Errorf("err = %v", err)
 	}
 	// A failing compile reports the log.
-	t.Setenv("GOTREE_NVRTC", fakeLib(t, "libnvrtc_fake.so"))
 	t.Setenv("FAKE_NVRTC_FAIL", "1")
-	if _, err = LoadKernels(ctx, true); err == nil || !strings.Contains(err.Error(), "fake failure requested") {
+	opt.ForceNVRTC = true
+	if _, err = LoadKernels(ctx, opt); err == nil || !strings.Contains(err.Error(), "fake failure requested") {
 		t.Errorf("err = %v", err)
 	}
 }
 
 func TestCommHostSide(t *testing.T) {
 	ctx := fakeContext(t)
-	t.Setenv("GOTREE_NVRTC", fakeLib(t, "libnvrtc_fake.so"))
-	k, err := LoadKernels(ctx, true)
+	k, err := LoadKernels(ctx, KernelOptions{ForceNVRTC: true, NVRTC: fakeLib(t, "libnvrtc_fake.so"), CacheDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,9 +142,7 @@ func TestCommHostSide(t *testing.T) {
 // stream-ordered copies; the error word a kernel writes.
 func TestRankCommFakeDriver(t *testing.T) {
 	ctx := fakeContext(t)
-	t.Setenv("GOTREE_NVRTC", fakeLib(t, "libnvrtc_fake.so"))
-	t.Setenv("GOTREE_CACHE_DIR", t.TempDir())
-	k, err := LoadKernels(ctx, true)
+	k, err := LoadKernels(ctx, KernelOptions{ForceNVRTC: true, NVRTC: fakeLib(t, "libnvrtc_fake.so"), CacheDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

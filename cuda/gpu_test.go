@@ -67,7 +67,7 @@ func envInt(name string, def int) int {
 }
 
 func openGPU() (*gpuFixture, error) {
-	d, err := Load()
+	d, err := Load(os.Getenv("GOTREE_LIBCUDA"))
 	if err != nil {
 		return nil, err
 	}
@@ -86,7 +86,8 @@ func openGPU() (*gpuFixture, error) {
 	if err != nil {
 		return nil, err
 	}
-	k, err := LoadKernels(ctx, os.Getenv("GOTREE_CUDA_NVRTC") == "1")
+	k, err := LoadKernels(ctx, KernelOptions{ForceNVRTC: os.Getenv("GOTREE_CUDA_NVRTC") == "1",
+		NVRTC: os.Getenv("GOTREE_NVRTC"), CacheDir: os.Getenv("GOTREE_CACHE_DIR")})
 	if err != nil {
 		return nil, err
 	}
@@ -335,7 +336,7 @@ func TestGPUKernels(t *testing.T) {
 // device and loads the result (skipped when no NVRTC is found).
 func TestGPUNVRTC(t *testing.T) {
 	f := gpu(t)
-	nv, err := LoadNVRTC()
+	nv, err := LoadNVRTC(os.Getenv("GOTREE_NVRTC"))
 	if err != nil {
 		t.Skipf("no NVRTC: %v", err)
 	}

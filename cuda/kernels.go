@@ -213,12 +213,20 @@ type Kernels struct {
 	funcs  map[string]*Function
 }
 
+// KernelOptions say where LoadKernels finds NVRTC and caches what it
+// compiles (pg fills them from GOTREE_NVRTC and GOTREE_CACHE_DIR).
+type KernelOptions struct {
+	ForceNVRTC bool   // compile with NVRTC even when the fatbin loads
+	NVRTC      string // the NVRTC library; "" tries NVRTCLibraries
+	CacheDir   string // compiled CUBINs; "" is the user cache directory's gotree/
+}
+
 // LoadKernels loads the embedded fatbin into ctx. When the driver cannot
 // use it (a device with no SASS in it and older than the PTX, e.g. sm_70,
-// or a driver older than the compiler) or when GOTREE_CUDA_NVRTC=1, it
-// compiles the embedded sources with NVRTC (LoadNVRTC) for the device.
-func LoadKernels(ctx *Context, forceNVRTC bool) (*Kernels, error) {
-	if !forceNVRTC {
+// or a driver older than the compiler) or with opt.ForceNVRTC, it compiles
+// the embedded sources with NVRTC (LoadNVRTC) for the device.
+func LoadKernels(ctx *Context, opt KernelOptions) (*Kernels, error) {
+	if !opt.ForceNVRTC {
 		m, err := ctx.ModuleLoadData(fatbin)
 		if err == nil {
 			return (&Kernels{Module: m, Source: "fatbin", ctx: ctx, funcs: map[string]*Function{}}).preload()
@@ -232,11 +240,11 @@ func LoadKernels(ctx *Context, forceNVRTC bool) (*Kernels, error) {
 	if err != nil {
 		return nil, err
 	}
-	nv, err := LoadNVRTC()
+	nv, err := LoadNVRTC(opt.NVRTC)
 	if err != nil {
 		return nil, fmt.Errorf("gotree/cuda: the embedded kernels have no code for compute capability %d.%d and NVRTC is needed: %w", major, minor, err)
 	}
-	img, err := nv.cachedCompile(major*10 + minor)
+	img, err := nv.cachedCompile(major*10+minor, opt.CacheDir)
 	if err != nil {
 		return nil, err
 	}
@@ -248,10 +256,9 @@ func LoadKernels(ctx *Context, forceNVRTC bool) (*Kernels, error) {
 }
 
 // cachedCompile is CompileKernels with an on-disk cache (NVRTC takes
-// tens of seconds): $GOTREE_CACHE_DIR, else the user cache directory's
-// gotree/, keyed by the source hash, the NVRTC version and the device.
-func (n *NVRTC) cachedCompile(cc int) ([]byte, error) {
-	dir := os.Getenv("GOTREE_CACHE_DIR")
+// tens of seconds): dir, else the user cache directory's gotree/, keyed by
+// the source hash, the NVRTC version and the device.
+func (n *NVRTC) cachedCompile(cc int, dir string) ([]byte, error) {
 	if dir == "" {
 		if d, err := os.UserCacheDir(); err == nil {
 			dir = filepath.Join(d, "gotree")

@@ -35,7 +35,6 @@ import "C"
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"unsafe"
@@ -44,7 +43,7 @@ import (
 // ErrNoNVRTC is wrapped by LoadNVRTC's error when no NVRTC library opens.
 var ErrNoNVRTC = errors.New("no NVRTC library")
 
-// NVRTCLibraries are the names LoadNVRTC tries after $GOTREE_NVRTC. A
+// NVRTCLibraries are the names LoadNVRTC tries without a path. A
 // process that imported torch with CUDA usually has one of them loaded
 // already (or findable through torch's nvidia-cuda-nvrtc wheel).
 var NVRTCLibraries = []string{"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2", "libnvrtc.so"}
@@ -59,11 +58,11 @@ type NVRTC struct {
 var nvrtcSyms = []string{"nvrtcVersion", "nvrtcGetErrorString", "nvrtcCreateProgram", "nvrtcDestroyProgram",
 	"nvrtcCompileProgram", "nvrtcGetProgramLogSize", "nvrtcGetProgramLog", "nvrtcGetCUBINSize", "nvrtcGetCUBIN"}
 
-// LoadNVRTC opens $GOTREE_NVRTC if set, else the first of NVRTCLibraries
-// that opens.
-func LoadNVRTC() (*NVRTC, error) {
-	if p := os.Getenv("GOTREE_NVRTC"); p != "" {
-		return LoadNVRTCFrom(p)
+// LoadNVRTC opens the NVRTC library at path if it is not empty (pg passes
+// $GOTREE_NVRTC), else the first of NVRTCLibraries that opens.
+func LoadNVRTC(path string) (*NVRTC, error) {
+	if path != "" {
+		return LoadNVRTCFrom(path)
 	}
 	var tried []string
 	for _, p := range NVRTCLibraries {

@@ -14,9 +14,8 @@ func TestNVRTCMissing(t *testing.T) {
 	if !errors.Is(err, ErrNoNVRTC) || !strings.Contains(err.Error(), "/nonexistent/libnvrtc.so.12 not found") {
 		t.Fatalf("err = %v", err)
 	}
-	t.Setenv("GOTREE_NVRTC", "/nonexistent/libnvrtc.so")
-	if _, err := LoadNVRTC(); !errors.Is(err, ErrNoNVRTC) {
-		t.Fatalf("LoadNVRTC with a bad GOTREE_NVRTC: %v", err)
+	if _, err := LoadNVRTC("/nonexistent/libnvrtc.so"); !errors.Is(err, ErrNoNVRTC) {
+		t.Fatalf("LoadNVRTC with a bad path: %v", err)
 	}
 }
 
@@ -43,9 +42,8 @@ func TestNVRTCCompileKernels(t *testing.T) {
 	if string(img) != want {
 		t.Errorf("image %q, want %q", img, want)
 	}
-	t.Setenv("GOTREE_NVRTC", fakeLib(t, "libnvrtc_fake.so"))
-	if n2, err := LoadNVRTC(); err != nil || n2.Path() != fakeLib(t, "libnvrtc_fake.so") {
-		t.Errorf("LoadNVRTC via GOTREE_NVRTC: %v", err)
+	if n2, err := LoadNVRTC(fakeLib(t, "libnvrtc_fake.so")); err != nil || n2.Path() != fakeLib(t, "libnvrtc_fake.so") {
+		t.Errorf("LoadNVRTC with a path: %v", err)
 	}
 }
 

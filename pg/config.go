@@ -37,6 +37,9 @@ type Config struct {
 	TopoDumpFile string        // GOTREE_TOPO_DUMP_FILE
 	Proto        string        // GOTREE_PROTO: NCCL_PROTO syntax, e.g. "Simple", "^LL128", "allreduce:Simple"
 	TuningFile   string        // GOTREE_TUNING_FILE: a file written by `gotree tune`
+	LibCUDA      string        // GOTREE_LIBCUDA: the driver library ("" = libcuda.so.1)
+	NVRTC        string        // GOTREE_NVRTC: NVRTC for GPUs the fatbin lacks ("" = search)
+	CacheDir     string        // GOTREE_CACHE_DIR: kernels compiled with NVRTC ("" = user cache)
 	// Sockets is the number of TCP sockets per link to a rank on another
 	// host: GOTREE_NSOCKS_PERTHREAD × GOTREE_SOCKET_NTHREADS (NCCL's pair;
 	// each socket has its own goroutines), at most MaxSockets. The rank
@@ -101,6 +104,9 @@ func LoadConfig(getenv Getenv) (Config, error) {
 		TopoDumpFile: getenv("GOTREE_TOPO_DUMP_FILE"),
 		Proto:        strings.TrimSpace(getenv("GOTREE_PROTO")),
 		TuningFile:   strings.TrimSpace(getenv("GOTREE_TUNING_FILE")),
+		LibCUDA:      getenv("GOTREE_LIBCUDA"),
+		NVRTC:        getenv("GOTREE_NVRTC"),
+		CacheDir:     getenv("GOTREE_CACHE_DIR"),
 	}
 	var err error
 	if c.Debug, err = ParseLevel(getenv("GOTREE_DEBUG")); err != nil {

@@ -55,8 +55,8 @@ func (l deviceLinks) DeviceLink(ch, peer int) (backend.Conn, error) {
 // context (the one torch uses) with the kernels loaded, a release, and
 // where the kernels came from. Without a driver the error wraps
 // ErrNotSupported and says why. Tests put the emulator here.
-var openGPU = func(ordinal int) (cuda.GPU, func() error, string, error) {
-	drv, err := cuda.Load()
+var openGPU = func(ordinal int, cfg Config) (cuda.GPU, func() error, string, error) {
+	drv, err := cuda.Load(cfg.LibCUDA)
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("%w: CUDA device %d: %v", ErrNotSupported, ordinal, err)
 	}
@@ -75,7 +75,7 @@ var openGPU = func(ordinal int) (cuda.GPU, func() error, string, error) {
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("CUDA device %d: %w", ordinal, err)
 	}
-	k, err := cuda.LoadKernels(ctx, false)
+	k, err := cuda.LoadKernels(ctx, cuda.KernelOptions{NVRTC: cfg.NVRTC, CacheDir: cfg.CacheDir})
 	if err != nil {
 		ctx.Release()
 		return nil, nil, "", fmt.Errorf("CUDA device %d: loading the kernels: %w", ordinal, err)
@@ -91,7 +91,7 @@ func (c *Comm) deviceComm(ordinal int) (*cuda.RankComm, error) {
 	if rc, ok := d.comms[ordinal]; ok {
 		return rc, nil
 	}
-	gpu, release, source, err := openGPU(ordinal)
+	gpu, release, source, err := openGPU(ordinal, c.cfg)
 	if err != nil {
 		return nil, fmt.Errorf("rank %d: %w", c.rank, err)
 	}

@@ -31,7 +31,7 @@ func useEmulator(t *testing.T, size int) *cuda.Emulator {
 	emu := cuda.NewEmulator(size)
 	t.Cleanup(emu.Close)
 	old := openGPU
-	openGPU = func(int) (cuda.GPU, func() error, string, error) {
+	openGPU = func(int, Config) (cuda.GPU, func() error, string, error) {
 		return emu, func() error { return nil }, "the emulator", nil
 	}
 	t.Cleanup(func() { openGPU = old })
@@ -283,8 +283,9 @@ func TestDeviceArgumentErrors(t *testing.T) {
 // TestDeviceWithoutDriver: with no libcuda the device path says so and
 // wraps ErrNotSupported; the CPU path is unaffected.
 func TestDeviceWithoutDriver(t *testing.T) {
-	t.Setenv("GOTREE_LIBCUDA", "/nonexistent/libcuda.so.1")
-	comms := startComms(t, 1, nil, testConfig())
+	cfg := testConfig()
+	cfg.LibCUDA = "/nonexistent/libcuda.so.1"
+	comms := startComms(t, 1, nil, cfg)
 	err := comms[0].DeviceCollective(DeviceArgs{Coll: algorithms.AllReduce, Send: 8, Recv: 16, Count: 5, DType: algorithms.Float32})
 	require.Error(t, err)
 	if !errors.Is(err, ErrNotSupported) || !strings.Contains(err.Error(), "no NVIDIA driver") {
