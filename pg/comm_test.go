@@ -295,9 +295,11 @@ func TestPeerAbortFailsCollective(t *testing.T) {
 }
 
 func TestConfigParsing(t *testing.T) {
-	env := map[string]string{"GOTREE_ALGO": "allreduce:tree;allgather:ring", "GOTREE_DEBUG": "info", "GOTREE_MAX_NCHANNELS": "4"}
+	env := map[string]string{"GOTREE_ALGO": "allreduce:tree;allgather:ring", "GOTREE_DEBUG": "info", "GOTREE_MAX_NCHANNELS": "4",
+		"GOTREE_LIBCUDA": "/opt/lib/libcuda.so.1", "GOTREE_NVRTC": "/opt/lib/libnvrtc.so.13", "GOTREE_CACHE_DIR": "/tmp/k"}
 	c, err := LoadConfig(func(k string) string { return env[k] })
 	require.NoError(t, err)
+	require.Equal(t, []string{"/opt/lib/libcuda.so.1", "/opt/lib/libnvrtc.so.13", "/tmp/k"}, []string{c.LibCUDA, c.NVRTC, c.CacheDir})
 	a, err := c.algoFor(algorithms.AllReduce)
 	require.NoError(t, err)
 	require.Equal(t, algorithms.Tree, *a)
