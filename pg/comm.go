@@ -139,6 +139,10 @@ func Init(id UniqueID, rank, nranks int, cfg Config) (*Comm, error) {
 		ln.Close()
 		return nil, err
 	}
+	devChannels := DefaultDeviceChannels // the device path's bound: GOTREE_MAX_NCHANNELS when set
+	if cfg.MaxChannels > 0 {
+		devChannels = cfg.MaxChannels
+	}
 	if cfg.MaxChannels <= 0 {
 		cfg.MaxChannels = autoChannels(table)
 		cfg.MinChannels = min(cfg.MinChannels, cfg.MaxChannels)
@@ -147,6 +151,7 @@ func Init(id UniqueID, rank, nranks int, cfg Config) (*Comm, error) {
 	c := &Comm{rank: rank, nranks: nranks, cfg: cfg, log: log, peers: table, ln: ln, links: map[linkKey]backend.Conn{}, queue: make(chan *Request, 1024)}
 	c.ctx, c.cancel = context.WithCancelCause(context.Background())
 	c.nodeOf = nodesOf(table)
+	c.devs.maxChannels = devChannels
 	c.waitPolicy = waitPolicyFor(table, rank)
 	c.tuning = cfg.TuningFor(hostCores(table))
 	setGOMAXPROCS(table, rank, log)

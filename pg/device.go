@@ -34,6 +34,26 @@ type devices struct {
 	mu      sync.Mutex
 	comms   map[int]*cuda.RankComm
 	release map[int]func() error
+
+	maxChannels int // GOTREE_MAX_NCHANNELS, else DefaultDeviceChannels
+	graphOnce   sync.Once
+	graph       *algorithms.Graph // the CPU graph's shape with maxChannels channels
+	graphErr    error
+}
+
+// DefaultDeviceChannels bounds the channels (thread blocks) of a device
+// collective without GOTREE_MAX_NCHANNELS; the CPU path's default follows
+// the CPUs instead.
+const DefaultDeviceChannels = 16
+
+// deviceGraph is the communicator's rings and trees with the device path's
+// channel count.
+func (c *Comm) deviceGraph() (*algorithms.Graph, error) {
+	d := &c.devs
+	d.graphOnce.Do(func() {
+		d.graph, d.graphErr = algorithms.BuildGraph(algorithms.Layout{NodeOf: c.nodeOf, Channels: max(1, d.maxChannels/2), Pattern: algorithms.BalancedTree})
+	})
+	return d.graph, d.graphErr
 }
 
 // deviceLinks gives a RankComm the communicator's hosts and lazy links.
@@ -234,7 +254,11 @@ func (c *Comm) devicePlan(a DeviceArgs) (*algorithms.Plan, error) {
 		return nil, err
 	}
 	protos &= 1<<algorithms.LL | 1<<algorithms.Simple // LL128 runs as Simple in the kernels
-	topo := algorithms.TopoOfGraph(c.graph, algorithms.NVLink, algorithms.Net)
+	g, err := c.deviceGraph()
+	if err != nil {
+		return nil, err
+	}
+	topo := algorithms.TopoOfGraph(g, algorithms.NVLink, algorithms.Net)
 	if topo.NNodes > 1 {
 		protos &= 1 << algorithms.Simple
 	}
@@ -246,7 +270,7 @@ func (c *Comm) devicePlan(a DeviceArgs) (*algorithms.Plan, error) {
 		protos = 1 << algorithms.Simple
 	}
 	pr, err := c.tuning.Choose(a.Coll, topo, bytes, algorithms.Constraints{Algos: algos, Protos: protos,
-		MinChannels: c.cfg.MinChannels, MaxChannels: c.cfg.MaxChannels})
+		MinChannels: c.cfg.MinChannels, MaxChannels: c.devs.maxChannels})
 	if err != nil {
 		pr = algorithms.Prediction{Algo: algorithms.Ring, Proto: algorithms.Simple, Channels: 1}
 	}
@@ -256,10 +280,10 @@ func (c *Comm) devicePlan(a DeviceArgs) (*algorithms.Plan, error) {
 		chunk = int64(cuda.MaxSlotsPerStep * cfg.LLSlotLines * 8)
 	}
 	req := algorithms.PlanRequest{Coll: a.Coll, Algo: pr.Algo, Proto: pr.Proto, Count: a.Count, DType: a.DType, Op: a.Op, Root: a.Root,
-		ChunkBytes: chunk, Channels: min(max(pr.Channels, 1), c.graph.Channels), KeepChannels: c.cfg.MinChannels > 1}
+		ChunkBytes: chunk, Channels: min(max(pr.Channels, 1), g.Channels), KeepChannels: c.cfg.MinChannels > 1}
 	v, err := c.plans.get(devicePlanKey{req}, func() (any, error) {
 		c.log.Infof("TUNING", "%v %d bytes on CUDA buffers: %v/%v on %d channels, predicted %.1f us", a.Coll, bytes, pr.Algo, pr.Proto, req.Channels, pr.TimeUs)
-		return algorithms.BuildPlan(c.graph, req)
+		return algorithms.BuildPlan(g, req)
 	})
 	if err != nil {
 		return nil, err

@@ -325,3 +325,22 @@ func TestDeviceInterruptedByFailure(t *testing.T) {
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "test failure")
 }
+
+// TestDeviceChannels: the device path's channel bound is GOTREE_MAX_NCHANNELS
+// when set, else DefaultDeviceChannels (not the CPU path's, which follows
+// the CPUs), and large messages use more than the CPU path's two.
+func TestDeviceChannels(t *testing.T) {
+	useEmulator(t, 1<<20)
+	big := DeviceArgs{Coll: algorithms.AllReduce, Count: 64 << 20, DType: algorithms.Float32, Op: algorithms.Sum}
+	comms := startCommsAs(t, 2, nil, testConfig()) // GOTREE_MAX_NCHANNELS unset
+	p, err := comms[0].devicePlan(big)
+	require.NoError(t, err)
+	require.Greater(t, p.Channels, 2)
+	require.LessOrEqual(t, p.Channels, DefaultDeviceChannels)
+	cfg := testConfig()
+	cfg.MaxChannels = 4
+	comms = startCommsAs(t, 2, nil, cfg)
+	p, err = comms[0].devicePlan(big)
+	require.NoError(t, err)
+	require.LessOrEqual(t, p.Channels, 4)
+}
