@@ -69,6 +69,8 @@ func (d *ctxDevice) Copy(dst, src DevicePtr, n uint64, stream uintptr) error {
 	return d.ctx.MemcpyDtoDAsync(dst, src, n, d.ctx.WrapStream(stream))
 }
 
+func (d *ctxDevice) Ordinal() int { return d.ctx.Dev.Ordinal }
+
 func (d *ctxDevice) Capturing(stream uintptr) (bool, error) {
 	return d.ctx.WrapStream(stream).Capturing()
 }

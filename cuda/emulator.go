@@ -347,6 +347,9 @@ func (g *Emulator) Capture(stream uintptr, on bool) {
 	g.capturing[stream] = on
 }
 
+// Ordinal is 0: the emulator is one device.
+func (g *Emulator) Ordinal() int { return 0 }
+
 func (g *Emulator) Capturing(stream uintptr) (bool, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -154,6 +154,7 @@ func TestRankCommFakeDriver(t *testing.T) {
 			if comms[r], err = NewRankComm(gpu, &pipeLinks{rank: r, hosts: hosts, net: pn}, Config{SimpleSlotBytes: 64 << 10, LLSlotLines: 1024}, 2*time.Second); err != nil {
 				t.Fatal(err)
 			}
+			comms[r].pid = 1000 + r // through the IPC binding
 		}
 		g, err := algorithms.BuildGraph(algorithms.UniformLayout(1, 2, 1, algorithms.BalancedTree))
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -35,6 +36,8 @@ type GPU interface {
 	Launch(name string, grid, block int, stream uintptr, params ...[]byte) error
 	// Copy queues a copy of n bytes of device memory on stream.
 	Copy(dst, src DevicePtr, n uint64, stream uintptr) error
+	// Ordinal is the device's CUDA ordinal.
+	Ordinal() int
 	// Capturing says whether stream is capturing a CUDA graph.
 	Capturing(stream uintptr) (bool, error)
 	// MaxBlocks is how many blocks of threads threads the device runs at
@@ -73,6 +76,7 @@ type Links interface {
 type RankComm struct {
 	dev     GPU
 	links   Links
+	pid     int // this process (tests give ranks distinct ones to go through IPC)
 	cfg     Config
 	rank, n int
 	timeout time.Duration
@@ -123,7 +127,7 @@ func NewRankComm(dev GPU, links Links, cfg Config, timeout time.Duration) (*Rank
 		return nil, fmt.Errorf("gotree/cuda: rank %d: status word: %w", links.Rank(), err)
 	}
 	life, cancel := context.WithCancel(context.Background())
-	return &RankComm{dev: dev, links: links, cfg: cfg, rank: links.Rank(), n: links.Size(), timeout: timeout,
+	return &RankComm{dev: dev, links: links, cfg: cfg, pid: os.Getpid(), rank: links.Rank(), n: links.Size(), timeout: timeout,
 		status: host, devSt: d, life: life, cancel: cancel,
 		conns: map[ConnKey]ConnMem{}, proxies: map[ConnKey]*proxy{}, plans: map[*algorithms.Plan]*rankPlan{}, streams: map[uintptr]bool{}}, nil
 }
@@ -387,8 +391,11 @@ func peerOf(ref ConnRef) int {
 }
 
 // ipcMsg is what a receiver sends the sender of a connection on the same
-// node: the connection and the IPC handle of its FIFO.
-const ipcMsgBytes = 4 + 12 + 8 + 64
+// node: the connection, the FIFO's size, the receiver's process id,
+// device and address of the FIFO (a rank in the same process uses the
+// address: CUDA IPC does not open a process's own memory), and its IPC
+// handle.
+const ipcMsgBytes = 4 + 12 + 8 + 4 + 4 + 8 + 64
 
 const ipcMagic = 0x47544950 // "GTIP"
 
@@ -440,7 +447,10 @@ func (c *RankComm) connect(refs []ConnRef) error {
 			binary.LittleEndian.PutUint32(msg[4+4*i:], uint32(v))
 		}
 		binary.LittleEndian.PutUint64(msg[16:], fifoBytes)
-		copy(msg[24:], h[:])
+		binary.LittleEndian.PutUint32(msg[24:], uint32(c.pid))
+		binary.LittleEndian.PutUint32(msg[28:], uint32(c.dev.Ordinal()))
+		binary.LittleEndian.PutUint64(msg[32:], uint64(d))
+		copy(msg[40:], h[:])
 		ctx, cancel := context.WithTimeout(c.life, c.timeout)
 		err = link.Send(ctx, ipcMagic, msg)
 		cancel()
@@ -486,8 +496,18 @@ func (c *RankComm) openPeerFIFO(ref ConnRef, fifoBytes uint64) error {
 		return fmt.Errorf("%w: rank %d sent the FIFO of %+v (%d bytes), this rank expected %+v (%d bytes): the ranks run different plans or configurations",
 			backend.ErrProto, peer, got, binary.LittleEndian.Uint64(b[16:]), ref.Key, fifoBytes)
 	}
+	pid, dev := int(binary.LittleEndian.Uint32(b[24:])), int(binary.LittleEndian.Uint32(b[28:]))
+	if pid == c.pid {
+		// Ranks as threads of one process: the address is valid here.
+		if dev != c.dev.Ordinal() {
+			return fmt.Errorf("ranks %d and %d are threads of one process on different GPUs (%d and %d): the device path needs a process per GPU, or ranks sharing one GPU",
+				c.rank, peer, c.dev.Ordinal(), dev)
+		}
+		c.conns[ref.Key] = fifoAt(DevicePtr(binary.LittleEndian.Uint64(b[32:])), c.cfg, peer)
+		return nil
+	}
 	var h IpcMemHandle
-	copy(h[:], b[24:])
+	copy(h[:], b[40:])
 	d, err := c.dev.IpcOpen(h)
 	if err != nil {
 		return fmt.Errorf("opening rank %d's FIFO of channel %d: %w", peer, ref.Key.Channel, err)

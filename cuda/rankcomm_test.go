@@ -83,6 +83,7 @@ func newEmuCluster(t *testing.T, nodes, perNode, channels int, timeout time.Dura
 		if err != nil {
 			t.Fatal(err)
 		}
+		rc.pid = 1000 + r // as if each rank were a process: FIFOs through IPC handles
 		c.comms = append(c.comms, rc)
 	}
 	t.Cleanup(func() {
@@ -350,5 +351,65 @@ func TestRankCommPlanBound(t *testing.T) {
 				t.Fatalf("rank %d keeps %d plans", r, len(rc.plans))
 			}
 		}
+	}
+}
+
+// ordinalGPU is the emulator posing as another device.
+type ordinalGPU struct {
+	*Emulator
+	ord int
+}
+
+func (g ordinalGPU) Ordinal() int { return g.ord }
+
+// TestRankCommThreads: ranks that are threads of one process use each
+// other's FIFO addresses (CUDA IPC does not open a process's own memory);
+// on different devices they get an error that says why. Ranks in
+// different processes go through IPC handles.
+func TestRankCommThreads(t *testing.T) {
+	for _, samePID := range []bool{true, false} {
+		c := newEmuCluster(t, 1, 3, 2, 5*time.Second)
+		for r, rc := range c.comms {
+			if samePID {
+				rc.pid = 7
+			} else {
+				rc.pid = 1000 + r
+			}
+		}
+		p, err := algorithms.BuildPlan(c.graph, algorithms.PlanRequest{Coll: algorithms.AllReduce, Algo: algorithms.Tree, Proto: algorithms.Simple,
+			Count: 999, DType: algorithms.Int64, Op: algorithms.Sum, KeepChannels: true, ChunkBytes: 1024})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rng := rand.New(rand.NewSource(5))
+		inputs := [][]byte{randomInput(rng, algorithms.Int64, 999), randomInput(rng, algorithms.Int64, 999), randomInput(rng, algorithms.Int64, 999)}
+		want, _ := algorithms.RunOracle(p, inputs, false)
+		got, err := c.run(p, inputs, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for r := range got {
+			if !bytes.Equal(got[r], want[r]) {
+				t.Fatalf("same process %v: rank %d wrong", samePID, r)
+			}
+			if opened := len(c.comms[r].opened); (opened == 0) != samePID {
+				t.Errorf("same process %v: rank %d opened %d IPC handles", samePID, r, opened)
+			}
+		}
+	}
+	// Threads of one process on two devices.
+	c := newEmuCluster(t, 1, 2, 1, 2*time.Second)
+	c.comms[1].dev = ordinalGPU{c.gpu, 1}
+	for _, rc := range c.comms {
+		rc.pid = 7
+	}
+	p, err := algorithms.BuildPlan(c.graph, algorithms.PlanRequest{Coll: algorithms.AllReduce, Algo: algorithms.Ring, Proto: algorithms.Simple,
+		Count: 10, DType: algorithms.Int64, Op: algorithms.Sum, KeepChannels: true, ChunkBytes: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.run(p, [][]byte{make([]byte, 80), make([]byte, 80)}, false)
+	if err == nil || !strings.Contains(err.Error(), "threads of one process on different GPUs") {
+		t.Fatalf("got %v", err)
 	}
 }
