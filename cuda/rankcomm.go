@@ -98,7 +98,8 @@ type RankComm struct {
 	seq     uint64
 
 	failMu sync.Mutex
-	failed error // first asynchronous failure
+	failed error          // first asynchronous failure
+	staged []backend.Conn // the proxies' links, aborted at the first failure
 
 	last atomic.Pointer[string] // the last launch, for kernel errors: "collective #3 with ranks [1 2]"
 }
@@ -141,6 +142,10 @@ func (c *RankComm) fail(err error) {
 	defer c.failMu.Unlock()
 	if c.failed == nil {
 		c.failed = fmt.Errorf("gotree/cuda: rank %d: %w", c.rank, err)
+		// The peers' proxies learn it at once instead of at their timeout.
+		for _, l := range c.staged {
+			l.Abort(c.failed.Error())
+		}
 	}
 	atomic.StoreUint32(c.abortWord(), 1)
 }
@@ -425,6 +430,9 @@ func (c *RankComm) connect(refs []ConnRef) error {
 			f := &hostFIFO{mem: host, dev: dev, slot: c.cfg.SimpleSlotBytes}
 			c.conns[ref.Key] = f.connMem(peer)
 			c.proxies[ref.Key] = newProxy(c.life, ref.Key, ref.Role == roleSend, f, link, c.timeout, c.fail)
+			c.failMu.Lock()
+			c.staged = append(c.staged, link)
+			c.failMu.Unlock()
 			continue
 		}
 		if ref.Role == roleSend {

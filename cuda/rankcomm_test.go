@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math/rand"
 	"net"
@@ -411,5 +412,35 @@ func TestRankCommThreads(t *testing.T) {
 	_, err = c.run(p, [][]byte{make([]byte, 80), make([]byte, 80)}, false)
 	if err == nil || !strings.Contains(err.Error(), "threads of one process on different GPUs") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// TestRankCommFailureReachesPeers: a rank whose device path fails aborts
+// its host-staged links, so a peer waiting for it fails at once with its
+// reason instead of at the timeout.
+func TestRankCommFailureReachesPeers(t *testing.T) {
+	c := newEmuCluster(t, 2, 1, 1, 20*time.Second)
+	p, err := algorithms.BuildPlan(c.graph, algorithms.PlanRequest{Coll: algorithms.AllReduce, Algo: algorithms.Ring, Proto: algorithms.Simple,
+		Count: 1000, DType: algorithms.Float32, Op: algorithms.Sum, KeepChannels: true, ChunkBytes: 512})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inputs := [][]byte{make([]byte, 4000), make([]byte, 4000)}
+	if _, err := c.run(p, inputs, false); err != nil { // connects
+		t.Fatal(err)
+	}
+	buf := c.gpu.m.alloc(4000)
+	if err := c.comms[0].Enqueue(p, buf, buf, 1); err != nil { // rank 1 never joins this one
+		t.Fatal(err)
+	}
+	start := time.Now()
+	c.comms[1].Interrupt(errors.New("rank 1 gave up for a test"))
+	c.gpu.SyncStream(1)
+	err = c.comms[0].Err()
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("rank 0 failed after %v", took)
+	}
+	if err == nil || !strings.Contains(err.Error(), "rank 1 gave up for a test") {
+		t.Fatalf("rank 0: %v", err)
 	}
 }
