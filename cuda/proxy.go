@@ -97,7 +97,7 @@ func SliceSchedule(p *algorithms.Plan, rank, sliceBytes int) map[ConnKey][]int {
 
 // proxyJob is one collective's slices on one connection.
 type proxyJob struct {
-	seq    uint64 // the collective's number on the communicator: the messages' tag
+	seq    uint64 // the collective's number on this rank's communicator (for messages)
 	slices []int
 }
 
@@ -140,6 +140,9 @@ func (p *proxy) run() {
 		step = atomic.LoadUint64(p.fifo.tail())
 	}
 	failed := false
+	// The messages' tag is the job's number on this connection: both ends
+	// count the same jobs, whatever else each rank runs.
+	var tag uint32
 	for {
 		var job proxyJob
 		select {
@@ -150,12 +153,13 @@ func (p *proxy) run() {
 		if failed {
 			continue
 		}
+		tag++
 		for i, n := range job.slices {
 			var err error
 			if p.send {
-				err = p.sendSlice(step, n, job.seq)
+				err = p.sendSlice(step, n, tag)
 			} else {
-				err = p.recvSlice(step, n, job.seq)
+				err = p.recvSlice(step, n, tag)
 			}
 			if err != nil {
 				failed = true
@@ -172,7 +176,7 @@ func (p *proxy) run() {
 func wire(n int) int { return (n + 15) &^ 15 }
 
 // sendSlice waits for the kernel to post slot step, ships it and frees it.
-func (p *proxy) sendSlice(step uint64, n int, seq uint64) error {
+func (p *proxy) sendSlice(step uint64, n int, tag uint32) error {
 	if err := p.waitFor(func() bool { return atomic.LoadUint64(p.fifo.tail()) > step }, "the kernel to post the slot"); err != nil {
 		return err
 	}
@@ -181,7 +185,7 @@ func (p *proxy) sendSlice(step uint64, n int, seq uint64) error {
 	defer cancel()
 	for max := p.link.MaxMessage(); len(data) > 0; {
 		k := min(len(data), max)
-		if err := p.link.Send(ctx, uint32(seq), data[:k]); err != nil {
+		if err := p.link.Send(ctx, tag, data[:k]); err != nil {
 			return err
 		}
 		data = data[k:]
@@ -192,7 +196,7 @@ func (p *proxy) sendSlice(step uint64, n int, seq uint64) error {
 
 // recvSlice waits for slot step to be free, fills it from the link and
 // posts it.
-func (p *proxy) recvSlice(step uint64, n int, seq uint64) error {
+func (p *proxy) recvSlice(step uint64, n int, want uint32) error {
 	if err := p.waitFor(func() bool { return atomic.LoadUint64(p.fifo.head())+NSlots > step }, "the kernel to free a slot"); err != nil {
 		return err
 	}
@@ -204,10 +208,10 @@ func (p *proxy) recvSlice(step uint64, n int, seq uint64) error {
 		if err != nil {
 			return err
 		}
-		if tag != uint32(seq) || len(b) > len(data) {
+		if tag != want || len(b) > len(data) {
 			p.link.Release()
-			return fmt.Errorf("%w: got %d bytes of collective tag %#x, expected at most %d bytes of tag %#x (the ranks issued different collectives)",
-				backend.ErrProto, len(b), tag, len(data), uint32(seq))
+			return fmt.Errorf("%w: got %d bytes of job %d on this connection, expected at most %d bytes of job %d (the ranks issued different collectives)",
+				backend.ErrProto, len(b), tag, len(data), want)
 		}
 		copy(data, b)
 		data = data[len(b):]
