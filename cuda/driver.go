@@ -795,6 +795,9 @@ type Stream struct {
 	h C.CUstream
 }
 
+// Handle is the CUstream as a number (what the C ABI and pg take).
+func (s *Stream) Handle() uintptr { return uintptr(unsafe.Pointer(s.handle())) }
+
 func (s *Stream) handle() C.CUstream {
 	if s == nil {
 		return nil

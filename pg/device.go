@@ -233,6 +233,10 @@ func (c *Comm) DeviceCollective(a DeviceArgs) error {
 	return nil
 }
 
+// DevicePlan is the plan a device collective with these arguments runs
+// (the same on every rank), for tools that name it. It issues nothing.
+func (c *Comm) DevicePlan(a DeviceArgs) (*algorithms.Plan, error) { return c.devicePlan(a) }
+
 // devicePlanKey caches device plans apart from the CPU ones.
 type devicePlanKey struct{ req algorithms.PlanRequest }
 

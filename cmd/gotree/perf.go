@@ -40,6 +40,8 @@ type perfOpts struct {
 	coll     algorithms.Collective
 	asJSON   bool
 	timeout  time.Duration
+	device   int // -1: host memory; else CUDA buffers, rank r on device (device+r) mod the device count
+	hosts    int // --nproc: give the ranks this many host ids (0: the machine's)
 }
 
 // The environment of a child rank started by --nproc, and of a multi-node
@@ -88,6 +90,8 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.algo, "algo", "auto", "ring, tree, hd (halving-doubling, one host) or auto")
 	fs.StringVar(&coll, "coll", "allreduce", "allreduce, allgather or broadcast")
 	fs.BoolVar(&o.asJSON, "json", false, "print JSON instead of the table")
+	fs.IntVar(&o.device, "device", -1, "CUDA buffers: rank r uses device (N+r) mod the device count (-1: host memory)")
+	fs.IntVar(&o.hosts, "hosts", 0, "with --nproc: split the ranks over this many host ids (rank r on host r mod K), as if on K nodes")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "communicator timeout")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -173,6 +177,9 @@ func perfLaunch(o perfOpts, args []string, stdout, stderr io.Writer) int {
 	for r := range cmds {
 		c := exec.Command(self, append([]string{"perf"}, args...)...)
 		c.Env = append(os.Environ(), envPerfUID+"="+hex.EncodeToString(uid[:]), fmt.Sprintf("%s=%d", envPerfRank, r), fmt.Sprintf("%s=%d", envPerfRanks, o.nproc))
+		if o.hosts > 0 {
+			c.Env = append(c.Env, fmt.Sprintf("GOTREE_HOST_ID=perf-host-%d", r%o.hosts))
+		}
 		c.Stderr = stderr
 		if r == 0 {
 			c.Stdout = stdout
@@ -327,15 +334,25 @@ func perfRun(o perfOpts, uid pg.UniqueID, rank, n int, cfg pg.Config, stdout, st
 	esize := int64(o.dtype.Size())
 	maxCount := max(o.maxBytes/esize, 1)
 	inCount, outCount := algorithms.BufferCounts(o.coll, maxCount, n)
-	send := make([]byte, inCount*esize)
-	recv := make([]byte, outCount*esize)
+	var mem perfMem
+	if o.device >= 0 {
+		dm, err := newDeviceMem(o, cfg, rank, inCount*esize, outCount*esize)
+		if err != nil {
+			fmt.Fprintf(stderr, "gotree perf: rank %d: %v\n", rank, err)
+			return 1
+		}
+		defer dm.close()
+		mem = dm
+	} else {
+		mem = &hostMem{send: make([]byte, inCount*esize), recv: make([]byte, outCount*esize)}
+	}
 	var sizes []int64
 	for s := max(o.minBytes, esize); s <= o.maxBytes; s *= o.factor {
 		sizes = append(sizes, s)
 	}
 	if rank == 0 && !o.asJSON {
-		fmt.Fprintf(stdout, "# gotree perf: %v, %d ranks, algo %s, dtype %v, op %v, %d iterations after %d warm-up\n", o.coll, n, o.algo, o.dtype, o.op, o.iters, o.warmup)
-		fmt.Fprintf(stdout, "#%11s %12s %9s %6s %5s   %9s %7s %7s %6s   %9s %7s %7s %6s   %9s %9s %6s   %7s %9s %6s %6s   %5s %3s\n",
+		fmt.Fprintf(stdout, "# gotree perf: %v, %d ranks, algo %s, dtype %v, op %v, %d iterations after %d warm-up, %s\n", o.coll, n, o.algo, o.dtype, o.op, o.iters, o.warmup, mem)
+		fmt.Fprintf(stdout, "#%11s %12s %9s %6s %5s   %9s %7s %7s %6s   %9s %7s %7s %6s   %9s %9s %6s   %7s %9s %6s %6s   %11s %3s\n",
 			"size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "median", "p95", "cv",
 			"copybw", "bound", "%bnd", "%bnd", "algo", "ch")
 		fmt.Fprintf(stdout, "#%11s %12s %9s %6s %5s   %9s %7s %7s %6s   %9s %7s %7s %6s   %9s %9s %6s   %7s %9s %6s %6s\n",
@@ -349,7 +366,7 @@ func perfRun(o perfOpts, uid pg.UniqueID, rank, n int, cfg pg.Config, stdout, st
 		count := size / esize
 		row := perfRow{Bytes: count * esize, Count: count, Type: o.dtype.String(), Op: o.op.String(), Root: 0}
 		for pass, inplace := range []bool{false, true} {
-			times, wrong, err := perfSize(comm, o, count, send, recv, inplace)
+			times, wrong, err := perfSize(comm, o, count, mem, inplace)
 			if err != nil {
 				fmt.Fprintf(stderr, "gotree perf: rank %d: size %d: %v\n", rank, size, err)
 				return 1
@@ -363,14 +380,14 @@ func perfRun(o perfOpts, uid pg.UniqueID, rank, n int, cfg pg.Config, stdout, st
 				row.InTime, row.InAlgBW, row.InBusBW, row.InWrong = med, alg, alg*busFactor(o.coll, n), wrong
 			}
 		}
-		if err := memBound(comm, o, count, send, recv, &row); err != nil {
+		if err := mem.bound(comm, o, count, &row); err != nil {
 			fmt.Fprintf(stderr, "gotree perf: rank %d: size %d: memory-traffic bound: %v\n", rank, size, err)
 			return 1
 		}
 		busSum += row.OutBusBW
 		rows = append(rows, row)
 		if rank == 0 && !o.asJSON {
-			fmt.Fprintf(stdout, "%12d %12d %9s %6s %5d   %9.1f %7.2f %7.2f %6d   %9.1f %7.2f %7.2f %6d   %9.1f %9.1f %5.1f%%   %7.2f %9.1f %5.0f%% %5.0f%%   %5s %3d\n",
+			fmt.Fprintf(stdout, "%12d %12d %9s %6s %5d   %9.1f %7.2f %7.2f %6d   %9.1f %7.2f %7.2f %6d   %9.1f %9.1f %5.1f%%   %7.2f %9.1f %5.0f%% %5.0f%%   %11s %3d\n",
 				row.Bytes, row.Count, row.Type, row.Op, row.Root, row.OutTime, row.OutAlgBW, row.OutBusBW, row.OutWrong,
 				row.InTime, row.InAlgBW, row.InBusBW, row.InWrong, row.Median, row.P95, 100*row.CV,
 				row.CopyBW, row.BoundUs, 100*row.OutOfBound, 100*row.InOfBound, row.PlanAlgo, row.PlanChannels)
@@ -404,45 +421,33 @@ func perfRun(o perfOpts, uid pg.UniqueID, rank, n int, cfg pg.Config, stdout, st
 
 // perfSize runs one size; times are per iteration in µs, each the maximum
 // over ranks (so every rank reports the same numbers).
-func perfSize(comm *pg.Comm, o perfOpts, count int64, send, recv []byte, inplace bool) ([]float64, int64, error) {
+func perfSize(comm *pg.Comm, o perfOpts, count int64, mem perfMem, inplace bool) ([]float64, int64, error) {
 	n := comm.Size()
 	esize := int64(o.dtype.Size())
 	inCount, outCount := algorithms.BufferCounts(o.coll, count, n)
-	in := send[:inCount*esize]
-	out := recv[:outCount*esize]
-	if inplace {
-		switch o.coll {
-		case algorithms.AllGather:
-			in = out[int64(comm.Rank())*count*esize : int64(comm.Rank()+1)*count*esize]
-		default:
-			in = out[:inCount*esize]
-		}
+	// The input: the send buffer, or in place a region of the receive
+	// buffer (allgather: this rank's block).
+	in := perfRegion{recv: inplace, n: inCount * esize}
+	if inplace && o.coll == algorithms.AllGather {
+		in.off = int64(comm.Rank()) * count * esize
 	}
-	issue := func() error {
-		var r *pg.Request
-		var err error
-		comm.WillWait(true) // blocking calls, like nccl-tests without -a
-		switch o.coll {
-		case algorithms.AllReduce:
-			r, err = comm.AllReduce(in, out, count, o.dtype, o.op)
-		case algorithms.AllGather:
-			r, err = comm.AllGather(in, out, count, o.dtype)
-		case algorithms.Broadcast:
-			r, err = comm.Broadcast(in, out, count, o.dtype, 0)
-		}
-		if err != nil {
-			comm.WillWait(false)
-			return err
-		}
-		return r.Wait(-1)
-	}
+	out := perfRegion{recv: true, n: outCount * esize}
+	issue := func() error { return mem.run(comm, o, in, out, count) }
 	var wrong int64
 	if o.check != 0 {
-		fillPerf(in, o.dtype, comm.Rank(), count)
+		b := make([]byte, in.n)
+		fillPerf(b, o.dtype, comm.Rank(), count)
+		if err := mem.write(in, b); err != nil {
+			return nil, 0, err
+		}
 		if err := issue(); err != nil {
 			return nil, 0, err
 		}
-		wrong = checkPerf(out, o, comm.Rank(), n, count)
+		got, err := mem.read(out)
+		if err != nil {
+			return nil, 0, err
+		}
+		wrong = checkPerf(got, o, comm.Rank(), n, count)
 	}
 	for i := 0; i < o.warmup; i++ {
 		if err := issue(); err != nil {

@@ -212,7 +212,7 @@ func benchCycleRun(res *benchResult, comm *pg.Comm, algo string, spec benchSpec,
 		if cyc == 0 {
 			o.check = 1
 		}
-		times, wrong, err := perfSize(comm, o, count, send, recv, inplace)
+		times, wrong, err := perfSize(comm, o, count, &hostMem{send: send, recv: recv}, inplace)
 		if err != nil {
 			return err
 		}

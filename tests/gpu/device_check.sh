@@ -16,21 +16,35 @@
 #      with one process per rank on the GPU: 2 and 4 ranks on one host
 #      (CUDA IPC), and 2 ranks as two hosts (GOTREE_HOST_ID; host-staged
 #      proxies over loopback TCP).
-#   4. the table, printed last.
+#   4. gotree perf --device (the prebuilt CLI): 2 ranks as processes on the
+#      GPU, on one host (CUDA IPC) and as two hosts (proxies), every size
+#      checked (#wrong).
+#   5. the table, printed last.
 #
 # Environment: GOTREE_GPU_MAXBYTES (default 1 GiB), GOTREE_GPU_RANKS
 # (default 2,4,8), OUT (a folder for logs; default a temporary one).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-bin="$root/tests/gpu/bin/cuda.test"
 out=${OUT:-$(mktemp -d)}
 mkdir -p "$out"
 start=$(date +%s)
 
-if [[ ! -x "$bin" ]]; then
-  echo "device_check: $bin is missing: run tests/gpu/prepare.sh on a machine with Go first" >&2
-  exit 2
-fi
+# The prebuilt programs (tests/gpu/prepare.sh), unpacked into $out/bin.
+bindir="$out/bin"
+mkdir -p "$bindir"
+for f in cuda.test libgotree.so gotree; do
+  src="$root/tests/gpu/bin/$f"
+  if [[ -f "$src.gz" ]]; then
+    gunzip -c "$src.gz" >"$bindir/$f"
+  elif [[ -f "$src" ]]; then
+    cp "$src" "$bindir/$f"
+  else
+    echo "device_check: $src.gz is missing: run tests/gpu/prepare.sh on a machine with Go first" >&2
+    exit 2
+  fi
+  chmod +x "$bindir/$f"
+done
+bin="$bindir/cuda.test"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "device_check: nvidia-smi not found"
 
 export GOTREE_REQUIRE_GPU=1
@@ -75,9 +89,19 @@ tail -3 "$out/cpu.log"
 echo "== benchmark"
 timeout 150 "$bin" -test.v -test.count=1 -test.timeout 145s -test.run 'TestGPUBench' >"$out/bench.log" 2>&1 || rc=1
 grep -E '^(--- |ok|FAIL)' "$out/bench.log"
+echo "== gotree perf --device: one process per rank, no torch"
+for cfg in "2 1 256M" "2 2 64M"; do
+  read -r n hosts top <<<"$cfg"
+  echo "-- $n ranks on $hosts host(s)"
+  timeout 90 "$bindir/gotree" perf --nproc "$n" --hosts "$hosts" --device 0 -b 4 -e "$top" -f 4 -n 10 -w 2 -c 1 --timeout 60s \
+    >"$out/perf-$n-$hosts.txt" 2>&1 || rc=1
+  # size, out-of-place time/algbw/busbw/#wrong, plan; then the verdict or errors
+  grep -E '^ +[0-9]' "$out/perf-$n-$hosts.txt" | awk '{print $1, $6, $7, $8, $9, $(NF-1), $NF}' | column -t
+  grep -E 'Out of bounds|Avg bus|gotree perf:' "$out/perf-$n-$hosts.txt" | head -6
+done
 echo "== torch: CUDA tensors, one process per rank"
-if [[ -f "$root/tests/gpu/bin/libgotree.so" ]] && python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
-  cp "$root/tests/gpu/bin/libgotree.so" "$root/python/gotree/libgotree.so"
+if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+  cp "$bindir/libgotree.so" "$root/python/gotree/libgotree.so"
   if (cd "$root" && GOTREE_SKIP_GO=1 timeout 240 python3 setup.py build_ext --inplace >"$out/ext.log" 2>&1); then
     port=29700
     for cfg in "2 1" "4 1" "2 2"; do
@@ -100,7 +124,7 @@ if [[ -f "$root/tests/gpu/bin/libgotree.so" ]] && python3 -c 'import torch; asse
     echo "device_check: building the torch extension failed:"; tail -20 "$out/ext.log"
   fi
 else
-  echo "device_check: skipped (no tests/gpu/bin/libgotree.so, or torch sees no GPU)"
+  echo "device_check: skipped (torch sees no GPU)"
 fi
 echo "== $(( $(date +%s) - start )) s; logs in $out"
 if [[ -s "$out/bench.txt" ]]; then
