@@ -274,7 +274,28 @@ func (t *tcpConn) Send(ctx context.Context, tag uint32, p []byte) error {
 		if errors.As(err, &ne) && ne.Timeout() {
 			return t.peerErr("send", ErrTimeout)
 		}
+		if ra := t.remoteAbort(200 * time.Millisecond); ra != nil {
+			return t.peerErr("send", ra) // the peer said why before it closed
+		}
 		return t.peerErr("send", t.readErr(err))
+	}
+	return nil
+}
+
+// remoteAbort waits up to d for the reader to finish (a failed write means
+// the peer closed, and an abort frame with its reason may be on its way
+// in) and returns the peer's reason, or nil.
+func (t *tcpConn) remoteAbort(d time.Duration) *RemoteAbortError {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-t.rx.done:
+	case <-timer.C:
+		return nil
+	}
+	var ra *RemoteAbortError
+	if errors.As(t.rx.err, &ra) {
+		return ra
 	}
 	return nil
 }

@@ -1,6 +1,36 @@
 package cuda
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrNoDevice is wrapped by OpenDevice's error when the driver sees no
+// device or not the one asked for.
+var ErrNoDevice = errors.New("no such CUDA device")
+
+// OpenDevice loads the driver (Load(libPath)) and retains the primary
+// context (the one the CUDA runtime, and so torch, uses) of the device
+// whose ordinal pick returns for the driver's device count.
+func OpenDevice(libPath string, pick func(count int) int) (*Context, error) {
+	drv, err := Load(libPath)
+	if err != nil {
+		return nil, err
+	}
+	n, err := drv.DeviceCount()
+	if err != nil {
+		return nil, err
+	}
+	ordinal := pick(n)
+	if ordinal < 0 || ordinal >= n {
+		return nil, fmt.Errorf("gotree/cuda: %w: device %d (the driver sees %d)", ErrNoDevice, ordinal, n)
+	}
+	dev, err := drv.Device(ordinal)
+	if err != nil {
+		return nil, err
+	}
+	return dev.RetainPrimaryContext()
+}
 
 // ctxDevice is GPU on a context and its kernels.
 type ctxDevice struct {

@@ -67,25 +67,11 @@ func envInt(name string, def int) int {
 }
 
 func openGPU() (*gpuFixture, error) {
-	d, err := Load(os.Getenv("GOTREE_LIBCUDA"))
+	ctx, err := OpenDevice(os.Getenv("GOTREE_LIBCUDA"), func(int) int { return envInt("GOTREE_GPU_DEVICE", 0) })
 	if err != nil {
 		return nil, err
 	}
-	n, err := d.DeviceCount()
-	if err != nil {
-		return nil, err
-	}
-	if n == 0 {
-		return nil, fmt.Errorf("the driver sees no CUDA device")
-	}
-	dev, err := d.Device(envInt("GOTREE_GPU_DEVICE", 0))
-	if err != nil {
-		return nil, err
-	}
-	ctx, err := dev.RetainPrimaryContext()
-	if err != nil {
-		return nil, err
-	}
+	d, dev := ctx.Driver(), ctx.Dev
 	k, err := LoadKernels(ctx, KernelOptions{ForceNVRTC: os.Getenv("GOTREE_CUDA_NVRTC") == "1",
 		NVRTC: os.Getenv("GOTREE_NVRTC"), CacheDir: os.Getenv("GOTREE_CACHE_DIR")})
 	if err != nil {

@@ -76,24 +76,12 @@ func (l deviceLinks) DeviceLink(ch, peer int) (backend.Conn, error) {
 // where the kernels came from. Without a driver the error wraps
 // ErrNotSupported and says why. Tests put the emulator here.
 var openGPU = func(ordinal int, cfg Config) (cuda.GPU, func() error, string, error) {
-	drv, err := cuda.Load(cfg.LibCUDA)
-	if err != nil {
+	ctx, err := cuda.OpenDevice(cfg.LibCUDA, func(int) int { return ordinal })
+	switch {
+	case errors.Is(err, cuda.ErrNoDevice):
+		return nil, nil, "", fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+	case err != nil:
 		return nil, nil, "", fmt.Errorf("%w: CUDA device %d: %v", ErrNotSupported, ordinal, err)
-	}
-	n, err := drv.DeviceCount()
-	if err != nil {
-		return nil, nil, "", fmt.Errorf("%w: CUDA device %d: %v", ErrNotSupported, ordinal, err)
-	}
-	if ordinal < 0 || ordinal >= n {
-		return nil, nil, "", fmt.Errorf("%w: CUDA device %d does not exist (the driver sees %d)", ErrInvalidArgument, ordinal, n)
-	}
-	dev, err := drv.Device(ordinal)
-	if err != nil {
-		return nil, nil, "", err
-	}
-	ctx, err := dev.RetainPrimaryContext()
-	if err != nil {
-		return nil, nil, "", fmt.Errorf("CUDA device %d: %w", ordinal, err)
 	}
 	k, err := cuda.LoadKernels(ctx, cuda.KernelOptions{NVRTC: cfg.NVRTC, CacheDir: cfg.CacheDir})
 	if err != nil {

@@ -81,26 +81,11 @@ type deviceMem struct {
 }
 
 func newDeviceMem(o perfOpts, cfg pg.Config, rank int, sendBytes, recvBytes int64) (*deviceMem, error) {
-	drv, err := cuda.Load(cfg.LibCUDA)
+	ctx, err := cuda.OpenDevice(cfg.LibCUDA, func(n int) int { return (o.device + rank) % max(n, 1) })
 	if err != nil {
 		return nil, err
 	}
-	n, err := drv.DeviceCount()
-	if err != nil {
-		return nil, err
-	}
-	if n == 0 {
-		return nil, fmt.Errorf("--device %d: the driver sees no CUDA device", o.device)
-	}
-	dev, err := drv.Device((o.device + rank) % n)
-	if err != nil {
-		return nil, err
-	}
-	ctx, err := dev.RetainPrimaryContext()
-	if err != nil {
-		return nil, err
-	}
-	m := &deviceMem{ctx: ctx, ordinal: dev.Ordinal}
+	m := &deviceMem{ctx: ctx, ordinal: ctx.Dev.Ordinal}
 	if m.send, err = ctx.MemAlloc(uint64(max(sendBytes, 1))); err == nil {
 		if m.recv, err = ctx.MemAlloc(uint64(max(recvBytes, 1))); err == nil {
 			m.stream, err = ctx.StreamCreate(cuda.StreamNonBlocking)
