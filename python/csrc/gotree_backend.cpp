@@ -476,7 +476,7 @@ ReducePlan planReduce(
   }
   C10_THROW_ERROR(
       NotImplementedError,
-      c10::str("gotree: CUDA tensors are not supported yet (tensor on ", d.str(),
+      c10::str("gotree: cannot run this on a CUDA tensor (tensor on ", d.str(),
                "); ", why, ". Use CPU tensors, or backend=\"cpu:gotree,cuda:nccl\"."));
 }
 

@@ -43,18 +43,18 @@ def main():
     opts = dist.AllreduceOptions()
     c.expect_raises(
         lambda: be.allreduce([cuda], opts),
-        "gotree: CUDA tensors are not supported yet (tensor on cuda:0)",
+        "gotree: cannot run this on a CUDA tensor (tensor on cuda:0)",
         "allreduce of a CUDA tensor",
     )
     bo = dist.BroadcastOptions()
     c.expect_raises(
         lambda: be.broadcast([cuda], bo),
-        "gotree: CUDA tensors are not supported yet (tensor on cuda:0)",
+        "gotree: cannot run this on a CUDA tensor (tensor on cuda:0)",
         "broadcast of a CUDA tensor",
     )
     c.expect_raises(
         lambda: be._allgather_base(fake_cuda_tensor(4 * n), torch.zeros(4)),
-        "gotree: CUDA tensors are not supported yet (tensor on cuda:0)",
+        "gotree: cannot run this on a CUDA tensor (tensor on cuda:0)",
         "all_gather_into_tensor into a CUDA tensor",
     )
     still_works(c, n, "CUDA tensors")
@@ -269,7 +269,7 @@ def main():
     )
     c.expect_raises(
         lambda: be.alltoall_base(cuda, torch.zeros(4), [], [], dist.AllToAllOptions()),
-        "gotree: CUDA tensors are not supported yet",
+        "gotree: cannot run this on a CUDA tensor",
         "all_to_all_single of a CUDA tensor",
     )
     still_works(c, n, "bad reduce_scatter/all_to_all/gather/scatter/p2p arguments")
