@@ -228,3 +228,21 @@ def test_perf_under_torchrun(built):
     assert rc != 0 and "2 ranks on 1 node, want one rank on each of at least 2 nodes" in out, out[-4000:]
     assert not tuning.exists()
     shutil.rmtree(tuning.parent, ignore_errors=True)
+
+
+def test_perf_hosts_and_device_without_driver(built):
+    """`gotree perf --nproc 3 --hosts 3` runs the ranks as three hosts (TCP between them), every
+    size exact; `--device 0` on a machine without an NVIDIA driver fails with a message that
+    says so. Needs no root."""
+    cli = _gotree_cli()
+    rc, out = run_command([str(cli), "perf", "--nproc", "3", "--hosts", "3", "-b", "4", "-e", "64K", "-f", "64",
+                           "-n", "3", "-w", "1", "--json"], 120, env=worker_env(), cwd=REPO)
+    assert rc == 0, f"gotree perf --hosts 3 failed (rc={rc}):\n{out[-4000:]}"
+    doc = json.loads(out[out.index("{"): out.rindex("}") + 1])
+    assert doc["nranks"] == 3 and doc["nodes"] == 3, doc
+    assert all(r["wrong"] == 0 and r["inplace_wrong"] == 0 for r in doc["rows"]), doc
+    env = worker_env()
+    env["GOTREE_LIBCUDA"] = "/nonexistent/libcuda.so.1"
+    rc, out = run_command([str(cli), "perf", "--nproc", "2", "--device", "0", "-b", "4", "-e", "4", "-n", "1", "-w", "0"],
+                          60, env=env, cwd=REPO)
+    assert rc != 0 and "no NVIDIA driver" in out, out[-4000:]
