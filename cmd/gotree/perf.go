@@ -40,7 +40,8 @@ type perfOpts struct {
 	coll     algorithms.Collective
 	asJSON   bool
 	timeout  time.Duration
-	device   int // -1: host memory; else CUDA buffers, rank r on device (device+r) mod the device count
+	onDevice bool // CUDA buffers (else host memory): rank r on device (device+r) mod the device count
+	device   int
 	hosts    int // --nproc: give the ranks this many host ids (0: the machine's)
 }
 
@@ -118,6 +119,7 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 			err = fmt.Errorf("unknown collective %q", coll)
 		}
 	}
+	o.onDevice = o.device >= 0
 	if err == nil && (o.factor < 2 || o.iters < 1 || o.warmup < 0 || o.maxBytes < o.minBytes) {
 		err = errors.New("need -f >= 2, -n >= 1, -w >= 0 and -e >= -b")
 	}
@@ -335,7 +337,7 @@ func perfRun(o perfOpts, uid pg.UniqueID, rank, n int, cfg pg.Config, stdout, st
 	maxCount := max(o.maxBytes/esize, 1)
 	inCount, outCount := algorithms.BufferCounts(o.coll, maxCount, n)
 	var mem perfMem
-	if o.device >= 0 {
+	if o.onDevice {
 		dm, err := newDeviceMem(o, cfg, rank, inCount*esize, outCount*esize)
 		if err != nil {
 			fmt.Fprintf(stderr, "gotree perf: rank %d: %v\n", rank, err)

@@ -37,7 +37,7 @@ func TestPerfDevice(t *testing.T) {
 		LibCUDA: buildFake(t, "fakecuda.c", "libcuda.so", "-DFAKE_PROC_V2"),
 		NVRTC:   buildFake(t, "fakenvrtc.c", "libnvrtc.so"), CacheDir: t.TempDir()}
 	o := perfOpts{minBytes: 4, maxBytes: 1 << 20, factor: 64, iters: 2, warmup: 1, check: 0, dtype: algorithms.Float32,
-		op: algorithms.Sum, algo: "auto", coll: algorithms.AllReduce, asJSON: true, timeout: cfg.Timeout, device: 0}
+		op: algorithms.Sum, algo: "auto", coll: algorithms.AllReduce, asJSON: true, timeout: cfg.Timeout, onDevice: true}
 	uid, err := pg.NewUniqueID(cfg)
 	if err != nil {
 		t.Fatal(err)
