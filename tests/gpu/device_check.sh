@@ -13,9 +13,9 @@
 #      from the device-to-device copy bandwidth measured in the same run.
 #   3. torch: builds the extension against this machine's torch and the
 #      prebuilt tests/gpu/bin/libgotree.so, then tests/gpu/torch_check.py
-#      with one process per rank on the GPU: 2 and 4 ranks on one host
-#      (CUDA IPC), and 2 ranks as two hosts (GOTREE_HOST_ID; host-staged
-#      proxies over loopback TCP).
+#      with one process per rank on the GPU: 2 ranks on one host (CUDA
+#      IPC), and 2 ranks as two hosts (GOTREE_HOST_ID; host-staged proxies
+#      over loopback TCP). 4 ranks: TORCH_CHECK_CONFIGS="2 1,4 1,2 2".
 #   4. gotree perf --device (the prebuilt CLI): 2 ranks as processes on the
 #      GPU, on one host (CUDA IPC) and as two hosts (proxies), every size
 #      checked (#wrong).
@@ -90,10 +90,10 @@ echo "== benchmark"
 timeout 150 "$bin" -test.v -test.count=1 -test.timeout 145s -test.run 'TestGPUBench' >"$out/bench.log" 2>&1 || rc=1
 grep -E '^(--- |ok|FAIL)' "$out/bench.log"
 echo "== gotree perf --device: one process per rank, no torch"
-for cfg in "2 1 256M" "2 2 64M"; do
+for cfg in "2 1 64M" "2 2 16M"; do
   read -r n hosts top <<<"$cfg"
   echo "-- $n ranks on $hosts host(s)"
-  timeout 90 "$bindir/gotree" perf --nproc "$n" --hosts "$hosts" --device 0 -b 4 -e "$top" -f 4 -n 10 -w 2 -c 1 --timeout 60s \
+  timeout 60 "$bindir/gotree" perf --nproc "$n" --hosts "$hosts" --device 0 -b 4 -e "$top" -f 8 -n 5 -w 1 -c 1 --timeout 45s \
     >"$out/perf-$n-$hosts.txt" 2>&1 || rc=1
   # size, out-of-place time/algbw/busbw/#wrong, plan; then the verdict or errors
   grep -E '^ +[0-9]' "$out/perf-$n-$hosts.txt" | awk '{print $1, $6, $7, $8, $9, $(NF-1), $NF}' | column -t
@@ -104,14 +104,15 @@ if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
   cp "$bindir/libgotree.so" "$root/python/gotree/libgotree.so"
   if (cd "$root" && GOTREE_SKIP_GO=1 timeout 240 python3 setup.py build_ext --inplace >"$out/ext.log" 2>&1); then
     port=29700
-    for cfg in "2 1" "4 1" "2 2"; do
+    IFS=, read -ra cfgs <<<"${TORCH_CHECK_CONFIGS:-2 1,2 2}"
+    for cfg in "${cfgs[@]}"; do
       read -r n hosts <<<"$cfg"
       port=$((port + 1))
       pids=()
       for ((r = 0; r < n; r++)); do
         env RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
           GOTREE_HOST_ID="gpuhost$((r % hosts))" PYTHONPATH="$root/python" \
-          timeout 100 python3 "$root/tests/gpu/torch_check.py" >"$out/torch-$n-$hosts-$r.log" 2>&1 &
+          timeout 75 python3 "$root/tests/gpu/torch_check.py" >"$out/torch-$n-$hosts-$r.log" 2>&1 &
         pids+=($!)
       done
       for p in "${pids[@]}"; do wait "$p" || rc=1; done
