@@ -27,10 +27,7 @@ func (e *emuComm) conn(k ConnKey) ConnMem {
 	if m, ok := e.conns[k]; ok {
 		return m
 	}
-	simple := NSlots * e.cfg.SimpleSlotBytes
-	ll := NSlots * e.cfg.LLSlotLines * LLLineBytes
-	p := e.m.alloc(simple + ll + 256)
-	m := ConnMem{Simple: p, LL: p + DevicePtr(simple), Tail: p + DevicePtr(simple+ll), Head: p + DevicePtr(simple+ll+128)}
+	m := fifoAt(e.m.alloc(int(e.cfg.fifoBytes())), e.cfg, 0)
 	e.conns[k] = m
 	return m
 }

@@ -138,13 +138,11 @@ func (c *Comm) conn(k ConnKey) (ConnMem, error) {
 	if m, ok := c.conns[k]; ok {
 		return m, nil
 	}
-	simple := uint64(NSlots * c.cfg.SimpleSlotBytes)
-	ll := uint64(NSlots * c.cfg.LLSlotLines * LLLineBytes)
-	p, err := c.alloc(simple + ll + 256)
+	p, err := c.alloc(c.cfg.fifoBytes())
 	if err != nil {
 		return ConnMem{}, err
 	}
-	m := ConnMem{Simple: p, LL: p + DevicePtr(simple), Tail: p + DevicePtr(simple+ll), Head: p + DevicePtr(simple+ll+128)}
+	m := fifoAt(p, c.cfg, 0)
 	c.conns[k] = m
 	return m, nil
 }
@@ -200,32 +198,14 @@ func (c *Comm) prepare(p *algorithms.Plan) (*devPlan, error) {
 		if cerr != nil {
 			return nil, cerr
 		}
-		up := func(b []byte) (DevicePtr, error) {
-			if len(b) == 0 {
-				return 0, nil
-			}
-			d, err := c.ctx.MemAlloc(uint64(len(b)))
-			if err != nil {
-				return 0, err
-			}
-			dp.allocs = append(dp.allocs, d)
-			return d, c.ctx.MemcpyHtoD(d, b)
-		}
-		s, err := up(t.Steps)
+		addrs, allocs, err := uploadTables(NewGPU(c.ctx, c.k), t.Steps, t.Channels, connTab)
+		dp.allocs = append(dp.allocs, allocs...)
 		if err != nil {
 			return nil, err
 		}
-		ch, err := up(t.Channels)
-		if err != nil {
-			return nil, err
-		}
-		cn, err := up(connTab)
-		if err != nil {
-			return nil, err
-		}
-		dp.steps = append(dp.steps, s)
-		dp.channels = append(dp.channels, ch)
-		dp.conns = append(dp.conns, cn)
+		dp.steps = append(dp.steps, addrs[0])
+		dp.channels = append(dp.channels, addrs[1])
+		dp.conns = append(dp.conns, addrs[2])
 	}
 	c.plans[p] = dp
 	ok = true

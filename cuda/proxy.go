@@ -236,6 +236,7 @@ var errProxyStopped = errors.New("the communicator was closed")
 // after the proxy's timeout.
 func (p *proxy) waitFor(cond func() bool, what string) error {
 	var start time.Time
+	var timer *time.Timer
 	sleep := time.Microsecond
 	for i := 0; !cond(); i++ {
 		switch {
@@ -245,13 +246,17 @@ func (p *proxy) waitFor(cond func() bool, what string) error {
 		default:
 			if start.IsZero() {
 				start = time.Now()
+				timer = time.NewTimer(sleep)
+				defer timer.Stop()
 			} else if time.Since(start) > p.timeout {
 				return fmt.Errorf("%w: waited %v for %s", backend.ErrTimeout, p.timeout, what)
+			} else {
+				timer.Reset(sleep)
 			}
 			select {
 			case <-p.life.Done():
 				return errProxyStopped
-			case <-time.After(sleep):
+			case <-timer.C:
 			}
 			sleep = min(2*sleep, 50*time.Microsecond)
 		}

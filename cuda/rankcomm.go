@@ -101,7 +101,13 @@ type RankComm struct {
 	failed error          // first asynchronous failure
 	staged []backend.Conn // the proxies' links, aborted at the first failure
 
-	last atomic.Pointer[string] // the last launch, for kernel errors: "collective #3 with ranks [1 2]"
+	last atomic.Pointer[launch] // the last launch, named in kernel errors
+}
+
+// launch is a collective as Enqueue launched it.
+type launch struct {
+	seq uint64
+	rp  *rankPlan
 }
 
 // rankPlan is a plan's tables on the device and the host-staged
@@ -111,8 +117,16 @@ type rankPlan struct {
 	proto                      uint32
 	steps, channels, connTable DevicePtr
 	allocs                     []DevicePtr
-	staged                     map[ConnKey][]int
-	peers                      []int // ranks this rank's part talks to
+	staged                     []stagedConn // host-staged connections, in table order
+	peers                      []int        // ranks this rank's part talks to
+	coll                       algorithms.Collective
+}
+
+// stagedConn is a host-staged connection and the slices one run of the
+// plan moves over it.
+type stagedConn struct {
+	key    ConnKey
+	slices []int
 }
 
 // NewRankComm makes this rank's device communicator. timeout bounds every
@@ -184,11 +198,13 @@ func ranksText(rs []int) string {
 	return "ranks " + strings.Trim(strings.Join(strings.Fields(fmt.Sprint(rs)), ", "), "[]")
 }
 
+// lastLaunch names the last launch: "collective #3 (allreduce with ranks 1, 2)".
 func (c *RankComm) lastLaunch() string {
-	if s := c.last.Load(); s != nil {
-		return *s
+	l := c.last.Load()
+	if l == nil {
+		return "no collective launched"
 	}
-	return "no collective launched"
+	return fmt.Sprintf("collective #%d (%v with %s)", l.seq, l.rp.coll, ranksText(l.rp.peers))
 }
 
 // Enqueue launches this rank's part of p on stream: in and out are the
@@ -220,11 +236,10 @@ func (c *RankComm) Enqueue(p *algorithms.Plan, in, out DevicePtr, stream uintptr
 		}
 	}
 	c.seq++
-	desc := fmt.Sprintf("collective #%d (%v with %s)", c.seq, p.Coll, ranksText(rp.peers))
-	c.last.Store(&desc)
-	for _, k := range sortedKeys(rp.staged) {
+	c.last.Store(&launch{c.seq, rp})
+	for _, s := range rp.staged {
 		select {
-		case c.proxies[k].jobs <- proxyJob{seq: c.seq, slices: rp.staged[k]}:
+		case c.proxies[s.key].jobs <- proxyJob{seq: c.seq, slices: s.slices}:
 		case <-c.life.Done():
 			return fmt.Errorf("gotree/cuda: rank %d: the communicator was closed", c.rank)
 		}
@@ -261,24 +276,6 @@ func (c *RankComm) Copy(dst, src DevicePtr, n uint64, stream uintptr) error {
 // finalizeBlocks is the grid of a finalize kernel over bytes of dt.
 func finalizeBlocks(bytes uint64, dt algorithms.DType) int {
 	return int(min(1024, max(1, (bytes/uint64(dt.Size())+255)/256)))
-}
-
-func sortedKeys[V any](m map[ConnKey]V) []ConnKey {
-	keys := make([]ConnKey, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		a, b := keys[i], keys[j]
-		if a.Channel != b.Channel {
-			return a.Channel < b.Channel
-		}
-		if a.From != b.From {
-			return a.From < b.From
-		}
-		return a.To < b.To
-	})
-	return keys
 }
 
 // planKernels checks that the kernels can run p's steps with cfg's FIFOs
@@ -336,7 +333,7 @@ func (c *RankComm) prepare(p *algorithms.Plan) (*rankPlan, error) {
 	if err != nil {
 		return nil, err
 	}
-	rp := &rankPlan{kernel: kernel, finalize: finalize, proto: protoOf(p.Proto), staged: map[ConnKey][]int{}}
+	rp := &rankPlan{kernel: kernel, finalize: finalize, proto: protoOf(p.Proto), coll: p.Coll}
 	slices := SliceSchedule(p, c.rank, c.cfg.SimpleSlotBytes)
 	seen := map[int]bool{}
 	for _, ref := range t.Conns {
@@ -349,7 +346,7 @@ func (c *RankComm) prepare(p *algorithms.Plan) (*rankPlan, error) {
 			if p.Proto == algorithms.LL {
 				return nil, fmt.Errorf("gotree/cuda: rank %d: the LL protocol does not cross nodes (rank %d is on another node); use Simple", c.rank, peer)
 			}
-			rp.staged[ref.Key] = slices[ref.Key]
+			rp.staged = append(rp.staged, stagedConn{ref.Key, slices[ref.Key]})
 		}
 	}
 	sort.Ints(rp.peers)
@@ -366,26 +363,36 @@ func (c *RankComm) prepare(p *algorithms.Plan) (*rankPlan, error) {
 		}
 	}()
 	connTab := EncodeConns(t, func(k ConnKey) ConnMem { return c.conns[k] })
-	for _, u := range []struct {
-		dst *DevicePtr
-		b   []byte
-	}{{&rp.steps, t.Steps}, {&rp.channels, t.Channels}, {&rp.connTable, connTab}} {
-		if len(u.b) == 0 {
-			continue
-		}
-		d, err := c.dev.Alloc(uint64(len(u.b)))
-		if err != nil {
-			return nil, err
-		}
-		rp.allocs = append(rp.allocs, d)
-		if err := c.dev.Upload(d, u.b); err != nil {
-			return nil, err
-		}
-		*u.dst = d
+	var addrs []DevicePtr
+	addrs, rp.allocs, err = uploadTables(c.dev, t.Steps, t.Channels, connTab)
+	if err != nil {
+		return nil, err
 	}
+	rp.steps, rp.channels, rp.connTable = addrs[0], addrs[1], addrs[2]
 	c.plans[p] = rp
 	ok = true
 	return rp, nil
+}
+
+// uploadTables copies encoded tables to fresh device memory: each table's
+// address (0 for an empty one) and the allocations made, also on error.
+func uploadTables(dev GPU, tables ...[]byte) (addrs, allocs []DevicePtr, err error) {
+	addrs = make([]DevicePtr, len(tables))
+	for i, b := range tables {
+		if len(b) == 0 {
+			continue
+		}
+		d, err := dev.Alloc(uint64(len(b)))
+		if err != nil {
+			return nil, allocs, err
+		}
+		allocs = append(allocs, d)
+		if err := dev.Upload(d, b); err != nil {
+			return nil, allocs, err
+		}
+		addrs[i] = d
+	}
+	return addrs, allocs, nil
 }
 
 func peerOf(ref ConnRef) int {
@@ -410,7 +417,7 @@ const ipcMagic = 0x47544950 // "GTIP"
 // allocates a host FIFO and starts its proxy. All handles are sent before
 // any is awaited, so no two ranks wait for each other.
 func (c *RankComm) connect(refs []ConnRef) error {
-	fifoBytes := uint64(NSlots*c.cfg.SimpleSlotBytes + NSlots*c.cfg.LLSlotLines*LLLineBytes + 256)
+	fifoBytes := c.cfg.fifoBytes()
 	var await []ConnRef
 	for _, ref := range refs {
 		if _, ok := c.conns[ref.Key]; ok {
@@ -474,7 +481,13 @@ func (c *RankComm) connect(refs []ConnRef) error {
 	return nil
 }
 
-// fifoAt is the layout of a device FIFO at d (see Comm.conn).
+// fifoBytes is the size of a device FIFO: Simple slots, LL slots, then
+// tail and head 128 bytes apart (docs/cuda.md, "Buffer layout").
+func (c Config) fifoBytes() uint64 {
+	return uint64(NSlots*c.SimpleSlotBytes + NSlots*c.LLSlotLines*LLLineBytes + 256)
+}
+
+// fifoAt is the layout of a device FIFO at d.
 func fifoAt(d DevicePtr, cfg Config, peer int) ConnMem {
 	simple := DevicePtr(NSlots * cfg.SimpleSlotBytes)
 	ll := DevicePtr(NSlots * cfg.LLSlotLines * LLLineBytes)

@@ -229,6 +229,16 @@ func (c *Comm) algorithm(a collArgs) algorithms.Algorithm {
 	return c.choice(a).Algo
 }
 
+// modelBytes is the message size the cost model takes for a call: the
+// whole gathered or scattered buffer for allgather and reducescatter.
+func (c *Comm) modelBytes(coll algorithms.Collective, count int64, dt algorithms.DType) int64 {
+	bytes := count * int64(dt.Size())
+	if coll == algorithms.AllGather || coll == algorithms.ReduceScatter {
+		bytes *= int64(c.nranks)
+	}
+	return bytes
+}
+
 // choiceKey caches the cost model's choice per collective and size in the
 // plan cache.
 type choiceKey struct {
@@ -242,10 +252,7 @@ type choiceKey struct {
 // one host talk over shm, others over tcp. The CPU executor runs only the
 // Simple protocol, so a GOTREE_PROTO without Simple is ignored here.
 func (c *Comm) choice(a collArgs) algorithms.Prediction {
-	bytes := a.count * int64(a.dt.Size())
-	if a.coll == algorithms.AllGather || a.coll == algorithms.ReduceScatter {
-		bytes *= int64(c.nranks)
-	}
+	bytes := c.modelBytes(a.coll, a.count, a.dt)
 	v, err := c.plans.get(choiceKey{a.coll, bytes}, func() (any, error) {
 		tu := c.tuning
 		algos, err := algorithms.ParseAlgoSpec(c.cfg.Algo, a.coll)

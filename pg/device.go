@@ -225,18 +225,32 @@ func (c *Comm) DeviceCollective(a DeviceArgs) error {
 // (the same on every rank), for tools that name it. It issues nothing.
 func (c *Comm) DevicePlan(a DeviceArgs) (*algorithms.Plan, error) { return c.devicePlan(a) }
 
-// devicePlanKey caches device plans apart from the CPU ones.
-type devicePlanKey struct{ req algorithms.PlanRequest }
+// devicePlanKey caches device plans (apart from the CPU ones) by what
+// selects them, so that a repeated call does not choose again.
+type devicePlanKey struct {
+	coll  algorithms.Collective
+	count int64
+	dt    algorithms.DType
+	op    algorithms.Op
+	root  int
+}
 
-// devicePlan picks the algorithm and protocol with NCCL's constants for
-// GPU links (NVLink within a node, the network between nodes; LL does not
-// cross nodes here) under GOTREE_ALGO, GOTREE_PROTO and the channel
-// limits, and builds the plan with chunks that fit the kernels' FIFOs.
+// devicePlan is the plan of a device collective (cached; see
+// buildDevicePlan).
 func (c *Comm) devicePlan(a DeviceArgs) (*algorithms.Plan, error) {
-	bytes := a.Count * int64(a.DType.Size())
-	if a.Coll == algorithms.AllGather || a.Coll == algorithms.ReduceScatter {
-		bytes *= int64(c.nranks)
+	v, err := c.plans.get(devicePlanKey{a.Coll, a.Count, a.DType, a.Op, a.Root}, func() (any, error) { return c.buildDevicePlan(a) })
+	if err != nil {
+		return nil, err
 	}
+	return v.(*algorithms.Plan), nil
+}
+
+// buildDevicePlan picks the algorithm and protocol with NCCL's constants
+// for GPU links (NVLink within a node, the network between nodes; LL does
+// not cross nodes here) under GOTREE_ALGO, GOTREE_PROTO and the channel
+// limits, and builds the plan with chunks that fit the kernels' FIFOs.
+func (c *Comm) buildDevicePlan(a DeviceArgs) (*algorithms.Plan, error) {
+	bytes := c.modelBytes(a.Coll, a.Count, a.DType)
 	algos, err := algorithms.ParseAlgoSpec(c.cfg.Algo, a.Coll)
 	if err != nil {
 		return nil, err
@@ -273,12 +287,6 @@ func (c *Comm) devicePlan(a DeviceArgs) (*algorithms.Plan, error) {
 	}
 	req := algorithms.PlanRequest{Coll: a.Coll, Algo: pr.Algo, Proto: pr.Proto, Count: a.Count, DType: a.DType, Op: a.Op, Root: a.Root,
 		ChunkBytes: chunk, Channels: min(max(pr.Channels, 1), g.Channels), KeepChannels: c.cfg.MinChannels > 1}
-	v, err := c.plans.get(devicePlanKey{req}, func() (any, error) {
-		c.log.Infof("TUNING", "%v %d bytes on CUDA buffers: %v/%v on %d channels, predicted %.1f us", a.Coll, bytes, pr.Algo, pr.Proto, req.Channels, pr.TimeUs)
-		return algorithms.BuildPlan(g, req)
-	})
-	if err != nil {
-		return nil, err
-	}
-	return v.(*algorithms.Plan), nil
+	c.log.Infof("TUNING", "%v %d bytes on CUDA buffers: %v/%v on %d channels, predicted %.1f us", a.Coll, bytes, pr.Algo, pr.Proto, req.Channels, pr.TimeUs)
+	return algorithms.BuildPlan(g, req)
 }
