@@ -139,51 +139,75 @@ func (f *fifo) publish(s []byte, tag uint32) { f.ready <- msg{s, tag} }
 
 // recv borrows the next published slot (consumer side).
 func (f *fifo) recv(ctx context.Context) ([]byte, uint32, error) {
-	if f.cur != nil {
-		return nil, 0, fmt.Errorf("%w: Recv called before Release", ErrProto)
-	}
-	if m := f.peeked; m != nil {
-		f.peeked = nil
-		f.cur = m.b
-		return m.b, m.tag, nil
-	}
-	select {
-	case m := <-f.ready:
-		f.cur = m.b
-		return m.b, m.tag, nil
-	default:
+	if b, tag, ok, err := f.tryRecv(); ok || err != nil {
+		return b, tag, err
 	}
 	select {
 	case m := <-f.ready:
 		f.cur = m.b
 		return m.b, m.tag, nil
 	case <-f.done:
-		// After a plain close, deliver what arrived before it; after an
-		// abort, fail at once.
-		var ra *RemoteAbortError
-		if !errors.As(f.err, &ra) {
-			select {
-			case m := <-f.ready:
-				f.cur = m.b
-				return m.b, m.tag, nil
-			default:
-			}
-		}
-		return nil, 0, f.err
+		return f.afterFailure()
 	case <-ctx.Done():
 		return nil, 0, ctxErr(ctx)
 	}
 }
 
+// tryRecv is recv without waiting: ok says it borrowed a slot; err is set
+// when there is nothing to borrow and never will be (a failed link), or
+// on misuse.
+func (f *fifo) tryRecv() (b []byte, tag uint32, ok bool, err error) {
+	if f.cur != nil {
+		return nil, 0, false, fmt.Errorf("%w: Recv called before Release", ErrProto)
+	}
+	if m := f.peeked; m != nil {
+		f.peeked = nil
+		f.cur = m.b
+		return m.b, m.tag, true, nil
+	}
+	select {
+	case m := <-f.ready:
+		f.cur = m.b
+		return m.b, m.tag, true, nil
+	default:
+	}
+	select {
+	case <-f.done:
+		b, tag, err = f.afterFailure()
+		return b, tag, err == nil, err
+	default:
+		return nil, 0, false, nil
+	}
+}
+
+// afterFailure delivers, after a plain close, what arrived before it;
+// after an abort it fails at once.
+func (f *fifo) afterFailure() ([]byte, uint32, error) {
+	var ra *RemoteAbortError
+	if !errors.As(f.err, &ra) {
+		select {
+		case m := <-f.ready:
+			f.cur = m.b
+			return m.b, m.tag, nil
+		default:
+		}
+	}
+	return nil, 0, f.err
+}
+
 // probe waits for the next published slot and keeps it for recv.
-func (f *fifo) probe(ctx context.Context) error {
+func (f *fifo) probe(ctx context.Context) error { return f.probeWith(ctx, f.recv) }
+
+// probeWith is probe with the receive of the link (which may read the
+// next message from the wire itself when none is published).
+func (f *fifo) probeWith(ctx context.Context, recv func(context.Context) ([]byte, uint32, error)) error {
 	if f.peeked != nil {
 		return nil
 	}
 	if f.cur != nil {
 		return fmt.Errorf("%w: Probe called before Release", ErrProto)
 	}
-	b, tag, err := f.recv(ctx)
+	b, tag, err := recv(ctx)
 	if err != nil {
 		return err
 	}

@@ -12,21 +12,7 @@ import (
 
 func tcpPair(t *testing.T, slots, slotBytes int) (Conn, Conn) {
 	t.Helper()
-	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	require.NoError(t, err)
-	defer ln.Close()
-	acc := make(chan *net.TCPConn, 1)
-	go func() {
-		c, err := ln.AcceptTCP()
-		if err == nil {
-			acc <- c
-		}
-		close(acc)
-	}()
-	d, err := net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
-	require.NoError(t, err)
-	s := <-acc
-	require.NotNil(t, s)
+	d, s := tcpSockets(t)
 	a, b := NewTCPConn(d, 1, 0, slots, slotBytes), NewTCPConn(s, 0, 0, slots, slotBytes)
 	t.Cleanup(func() { a.Close(); b.Close() })
 	return a, b
