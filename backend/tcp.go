@@ -57,12 +57,68 @@ type tcpConn struct {
 	// nobody receives, the drainer (drainLoop) reads what has arrived into
 	// the FIFO now and then, so that a sender never waits for long on a
 	// receiver busy elsewhere, and a peer's abort is seen.
-	raw      syscall.RawConn // socket 0's descriptor, for pending (nil: not a socket)
-	rd       chan struct{}   // the right to read socket 0: held while it has an element
-	waiting  atomic.Bool     // a receiver waits for rd: the drainer steps aside
-	kick     chan struct{}   // wakes the drainer at once
-	cancelMu sync.Mutex      // orders a receive's cancellation against its frame
-	readGen  uint64          // the wait for a frame a cancellation may end (cancelMu)
+	raw     syscall.RawConn // socket 0's descriptor, for pending (nil: not a socket)
+	rd      chan struct{}   // the right to read socket 0: held while it has an element
+	waiting atomic.Bool     // a receiver waits for rd: the drainer steps aside
+	kick    chan struct{}   // wakes the drainer at once
+	rguard  ioGuard         // a receiver's context ending interrupts its read
+	wguard  ioGuard         // a sender's context ending interrupts its write
+}
+
+// ioGuard lets the end of a context interrupt one blocking read (or
+// write) of a link, by moving the socket's deadline into the past, and
+// never a later one. A deadline is set only when a context ends: one set
+// on every call would be a runtime timer earlier than the network
+// poller's sleep, which wakes the poller's thread, a second wake-up per
+// message.
+type ioGuard struct {
+	mu      sync.Mutex
+	gen     uint64 // the armed call's number; ends of older calls are ignored
+	moved   bool   // a deadline was set: clear it before the next call
+	inFrame bool   // a read has begun a frame (see readFrame)
+}
+
+// arm starts a guarded call: clear resets a deadline an earlier call's
+// end left behind, and end(inFrame) runs (under the guard's lock) if ctx
+// ends before disarm.
+func (g *ioGuard) arm(ctx context.Context, clear func(), end func(inFrame bool)) (disarm func()) {
+	g.mu.Lock()
+	if g.moved {
+		clear()
+		g.moved = false
+	}
+	g.gen++
+	g.inFrame = false
+	gen := g.gen
+	g.mu.Unlock()
+	if ctx.Done() == nil {
+		return func() {}
+	}
+	stop := context.AfterFunc(ctx, func() {
+		g.mu.Lock()
+		if g.gen == gen {
+			end(g.inFrame)
+			g.moved = true
+		}
+		g.mu.Unlock()
+	})
+	return func() {
+		g.mu.Lock()
+		g.gen++
+		g.mu.Unlock()
+		stop()
+	}
+}
+
+// beginFrame records that the guarded read has begun a frame; undo runs
+// (under the lock) if the context's end moved the deadline already.
+func (g *ioGuard) beginFrame(undo func()) {
+	g.mu.Lock()
+	g.inFrame = true
+	if g.moved {
+		undo()
+	}
+	g.mu.Unlock()
 }
 
 // stripe is one extra socket with its writer and reader goroutines: a part
@@ -300,9 +356,9 @@ func (t *tcpConn) recv(ctx context.Context) ([]byte, uint32, error) {
 }
 
 // readFrame reads socket 0's next frame into a free slot of the FIFO and
-// publishes it (rd held). The drainer (peek) waits drainPeek for the
-// frame to begin and returns errNoFrame if it does not, or if the FIFO
-// has no free slot; a receiver waits within ctx, and returns ctx's error
+// publishes it (rd held). The drainer (peek) returns errNoFrame when no
+// byte is waiting (on a stream other than a socket: none comes within
+// drainPeek) or the FIFO has no free slot; a receiver waits within ctx, and returns ctx's error
 // with the link intact if ctx ends before the frame begins. Once a frame
 // has begun, only the deadline of ctx (a receiver) or a close stops it,
 // and that fails the link. Any failure of the link fails the FIFO and is
@@ -324,23 +380,45 @@ func (t *tcpConn) readFrame(ctx context.Context, peek bool) error {
 			t.rx.free <- slot
 		}
 	}()
-	dl, _ := ctx.Deadline() // zero: none
 	var hdr [8]byte
 	var k int
 	var err error
+	clear := func() { _ = t.c.SetReadDeadline(time.Time{}) }
 	if peek {
 		// Read only when bytes are waiting: a socket says so without a
 		// read; other streams (tests' pipes) get a short read deadline.
-		// A deadline bounds the wait in either case: the right to read
-		// is not held long when the bytes were not a frame's.
-		_ = t.c.SetReadDeadline(time.Time{}) // a receiver's may have passed
-		if t.raw != nil && !t.pending() {
-			return errNoFrame
+		t.rguard.arm(context.Background(), clear, nil)
+		if t.raw != nil {
+			if !t.pending() {
+				return errNoFrame
+			}
+		} else {
+			_ = t.c.SetReadDeadline(time.Now().Add(drainPeek))
 		}
-		_ = t.c.SetReadDeadline(time.Now().Add(drainPeek))
 		k, err = t.c.Read(hdr[:])
+		clear()
 	} else {
-		k, err = t.readFirst(ctx, dl, hdr[:])
+		// ctx ending stops the wait for a frame; once one has begun, only
+		// ctx's deadline does (a frame read in part leaves the stream out
+		// of step: the link fails).
+		dl, _ := ctx.Deadline()
+		disarm := t.rguard.arm(ctx, clear, func(inFrame bool) {
+			switch {
+			case !inFrame || errors.Is(ctx.Err(), context.DeadlineExceeded):
+				_ = t.c.SetReadDeadline(time.Unix(1, 0))
+			case !dl.IsZero():
+				_ = t.c.SetReadDeadline(dl)
+			}
+		})
+		defer disarm()
+		k, err = t.c.Read(hdr[:])
+		if k > 0 { // a cancellation that raced the first bytes does not count
+			t.rguard.beginFrame(func() {
+				if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+					_ = t.c.SetReadDeadline(dl)
+				}
+			})
+		}
 	}
 	if k == 0 && err != nil && isTimeout(err) {
 		select {
@@ -356,8 +434,6 @@ func (t *tcpConn) readFrame(ctx context.Context, peek bool) error {
 		}
 		return ErrTimeout
 	}
-	// The frame has begun: read it whole, within the receiver's deadline.
-	_ = t.c.SetReadDeadline(dl)
 	if k > 0 && k < len(hdr) && (err == nil || isTimeout(err)) {
 		var m int
 		m, err = io.ReadFull(t.c, hdr[k:])
@@ -392,30 +468,6 @@ func (t *tcpConn) readFrame(ctx context.Context, peek bool) error {
 	keep = true
 	t.rx.publish(slot[:n], tag)
 	return nil
-}
-
-// readFirst reads into hdr within deadline dl, giving up when ctx is
-// cancelled before the first byte arrives (not after: a frame begun is
-// read whole, or the link fails).
-func (t *tcpConn) readFirst(ctx context.Context, dl time.Time, hdr []byte) (int, error) {
-	t.cancelMu.Lock()
-	t.readGen++
-	gen := t.readGen
-	t.cancelMu.Unlock()
-	_ = t.c.SetReadDeadline(dl)
-	stop := context.AfterFunc(ctx, func() {
-		t.cancelMu.Lock()
-		if t.readGen == gen {
-			_ = t.c.SetReadDeadline(time.Unix(1, 0))
-		}
-		t.cancelMu.Unlock()
-	})
-	k, err := t.c.Read(hdr)
-	t.cancelMu.Lock()
-	t.readGen++ // a late cancellation no longer applies (the caller resets the deadline)
-	t.cancelMu.Unlock()
-	stop()
-	return k, err
 }
 
 // pending reports, without waiting, whether socket 0 has bytes to read
@@ -492,11 +544,10 @@ func (t *tcpConn) Send(ctx context.Context, tag uint32, p []byte) error {
 		return t.peerErr("send", ErrClosed)
 	default:
 	}
-	dl, _ := ctx.Deadline() // zero: none
-	t.setWriteDeadline(dl)
-	// Abort (context cancellation) interrupts a blocked write.
-	stop := context.AfterFunc(ctx, func() { t.setWriteDeadline(time.Unix(1, 0)) })
-	defer stop()
+	// ctx ending (its deadline, or an abort) interrupts a blocked write.
+	disarm := t.wguard.arm(ctx, func() { t.setWriteDeadline(time.Time{}) },
+		func(bool) { t.setWriteDeadline(time.Unix(1, 0)) })
+	defer disarm()
 	first, busy := t.parts(p, func(s *stripe) chan []byte { return s.wwork })
 	binary.LittleEndian.PutUint32(t.hdr[:4], uint32(len(p)))
 	binary.LittleEndian.PutUint32(t.hdr[4:], tag)

@@ -141,3 +141,66 @@ func TestTCPAbortSeenWithoutReceiving(t *testing.T) {
 	require.ErrorAs(t, err, &ra)
 	require.Contains(t, ra.Reason, "reduce_scatter #3")
 }
+
+// A send blocked on a receiver that does not read ends when its context
+// does, by deadline (ErrTimeout) or cancellation (ErrAborted), and the
+// deadline moved to interrupt it does not touch the next send.
+func TestTCPSendEndsWithItsContext(t *testing.T) {
+	const slots, slotBytes = 2, 256 << 10
+	d, s := tcpSockets(t)
+	for _, c := range []*net.TCPConn{d, s} {
+		require.NoError(t, c.SetReadBuffer(16<<10))
+		require.NoError(t, c.SetWriteBuffer(16<<10))
+	}
+	a, b := NewTCPConn(d, 1, 0, slots, slotBytes), NewTCPConn(s, 0, 0, slots, slotBytes)
+	t.Cleanup(func() { a.Close(); b.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	// The FIFO's two slots and the socket buffers fill; then sends block.
+	sendUntilBlocked := func(end func() (context.Context, context.CancelFunc), want error) int {
+		for k := 0; ; k++ {
+			c, stop := end()
+			t0 := time.Now()
+			err := a.Send(c, uint32(k), pattern(slotBytes, k))
+			stop()
+			if err != nil {
+				require.ErrorIs(t, err, want)
+				require.Less(t, time.Since(t0), 3*time.Second)
+				return k
+			}
+			require.Less(t, k, 100, "sends never blocked")
+		}
+	}
+	sent := sendUntilBlocked(func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(ctx, 300*time.Millisecond)
+	}, ErrTimeout)
+	require.GreaterOrEqual(t, sent, slots, "the drainer gives the sender the FIFO's slots")
+	// The link is out of step now (a message was cut): a new pair checks
+	// that cancellation ends a blocked send as well.
+	d2, s2 := tcpSockets(t)
+	for _, c := range []*net.TCPConn{d2, s2} {
+		require.NoError(t, c.SetReadBuffer(16<<10))
+		require.NoError(t, c.SetWriteBuffer(16<<10))
+	}
+	a, b = NewTCPConn(d2, 1, 0, slots, slotBytes), NewTCPConn(s2, 0, 0, slots, slotBytes)
+	t.Cleanup(func() { a.Close(); b.Close() })
+	// Sends with a context that has ended and been disarmed leave no
+	// deadline behind: each of these completes.
+	for k := 0; k < slots; k++ {
+		c, stop := context.WithCancel(ctx)
+		require.NoError(t, a.Send(c, uint32(k), pattern(100, k)))
+		stop()
+	}
+	for k := 0; k < slots; k++ {
+		m, tag, err := b.Recv(ctx)
+		require.NoError(t, err)
+		require.Equal(t, uint32(k), tag)
+		require.True(t, bytes.Equal(m, pattern(100, k)))
+		b.Release()
+	}
+	sendUntilBlocked(func() (context.Context, context.CancelFunc) {
+		c, stop := context.WithCancel(ctx)
+		go func() { time.Sleep(300 * time.Millisecond); stop() }()
+		return c, func() {}
+	}, ErrAborted)
+}
