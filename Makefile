@@ -62,6 +62,8 @@ test: lint test-go test-abi test-python
 
 test-go:
 	$(GO) test -race -count=1 ./...
+	# Allocation counts, without the race detector (whose sync.Pool drops items).
+	$(GO) test -count=1 -run 'AllocatesLittle' ./pg/
 
 $(BUILD)/abi_test: tests/c/abi_test.c capi/gotree.h $(LIB)
 	cc -std=c99 -Wall -Wextra -Werror -O1 -g -Icapi -o $@ tests/c/abi_test.c -L$(BUILD) -lgotree -Wl,-rpath,'$$ORIGIN' -Wl,-z,lazy -Wl,--allow-shlib-undefined -lm

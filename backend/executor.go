@@ -3,6 +3,7 @@ package backend
 import (
 	"context"
 	"fmt"
+	"sync"
 	"unsafe"
 
 	"golang.org/x/sync/errgroup"
@@ -56,7 +57,7 @@ func Exec(ctx context.Context, p *algorithms.Plan, rank int, conns Conns, in, ou
 		for _, ch := range rp.Channels {
 			for _, s := range ch.Streams {
 				if len(s) > 0 {
-					return x.runStream(ctx, ch.Channel, s, make([]byte, 0))
+					return x.runStream(ctx, ch.Channel, s)
 				}
 			}
 		}
@@ -68,7 +69,7 @@ func Exec(ctx context.Context, p *algorithms.Plan, rank int, conns Conns, in, ou
 				continue
 			}
 			ch, s := ch.Channel, s
-			g.Go(func() error { return x.runStream(gctx, ch, s, make([]byte, 0)) })
+			g.Go(func() error { return x.runStream(gctx, ch, s) })
 		}
 	}
 	return g.Wait()
@@ -131,7 +132,19 @@ func (x *executor) buf(r algorithms.Ref, count int64) ([]byte, error) {
 
 func (x *executor) conn(ch, peer int) (Conn, error) { return x.conns.Conn(ch, peer) }
 
-func (x *executor) runStream(ctx context.Context, ch int, steps algorithms.Stream, scratch []byte) error {
+// scratchPool holds the fragment buffers of reduce-and-forward steps over
+// links that take no writes in place (TCP): a stream takes one when it
+// first needs it and puts it back when it ends, so calls allocate none.
+var scratchPool sync.Pool
+
+func (x *executor) runStream(ctx context.Context, ch int, steps algorithms.Stream) error {
+	var scratch *[]byte
+	var recvBuf, sendBuf [4]Conn
+	defer func() {
+		if scratch != nil {
+			scratchPool.Put(scratch)
+		}
+	}()
 	dt, op := x.p.DType, x.p.Op
 	for i := range steps {
 		st := &steps[i]
@@ -156,23 +169,23 @@ func (x *executor) runStream(ctx context.Context, ch int, steps algorithms.Strea
 			}
 			continue
 		}
-		recvs := make([]Conn, len(st.RecvFrom))
-		for j, peer := range st.RecvFrom {
-			if recvs[j], err = x.conn(ch, peer); err != nil {
+		recvs, sends := recvBuf[:0], sendBuf[:0] // a step has a few peers: no allocation
+		for _, peer := range st.RecvFrom {
+			c, err := x.conn(ch, peer)
+			if err != nil {
 				return err
 			}
+			recvs = append(recvs, c)
 		}
-		sends := make([]Conn, len(st.SendTo))
-		for j, peer := range st.SendTo {
-			if sends[j], err = x.conn(ch, peer); err != nil {
+		for _, peer := range st.SendTo {
+			c, err := x.conn(ch, peer)
+			if err != nil {
 				return err
 			}
+			sends = append(sends, c)
 		}
 		total := st.Count * x.esize
 		fb := x.frag * x.esize
-		if st.Prim == algorithms.RecvReduceSend && int64(cap(scratch)) < fb {
-			scratch = make([]byte, min(fb, total))
-		}
 		for off := int64(0); off < total; off += fb {
 			end := min(off+fb, total)
 			var payload []byte
@@ -221,7 +234,15 @@ func (x *executor) runStream(ctx context.Context, ch int, steps algorithms.Strea
 				switch {
 				case direct != nil:
 				case st.Prim == algorithms.RecvReduceSend: // no output to reduce into
-					acc = scratch[:end-off]
+					if scratch == nil || int64(cap(*scratch)) < end-off {
+						if p, ok := scratchPool.Get().(*[]byte); ok && int64(cap(*p)) >= fb {
+							scratch = p
+						} else {
+							b := make([]byte, fb)
+							scratch = &b
+						}
+					}
+					acc = (*scratch)[:end-off]
 				default:
 					acc = dst[off:end]
 				}

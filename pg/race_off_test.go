@@ -1,0 +1,5 @@
+//go:build !race
+
+package pg
+
+const raceEnabled = false
