@@ -3,7 +3,7 @@ independently computed results (see workers/collectives.py)."""
 
 import pytest
 
-from conftest import assert_checks, torchrun
+from conftest import assert_checks, torchrun, worker_env
 
 
 @pytest.mark.parametrize("nproc", [1, 2, 3, 4])
@@ -22,3 +22,12 @@ def test_bad_input(built):
 def test_failures_raise_instead_of_hanging(built, scenario):
     rc, out = torchrun("failures.py", 2, args=[scenario], timeout=120)
     assert_checks(rc, out, 2, min_passed=1)
+
+
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_rss_flat_over_many_calls(built, nproc):
+    # GOGC=20: little garbage awaiting collection, so growth means a leak
+    # (workers/rss_flat.py).
+    rc, out = torchrun("rss_flat.py", nproc, timeout=300, env=worker_env({"GOGC": "20"}))
+    assert_checks(rc, out, nproc, min_passed=100)
+    print("\n".join(l for l in out.splitlines() if "RSS" in l))
