@@ -12,13 +12,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// A receiver reads the socket itself when the FIFO is empty; while it
-// receives nothing, the drainer must still move arriving messages into
-// the FIFO, or a sender that wrote more than the kernel's socket buffers
-// hold would wait for a receiver that is busy elsewhere — the deadlock of
-// two ranks sending to each other before receiving.
-func TestTCPDrainerTakesMessagesNobodyReceives(t *testing.T) {
-	const slots, slotBytes = 8, 256 << 10
+// tinyBufferPair is tcpPair over sockets whose kernel buffers hold only
+// 16 KiB, so that a sender blocks soon after the FIFO is full.
+func tinyBufferPair(t *testing.T, slots, slotBytes int) (Conn, Conn) {
+	t.Helper()
 	d, s := tcpSockets(t)
 	for _, c := range []*net.TCPConn{d, s} {
 		require.NoError(t, c.SetReadBuffer(16<<10))
@@ -26,6 +23,17 @@ func TestTCPDrainerTakesMessagesNobodyReceives(t *testing.T) {
 	}
 	a, b := NewTCPConn(d, 1, 0, slots, slotBytes), NewTCPConn(s, 0, 0, slots, slotBytes)
 	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
+}
+
+// A receiver reads the socket itself when the FIFO is empty; while it
+// receives nothing, the drainer must still move arriving messages into
+// the FIFO, or a sender that wrote more than the kernel's socket buffers
+// hold would wait for a receiver that is busy elsewhere — the deadlock of
+// two ranks sending to each other before receiving.
+func TestTCPDrainerTakesMessagesNobodyReceives(t *testing.T) {
+	const slots, slotBytes = 8, 256 << 10
+	a, b := tinyBufferPair(t, slots, slotBytes)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	// Both sides send a FIFO's worth (2 MiB, far beyond the 16 KiB
@@ -147,13 +155,7 @@ func TestTCPAbortSeenWithoutReceiving(t *testing.T) {
 // deadline moved to interrupt it does not touch the next send.
 func TestTCPSendEndsWithItsContext(t *testing.T) {
 	const slots, slotBytes = 2, 256 << 10
-	d, s := tcpSockets(t)
-	for _, c := range []*net.TCPConn{d, s} {
-		require.NoError(t, c.SetReadBuffer(16<<10))
-		require.NoError(t, c.SetWriteBuffer(16<<10))
-	}
-	a, b := NewTCPConn(d, 1, 0, slots, slotBytes), NewTCPConn(s, 0, 0, slots, slotBytes)
-	t.Cleanup(func() { a.Close(); b.Close() })
+	a, b := tinyBufferPair(t, slots, slotBytes)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	// The FIFO's two slots and the socket buffers fill; then sends block.
@@ -177,13 +179,7 @@ func TestTCPSendEndsWithItsContext(t *testing.T) {
 	require.GreaterOrEqual(t, sent, slots, "the drainer gives the sender the FIFO's slots")
 	// The link is out of step now (a message was cut): a new pair checks
 	// that cancellation ends a blocked send as well.
-	d2, s2 := tcpSockets(t)
-	for _, c := range []*net.TCPConn{d2, s2} {
-		require.NoError(t, c.SetReadBuffer(16<<10))
-		require.NoError(t, c.SetWriteBuffer(16<<10))
-	}
-	a, b = NewTCPConn(d2, 1, 0, slots, slotBytes), NewTCPConn(s2, 0, 0, slots, slotBytes)
-	t.Cleanup(func() { a.Close(); b.Close() })
+	a, b = tinyBufferPair(t, slots, slotBytes)
 	// Sends with a context that has ended and been disarmed leave no
 	// deadline behind: each of these completes.
 	for k := 0; k < slots; k++ {
