@@ -58,6 +58,8 @@ type tcpConn struct {
 	// the FIFO now and then, so that a sender never waits for long on a
 	// receiver busy elsewhere, and a peer's abort is seen.
 	raw     syscall.RawConn // socket 0's descriptor, for pending (nil: not a socket)
+	wakeFd  int             // eventfd that ends a pollReadable (-1: none; wakeMu)
+	wakeMu  sync.Mutex      // orders wakePoll's writes before the eventfd's close
 	rd      chan struct{}   // the right to read socket 0: held while it has an element
 	waiting atomic.Bool     // a receiver waits for rd: the drainer steps aside
 	kick    chan struct{}   // wakes the drainer at once
@@ -169,9 +171,13 @@ func NewStripedTCPConn(cs []net.Conn, peer, channel, slots, slotBytes int) Conn 
 	t := &tcpConn{c: cs[0], peer: peer, channel: channel, rx: newFIFO(slots, slotBytes), maxMsg: slotBytes,
 		closed: make(chan struct{}), kick: make(chan struct{}, 1), rd: make(chan struct{}, 1)}
 	t.bufs = make(net.Buffers, 0, 2)
+	t.wakeFd = -1
 	if sc, ok := cs[0].(syscall.Conn); ok {
 		if rc, err := sc.SyscallConn(); err == nil {
 			t.raw = rc
+			if fd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err == nil {
+				t.wakeFd = fd
+			}
 		}
 	}
 	for _, c := range cs[1:] {
@@ -406,11 +412,13 @@ func (t *tcpConn) readFrame(ctx context.Context, peek bool) error {
 			switch {
 			case !inFrame || errors.Is(ctx.Err(), context.DeadlineExceeded):
 				_ = t.c.SetReadDeadline(time.Unix(1, 0))
+				t.wakePoll()
 			case !dl.IsZero():
 				_ = t.c.SetReadDeadline(dl)
 			}
 		})
 		defer disarm()
+		t.pollReadable(ctx)
 		k, err = t.c.Read(hdr[:])
 		if k > 0 { // a cancellation that raced the first bytes does not count
 			t.rguard.beginFrame(func() {
@@ -468,6 +476,55 @@ func (t *tcpConn) readFrame(ctx context.Context, peek bool) error {
 	keep = true
 	t.rx.publish(slot[:n], tag)
 	return nil
+}
+
+// pollReadable waits, in poll(2) on this thread, until socket 0 has bytes
+// to read, ctx ends or the link closes (both write wakeFd). Waiting in the
+// runtime's network poller instead costs a second wake-up when the caller
+// came from C (torch): its goroutine is locked to its thread, so the
+// poller's thread wakes first and then hands the goroutine over. After it
+// returns, a read finds the bytes, or the deadline ctx's end has set.
+func (t *tcpConn) pollReadable(ctx context.Context) {
+	if t.raw == nil {
+		return // the read waits in the network poller
+	}
+	t.wakeMu.Lock()
+	wake := t.wakeFd // open until Close, which waits for this read to end
+	t.wakeMu.Unlock()
+	if wake < 0 {
+		return
+	}
+	_ = t.raw.Read(func(fd uintptr) bool {
+		fds := [2]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}, {Fd: int32(wake), Events: unix.POLLIN}}
+		for ctx.Err() == nil {
+			select {
+			case <-t.closed:
+				return true
+			default:
+			}
+			n, err := unix.Poll(fds[:], 1000)
+			if err == unix.EINTR || (err == nil && n == 0) {
+				continue
+			}
+			if fds[1].Revents != 0 {
+				var b [8]byte
+				_, _ = unix.Read(wake, b[:])
+			}
+			break
+		}
+		return true
+	})
+}
+
+// wakePoll ends a pollReadable now (a stale wake-up only makes the next
+// one return early, to a read that then waits in the network poller).
+func (t *tcpConn) wakePoll() {
+	t.wakeMu.Lock()
+	defer t.wakeMu.Unlock()
+	if t.wakeFd >= 0 {
+		one := [8]byte{1}
+		_, _ = unix.Write(t.wakeFd, one[:])
+	}
 }
 
 // pending reports, without waiting, whether socket 0 has bytes to read
@@ -654,10 +711,17 @@ func (t *tcpConn) Close() error {
 	t.once.Do(func() {
 		close(t.closed)
 		t.rx.fail(t.peerErr("recv", ErrClosed))
-		t.c.Close()
+		t.wakePoll()
+		t.c.Close() // returns once no pollReadable uses the socket
 		for _, s := range t.extra {
 			s.c.Close()
 		}
+		t.wakeMu.Lock()
+		if t.wakeFd >= 0 {
+			unix.Close(t.wakeFd)
+			t.wakeFd = -1
+		}
+		t.wakeMu.Unlock()
 	})
 	return nil
 }

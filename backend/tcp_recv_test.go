@@ -76,15 +76,20 @@ func TestTCPRecvCancelledBeforeMessage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
+	// The receive waits in poll(2); the context's end must wake it at once.
 	short, cancelShort := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancelShort()
+	t0 := time.Now()
 	_, _, err := b.Recv(short)
 	require.ErrorIs(t, err, ErrTimeout)
+	require.Less(t, time.Since(t0), 500*time.Millisecond, "the deadline did not wake the receive")
 
 	stopped, stop := context.WithCancel(ctx)
 	go func() { time.Sleep(20 * time.Millisecond); stop() }()
+	t0 = time.Now()
 	_, _, err = b.Recv(stopped)
 	require.ErrorIs(t, err, ErrAborted)
+	require.Less(t, time.Since(t0), 500*time.Millisecond, "the cancellation did not wake the receive")
 
 	require.NoError(t, a.Send(ctx, 9, pattern(1000, 3)))
 	m, tag, err := b.Recv(ctx)
@@ -199,4 +204,24 @@ func TestTCPSendEndsWithItsContext(t *testing.T) {
 		go func() { time.Sleep(300 * time.Millisecond); stop() }()
 		return c, func() {}
 	}, ErrAborted)
+}
+
+// Closing the link wakes a receive that waits for the next message.
+func TestTCPCloseWakesRecv(t *testing.T) {
+	_, b := tcpPair(t, 2, 1<<10)
+	errc := make(chan error, 1)
+	go func() {
+		_, _, err := b.Recv(context.Background())
+		errc <- err
+	}()
+	time.Sleep(30 * time.Millisecond)
+	t0 := time.Now()
+	require.NoError(t, b.Close())
+	select {
+	case err := <-errc:
+		require.ErrorIs(t, err, ErrClosed)
+		require.Less(t, time.Since(t0), 500*time.Millisecond)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not wake the receive")
+	}
 }
