@@ -125,17 +125,23 @@ func (f *fifo) fail(err error) {
 	})
 }
 
-// getFree blocks for a free slot (producer side).
-func (f *fifo) getFree() ([]byte, error) {
+// tryFree takes a free slot if there is one (producer side).
+func (f *fifo) tryFree() ([]byte, bool) {
 	select {
-	case s := <-f.free:
-		return s, nil
-	case <-f.done:
-		return nil, f.err
+	case b := <-f.free:
+		return b, true
+	default:
+		return nil, false
 	}
 }
 
 func (f *fifo) publish(s []byte, tag uint32) { f.ready <- msg{s, tag} }
+
+// borrow lends m's slot to the consumer until release.
+func (f *fifo) borrow(m msg) ([]byte, uint32, error) {
+	f.cur = m.b
+	return m.b, m.tag, nil
+}
 
 // recv borrows the next published slot (consumer side).
 func (f *fifo) recv(ctx context.Context) ([]byte, uint32, error) {
@@ -144,8 +150,7 @@ func (f *fifo) recv(ctx context.Context) ([]byte, uint32, error) {
 	}
 	select {
 	case m := <-f.ready:
-		f.cur = m.b
-		return m.b, m.tag, nil
+		return f.borrow(m)
 	case <-f.done:
 		return f.afterFailure()
 	case <-ctx.Done():
@@ -162,13 +167,13 @@ func (f *fifo) tryRecv() (b []byte, tag uint32, ok bool, err error) {
 	}
 	if m := f.peeked; m != nil {
 		f.peeked = nil
-		f.cur = m.b
-		return m.b, m.tag, true, nil
+		b, tag, _ = f.borrow(*m)
+		return b, tag, true, nil
 	}
 	select {
 	case m := <-f.ready:
-		f.cur = m.b
-		return m.b, m.tag, true, nil
+		b, tag, _ = f.borrow(m)
+		return b, tag, true, nil
 	default:
 	}
 	select {
@@ -187,8 +192,7 @@ func (f *fifo) afterFailure() ([]byte, uint32, error) {
 	if !errors.As(f.err, &ra) {
 		select {
 		case m := <-f.ready:
-			f.cur = m.b
-			return m.b, m.tag, nil
+			return f.borrow(m)
 		default:
 		}
 	}

@@ -85,10 +85,7 @@ type ioGuard struct {
 // ends before disarm.
 func (g *ioGuard) arm(ctx context.Context, clear func(), end func(inFrame bool)) (disarm func()) {
 	g.mu.Lock()
-	if g.moved {
-		clear()
-		g.moved = false
-	}
+	g.settleLocked(clear)
 	g.gen++
 	g.inFrame = false
 	gen := g.gen
@@ -109,6 +106,21 @@ func (g *ioGuard) arm(ctx context.Context, clear func(), end func(inFrame bool))
 		g.gen++
 		g.mu.Unlock()
 		stop()
+	}
+}
+
+// settle clears a deadline an earlier call's end left behind, for an
+// unguarded call.
+func (g *ioGuard) settle(clear func()) {
+	g.mu.Lock()
+	g.settleLocked(clear)
+	g.mu.Unlock()
+}
+
+func (g *ioGuard) settleLocked(clear func()) {
+	if g.moved {
+		clear()
+		g.moved = false
 	}
 }
 
@@ -262,8 +274,8 @@ const (
 	drainMax = 20 * time.Millisecond
 )
 
-// drainPeek is how long the drainer waits for the first byte of a frame
-// (on a socket, only once bytes are known to be waiting).
+// drainPeek is how long the drainer waits for the first byte of a frame on
+// a stream that cannot say whether bytes are waiting (not a socket).
 const drainPeek = 50 * time.Microsecond
 
 // drainLoop moves frames that arrived while nobody receives into the FIFO
@@ -341,8 +353,7 @@ func (t *tcpConn) recv(ctx context.Context) ([]byte, uint32, error) {
 		t.waiting.Store(false)
 	case m := <-t.rx.ready:
 		t.waiting.Store(false)
-		t.rx.cur = m.b
-		return m.b, m.tag, nil
+		return t.rx.borrow(m)
 	case <-t.rx.done:
 		t.waiting.Store(false)
 		return t.rx.afterFailure()
@@ -364,16 +375,15 @@ func (t *tcpConn) recv(ctx context.Context) ([]byte, uint32, error) {
 // readFrame reads socket 0's next frame into a free slot of the FIFO and
 // publishes it (rd held). The drainer (peek) returns errNoFrame when no
 // byte is waiting (on a stream other than a socket: none comes within
-// drainPeek) or the FIFO has no free slot; a receiver waits within ctx, and returns ctx's error
-// with the link intact if ctx ends before the frame begins. Once a frame
+// drainPeek) or the FIFO has no free slot; a receiver waits within ctx,
+// and returns ctx's error with the link intact if ctx ends before the
+// frame begins. Once a frame
 // has begun, only the deadline of ctx (a receiver) or a close stops it,
 // and that fails the link. Any failure of the link fails the FIFO and is
 // returned.
 func (t *tcpConn) readFrame(ctx context.Context, peek bool) error {
-	var slot []byte
-	select {
-	case slot = <-t.rx.free:
-	default:
+	slot, ok := t.rx.tryFree()
+	if !ok {
 		if peek {
 			return errNoFrame
 		}
@@ -393,7 +403,7 @@ func (t *tcpConn) readFrame(ctx context.Context, peek bool) error {
 	if peek {
 		// Read only when bytes are waiting: a socket says so without a
 		// read; other streams (tests' pipes) get a short read deadline.
-		t.rguard.arm(context.Background(), clear, nil)
+		t.rguard.settle(clear)
 		if t.raw != nil {
 			if !t.pending() {
 				return errNoFrame
@@ -625,8 +635,7 @@ func (t *tcpConn) Send(ctx context.Context, tag uint32, p []byte) error {
 		if ctx.Err() != nil {
 			return t.peerErr("send", ctxErr(ctx))
 		}
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
+		if isTimeout(err) {
 			return t.peerErr("send", ErrTimeout)
 		}
 		if ra := t.remoteAbort(200 * time.Millisecond); ra != nil {
