@@ -399,7 +399,7 @@ func (t *tcpConn) readFrame(ctx context.Context, peek bool) error {
 	var hdr [8]byte
 	var k int
 	var err error
-	clear := func() { _ = t.c.SetReadDeadline(time.Time{}) }
+	clear := func() { t.setReadDeadline(time.Time{}) }
 	if peek {
 		// Read only when bytes are waiting: a socket says so without a
 		// read; other streams (tests' pipes) get a short read deadline.
@@ -412,19 +412,23 @@ func (t *tcpConn) readFrame(ctx context.Context, peek bool) error {
 			_ = t.c.SetReadDeadline(time.Now().Add(drainPeek))
 		}
 		k, err = t.c.Read(hdr[:])
-		clear()
+		_ = t.c.SetReadDeadline(time.Time{})
 	} else {
 		// ctx ending stops the wait for a frame; once one has begun, only
 		// ctx's deadline does (a frame read in part leaves the stream out
-		// of step: the link fails).
+		// of step: the link fails). A frame's deadline is every socket's:
+		// its other parts come over the stripes, and a link gone silent
+		// would leave their readers waiting forever.
 		dl, _ := ctx.Deadline()
 		disarm := t.rguard.arm(ctx, clear, func(inFrame bool) {
 			switch {
-			case !inFrame || errors.Is(ctx.Err(), context.DeadlineExceeded):
+			case !inFrame:
 				_ = t.c.SetReadDeadline(time.Unix(1, 0))
 				t.wakePoll()
+			case errors.Is(ctx.Err(), context.DeadlineExceeded):
+				t.setReadDeadline(time.Unix(1, 0))
 			case !dl.IsZero():
-				_ = t.c.SetReadDeadline(dl)
+				t.setReadDeadline(dl)
 			}
 		})
 		defer disarm()
@@ -432,8 +436,10 @@ func (t *tcpConn) readFrame(ctx context.Context, peek bool) error {
 		k, err = t.c.Read(hdr[:])
 		if k > 0 { // a cancellation that raced the first bytes does not count
 			t.rguard.beginFrame(func() {
-				if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-					_ = t.c.SetReadDeadline(dl)
+				if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+					t.setReadDeadline(time.Unix(1, 0))
+				} else {
+					t.setReadDeadline(dl)
 				}
 			})
 		}
@@ -663,6 +669,14 @@ func (t *tcpConn) remoteAbort(d time.Duration) *RemoteAbortError {
 		return ra
 	}
 	return nil
+}
+
+// setReadDeadline sets the read deadline of every socket of the link.
+func (t *tcpConn) setReadDeadline(d time.Time) {
+	_ = t.c.SetReadDeadline(d)
+	for _, s := range t.extra {
+		_ = s.c.SetReadDeadline(d)
+	}
 }
 
 func (t *tcpConn) setWriteDeadline(d time.Time) {

@@ -108,3 +108,56 @@ func TestStripedAbortMidMessage(t *testing.T) {
 	require.ErrorAs(t, err, &ra)
 	require.Contains(t, err.Error(), reason)
 }
+
+// A link that goes silent in the middle of a striped message (the first
+// part came, the others never do, and no socket closes: a cable pulled)
+// ends the receive at its context's deadline, cancelled before or after
+// the frame began, instead of waiting for the missing parts forever.
+func TestStripedSilentMidMessageEndsAtDeadline(t *testing.T) {
+	for _, name := range []string{"deadline", "cancel-then-deadline"} {
+		t.Run(name, func(t *testing.T) {
+			var raw, wrapped []net.Conn
+			for i := 0; i < 3; i++ {
+				a, b := tcpSockets(t)
+				raw, wrapped = append(raw, a), append(wrapped, b)
+			}
+			rx := NewStripedTCPConn(wrapped, 0, 0, 2, 262144)
+			t.Cleanup(func() {
+				rx.Close()
+				for _, c := range raw {
+					c.Close()
+				}
+			})
+			const n = 200000
+			size := stripeSize(n, 3)
+			var hdr [8]byte
+			binary.LittleEndian.PutUint32(hdr[:4], n)
+			_, err := raw[0].Write(append(hdr[:], pattern(size, 1)...))
+			require.NoError(t, err)
+			_, err = raw[1].Write(pattern(size/2, 2)) // half a part, then silence
+			require.NoError(t, err)
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			if name == "cancel-then-deadline" {
+				// Cancelled once the frame has begun: ignored until the
+				// deadline, which still ends the receive.
+				c, stop := context.WithCancel(ctx)
+				time.AfterFunc(100*time.Millisecond, stop)
+				ctx = c
+			}
+			t0 := time.Now()
+			errc := make(chan error, 1)
+			go func() { _, _, err := rx.Recv(ctx); errc <- err }()
+			select {
+			case err := <-errc:
+				require.Error(t, err)
+				require.Less(t, time.Since(t0), 3*time.Second)
+			case <-time.After(5 * time.Second):
+				t.Fatal("a receive waited past its deadline for parts that never came")
+			}
+			// The link is out of step: it stays failed.
+			_, _, err = rx.Recv(context.Background())
+			require.Error(t, err)
+		})
+	}
+}
