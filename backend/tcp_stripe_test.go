@@ -128,14 +128,6 @@ func TestStripedSilentMidMessageEndsAtDeadline(t *testing.T) {
 					c.Close()
 				}
 			})
-			const n = 200000
-			size := stripeSize(n, 3)
-			var hdr [8]byte
-			binary.LittleEndian.PutUint32(hdr[:4], n)
-			_, err := raw[0].Write(append(hdr[:], pattern(size, 1)...))
-			require.NoError(t, err)
-			_, err = raw[1].Write(pattern(size/2, 2)) // half a part, then silence
-			require.NoError(t, err)
 			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 			defer cancel()
 			if name == "cancel-then-deadline" {
@@ -147,7 +139,18 @@ func TestStripedSilentMidMessageEndsAtDeadline(t *testing.T) {
 			}
 			t0 := time.Now()
 			errc := make(chan error, 1)
+			// The receive waits first, so that it (not the drainer) reads
+			// the frame.
 			go func() { _, _, err := rx.Recv(ctx); errc <- err }()
+			time.Sleep(20 * time.Millisecond)
+			const n = 200000
+			size := stripeSize(n, 3)
+			var hdr [8]byte
+			binary.LittleEndian.PutUint32(hdr[:4], n)
+			_, err := raw[0].Write(append(hdr[:], pattern(size, 1)...))
+			require.NoError(t, err)
+			_, err = raw[1].Write(pattern(size/2, 2)) // half a part, then silence
+			require.NoError(t, err)
 			select {
 			case err := <-errc:
 				require.Error(t, err)
@@ -155,8 +158,11 @@ func TestStripedSilentMidMessageEndsAtDeadline(t *testing.T) {
 			case <-time.After(5 * time.Second):
 				t.Fatal("a receive waited past its deadline for parts that never came")
 			}
-			// The link is out of step: it stays failed.
-			_, _, err = rx.Recv(context.Background())
+			// The link is out of step: it stays failed (the next receive
+			// fails at once, or by its own deadline).
+			short, stop := context.WithTimeout(context.Background(), time.Second)
+			defer stop()
+			_, _, err = rx.Recv(short)
 			require.Error(t, err)
 		})
 	}
