@@ -225,3 +225,27 @@ func TestTCPCloseWakesRecv(t *testing.T) {
 		t.Fatal("Close did not wake the receive")
 	}
 }
+
+// readableSoon reports bytes that are waiting, gives up after its
+// yielding spin when none come, and lets one receiver of the process
+// spin at a time (the others go to sleep in poll at once).
+func TestTCPReadableSoon(t *testing.T) {
+	d, s := tcpSockets(t)
+	t.Cleanup(func() { d.Close(); s.Close() })
+	raw, err := s.SyscallConn()
+	require.NoError(t, err)
+	soon := func() (ok bool) {
+		require.NoError(t, raw.Control(func(fd uintptr) { ok = readableSoon(int32(fd)) }))
+		return ok
+	}
+	t0 := time.Now()
+	require.False(t, soon(), "nothing was sent")
+	require.GreaterOrEqual(t, time.Since(t0), yieldSpin, "gave up before its spin")
+	_, err = d.Write([]byte{1})
+	require.NoError(t, err)
+	require.Eventually(t, soon, time.Second, time.Millisecond, "a byte is waiting")
+	spinning.Store(true) // another receiver spins
+	require.False(t, soon(), "a second receiver polled (a byte is waiting)")
+	spinning.Store(false)
+	require.True(t, soon())
+}
