@@ -75,26 +75,45 @@ func TestStripedPeerGone(t *testing.T) {
 	require.Error(t, err)
 }
 
-// A peer that gives up in the middle of a striped message (first part
-// sent, the others not) leaves its reason on socket 0 after the first
-// part: the receive fails with that reason, not with a bare reset.
-func TestStripedAbortMidMessage(t *testing.T) {
-	var raw, wrapped []net.Conn
+// rawStriped returns 3 connected sockets, bare at one end (a test writes
+// frames to them by hand) and wrapped as a striped link at the other.
+func rawStriped(t *testing.T) (raw []net.Conn, rx Conn) {
+	var wrapped []net.Conn
 	for i := 0; i < 3; i++ {
 		a, b := tcpSockets(t)
 		raw, wrapped = append(raw, a), append(wrapped, b)
 	}
-	rx := NewStripedTCPConn(wrapped, 0, 0, 2, 262144)
-	t.Cleanup(func() { rx.Close() })
+	rx = NewStripedTCPConn(wrapped, 0, 0, 2, 262144)
+	t.Cleanup(func() {
+		rx.Close()
+		for _, c := range raw {
+			c.Close()
+		}
+	})
+	return raw, rx
+}
+
+// sendFirstPart writes the header of a 200,000-byte striped message and
+// its first part to socket 0, and returns the part size.
+func sendFirstPart(t *testing.T, raw []net.Conn) int {
 	const n = 200000
-	size := stripeSize(n, 3)
+	size := stripeSize(n, len(raw))
 	var hdr [8]byte
 	binary.LittleEndian.PutUint32(hdr[:4], n)
 	_, err := raw[0].Write(append(hdr[:], pattern(size, 1)...))
 	require.NoError(t, err)
+	return size
+}
+
+// A peer that gives up in the middle of a striped message (first part
+// sent, the others not) leaves its reason on socket 0 after the first
+// part: the receive fails with that reason, not with a bare reset.
+func TestStripedAbortMidMessage(t *testing.T) {
+	raw, rx := rawStriped(t)
+	size := sendFirstPart(t, raw)
 	reason := "rank 5 gave up: rank 7 died"
 	frame := []byte{0xFF, 0xFF, 0xFF, 0xFF, byte(len(reason)), 0, 0, 0}
-	_, err = raw[0].Write(append(frame, reason...))
+	_, err := raw[0].Write(append(frame, reason...))
 	require.NoError(t, err)
 	_, err = raw[1].Write(pattern(size/2, 2)) // half a part, then gone
 	require.NoError(t, err)
@@ -116,18 +135,7 @@ func TestStripedAbortMidMessage(t *testing.T) {
 func TestStripedSilentMidMessageEndsAtDeadline(t *testing.T) {
 	for _, name := range []string{"deadline", "cancel-then-deadline"} {
 		t.Run(name, func(t *testing.T) {
-			var raw, wrapped []net.Conn
-			for i := 0; i < 3; i++ {
-				a, b := tcpSockets(t)
-				raw, wrapped = append(raw, a), append(wrapped, b)
-			}
-			rx := NewStripedTCPConn(wrapped, 0, 0, 2, 262144)
-			t.Cleanup(func() {
-				rx.Close()
-				for _, c := range raw {
-					c.Close()
-				}
-			})
+			raw, rx := rawStriped(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 			defer cancel()
 			if name == "cancel-then-deadline" {
@@ -143,13 +151,8 @@ func TestStripedSilentMidMessageEndsAtDeadline(t *testing.T) {
 			// the frame.
 			go func() { _, _, err := rx.Recv(ctx); errc <- err }()
 			time.Sleep(20 * time.Millisecond)
-			const n = 200000
-			size := stripeSize(n, 3)
-			var hdr [8]byte
-			binary.LittleEndian.PutUint32(hdr[:4], n)
-			_, err := raw[0].Write(append(hdr[:], pattern(size, 1)...))
-			require.NoError(t, err)
-			_, err = raw[1].Write(pattern(size/2, 2)) // half a part, then silence
+			size := sendFirstPart(t, raw)
+			_, err := raw[1].Write(pattern(size/2, 2)) // half a part, then silence
 			require.NoError(t, err)
 			select {
 			case err := <-errc:
