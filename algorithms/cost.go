@@ -280,6 +280,12 @@ const (
 // sends 2(n-1)/n of it. Measured across 4 network namespaces at 1 Gbit/s,
 // the tree took 1.3-1.75x the ring's time from 256 KiB to 16 MiB; the
 // earlier 2.2 made auto pick it there (docs/crossover/netns/auto-tuned).
+// The TCP hops are the medians over 2, 3 and 4 namespaces of
+// `gotree tune -from-perf` on forced runs at 1 Gbit/s after the receiver
+// began to spin before it sleeps (2026-12-01: ring 25-33 us, tree 47-114
+// us; before, 50-61 and 63-134): the spin made the ring's hops half as
+// long, not the tree's, and with the old 50/60 auto took the tree for
+// small messages on 3-4 nodes, 2-4x slower than the ring there.
 // A tuning file replaces them (`gotree tune -cluster` fits tcp from runs
 // across the nodes themselves).
 var (
@@ -291,7 +297,7 @@ var (
 	}
 	defaultTCP = TransportCost{
 		BaseUs:    AlgoProto{{0, 0, 0.5}, {0, 0, 0.5}},
-		HopUs:     AlgoProto{{0, 0, 50}, {0, 0, 60}},
+		HopUs:     AlgoProto{{0, 0, 27}, {0, 0, 78}},
 		BusGBps:   AlgoProto{{0, 0, 1.6}, {0, 0, 1.6 * treeBusFactor}},
 		SharesCPU: true,
 	}
