@@ -539,8 +539,8 @@ func (t *tcpConn) pollReadable(ctx context.Context) {
 }
 
 // readableSoon polls fd without blocking, yielding the processor between
-// polls, for yieldSpin (as a shared-memory wait does before it sleeps),
-// and reports whether it became readable. Sleeping at once lets the
+// polls (yieldUntil, as a shared-memory wait does before it sleeps), and
+// reports whether it became readable. Sleeping at once lets the
 // (virtual) CPU go idle, and waking it costs tens of microseconds, more
 // than a small message's round trip; a thread that comes back from sleep
 // also finds its caches cold. Both calls are raw: they never block, and
@@ -558,15 +558,11 @@ func readableSoon(fd int32) bool {
 	defer spinning.Store(false)
 	pfd := unix.PollFd{Fd: fd, Events: unix.POLLIN}
 	var zero unix.Timespec
-	until := time.Now().Add(yieldSpin)
-	for i := 0; i < 16 || time.Now().Before(until); i++ {
+	readable := func() bool {
 		n, _, errno := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, uintptr(unsafe.Pointer(&zero)), 0, 0, 0)
-		if errno == 0 && n > 0 {
-			return true
-		}
-		unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+		return errno == 0 && n > 0
 	}
-	return false
+	return readable() || yieldUntil(readable, false)
 }
 
 // spinning: a receiver of this process is in readableSoon.

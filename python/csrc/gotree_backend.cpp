@@ -132,20 +132,13 @@ std::mutex g_api_mu;
 Api* g_api = nullptr;  // set once, never freed (one Go runtime per process)
 
 // The process's id, without a getpid system call (about 0.2 µs here) on
-// every check: cached, and refreshed in the child of every fork() by a
-// pthread_atfork handler (registered when the module loads).
+// every check: set when the module loads, and refreshed in the child of
+// every fork() by a pthread_atfork handler registered then.
 std::atomic<pid_t> g_pid{0};
 
 void refreshPid() { g_pid.store(getpid(), std::memory_order_relaxed); }
 
-pid_t currentPid() {
-  pid_t p = g_pid.load(std::memory_order_relaxed);
-  if (p == 0) {
-    refreshPid();
-    p = g_pid.load(std::memory_order_relaxed);
-  }
-  return p;
-}
+pid_t currentPid() { return g_pid.load(std::memory_order_relaxed); }
 
 void checkNotForked(pid_t owner, const char* what) {
   pid_t now = currentPid();
