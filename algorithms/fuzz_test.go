@@ -43,7 +43,7 @@ func FuzzPlan(f *testing.F) {
 		}
 		c.root = int(seed>>24) % N
 		req := PlanRequest{Coll: c.coll, Algo: c.algo, Proto: Protocol(int(seed>>32) % 3), Count: c.count, DType: c.ty.dt, Op: c.op,
-			Root: c.root, ChunkBytes: int64(chunk % 2048), KeepChannels: seed%2 == 0}
+			Root: c.root, ChunkBytes: int64(chunk % 2048), KeepChannels: seed%2 == 0, FragmentBytes: int64(seed>>40) % 4096}
 		orRun(t, rng, g, req, c)
 	})
 }

@@ -292,6 +292,9 @@ func TestOracleProperties(t *testing.T) {
 		case 1:
 			req.ChunkBytes = int64(16 * (1 + rng.IntN(40)))
 		}
+		if rng.IntN(2) == 0 { // a tree's slice that fits keeps one stream
+			req.FragmentBytes = int64(1 + rng.IntN(4096))
+		}
 		c := orCase{coll: coll, algo: algo, ty: ty, op: op, root: req.Root, count: count, inPlace: rng.IntN(2) == 0}
 		t.Run(fmt.Sprintf("%d_%v_%v_n%d_%v_%v_c%d", it, coll, algo, n, ty.dt, op, count), func(t *testing.T) {
 			orRun(t, rng, g, req, c)

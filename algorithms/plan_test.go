@@ -125,29 +125,43 @@ func TestTreeAllReduceStreams(t *testing.T) {
 	// 3 nodes of 2, TreePattern: rank 4 (head of node 2) has children 5
 	// (chain) and 2 (node 1's head), parent 0.
 	g := mustGraph(t, UniformLayout(3, 2, 1, TreePattern))
-	p, err := BuildPlan(g, PlanRequest{Coll: AllReduce, Algo: Tree, Proto: Simple, Count: 4, DType: Int32, ChunkBytes: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	get := func(r int) []string {
-		var out []string
-		for _, s := range p.Ranks[r].Channels[0].Streams {
-			var ss []string
-			for _, x := range s {
-				ss = append(ss, x.String())
-			}
-			out = append(out, strings.Join(ss, "; "))
+	const (
+		root = "RecvReduceCopySend from 1,4 to 1,4 src in[0] dst out[0] n=4"
+		up4  = "RecvReduceSend     from 5,2 to 0 src in[0] n=4"
+		dn4  = "RecvCopySend       from 0 to 5,2 dst out[0] n=4"
+		up3  = "Send               to 2 src in[0] n=4"
+		dn3  = "Recv               from 2 dst out[0] n=4"
+	)
+	// The way down gets a stream of its own unless the channel's slice
+	// (4 int32, 16 bytes) fits in one of the executor's fragments.
+	for _, tc := range []struct {
+		frag int64
+		want map[int][]string
+	}{
+		{0, map[int][]string{0: {root}, 4: {up4, dn4}, 3: {up3, dn3}}},
+		{15, map[int][]string{0: {root}, 4: {up4, dn4}, 3: {up3, dn3}}},
+		{16, map[int][]string{0: {root}, 4: {up4 + "; " + dn4}, 3: {up3 + "; " + dn3}}},
+		{1 << 17, map[int][]string{0: {root}, 4: {up4 + "; " + dn4}, 3: {up3 + "; " + dn3}}},
+	} {
+		p, err := BuildPlan(g, PlanRequest{Coll: AllReduce, Algo: Tree, Proto: Simple, Count: 4, DType: Int32, ChunkBytes: 16, FragmentBytes: tc.frag})
+		if err != nil {
+			t.Fatal(err)
 		}
-		return out
-	}
-	cases := map[int][]string{
-		0: {"RecvReduceCopySend from 1,4 to 1,4 src in[0] dst out[0] n=4"},
-		4: {"RecvReduceSend     from 5,2 to 0 src in[0] n=4", "RecvCopySend       from 0 to 5,2 dst out[0] n=4"},
-		3: {"Send               to 2 src in[0] n=4", "Recv               from 2 dst out[0] n=4"},
-	}
-	for r, want := range cases {
-		if got := get(r); strings.Join(got, "|") != strings.Join(want, "|") {
-			t.Errorf("rank %d: %q, want %q", r, got, want)
+		if err := CheckPlan(p); err != nil {
+			t.Errorf("fragment %d: %v", tc.frag, err)
+		}
+		for r, want := range tc.want {
+			var got []string
+			for _, s := range p.Ranks[r].Channels[0].Streams {
+				var ss []string
+				for _, x := range s {
+					ss = append(ss, x.String())
+				}
+				got = append(got, strings.Join(ss, "; "))
+			}
+			if strings.Join(got, "|") != strings.Join(want, "|") {
+				t.Errorf("fragment %d, rank %d: %q, want %q", tc.frag, r, got, want)
+			}
 		}
 	}
 }

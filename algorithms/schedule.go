@@ -38,6 +38,13 @@ type PlanRequest struct {
 	// KeepChannels skips NCCL's reduction of the channel count for small
 	// messages (a test knob; see PartitionSpec).
 	KeepChannels bool
+	// FragmentBytes is the executor's fragment: a step moves its chunk in
+	// pieces of at most this many bytes, one after another (the CPU
+	// executor's FIFO slot). A tree allreduce whose slice of a channel
+	// fits in one fragment has nothing to pipeline, so it keeps the way
+	// down in the same stream as the way up (see treeAllReduce). 0: not
+	// known; the way down always gets a stream of its own.
+	FragmentBytes int64
 }
 
 func badReq(format string, args ...any) error {
@@ -176,7 +183,7 @@ func BuildPlan(g *Graph, req PlanRequest) (*Plan, error) {
 			if err := checkTreeChannel(g, c); err != nil {
 				return nil, err
 			}
-			b.treeAllReduce(g.Trees[c], c, cp, part)
+			b.treeAllReduce(g.Trees[c], c, cp, part, req.FragmentBytes > 0 && cp.Count*es <= req.FragmentBytes)
 		default:
 			order, ring, err := ringIndex(g, c)
 			if err != nil {
@@ -346,7 +353,18 @@ func (b *planBuilder) ringAllReduce(order []int, c int, cp ChannelPart, part Par
 	}
 }
 
-func (b *planBuilder) treeAllReduce(tree []TreeLinks, c int, cp ChannelPart, part Partition) {
+// treeAllReduce adds the steps of a tree allreduce of one channel's slice.
+// The way down normally runs in a stream of its own, so that a piece goes
+// down while the next one still goes up. With oneStream (the slice is a
+// single fragment) there is no next piece: the way down can only start
+// when the way up has ended, and a second stream would just add a
+// concurrent waiter, which costs the executor a goroutine and a receive
+// that sleeps instead of polling (over TCP, 2-4 nodes: 2-3x the time).
+func (b *planBuilder) treeAllReduce(tree []TreeLinks, c int, cp ChannelPart, part Partition, oneStream bool) {
+	down := 1
+	if oneStream {
+		down = 0
+	}
 	chunks(cp, part.ChunkElems, func(off, cnt int64) {
 		for r, t := range tree {
 			kids := t.Children()
@@ -355,10 +373,10 @@ func (b *planBuilder) treeAllReduce(tree []TreeLinks, c int, cp ChannelPart, par
 				b.add(r, c, 0, Step{Prim: RecvReduceCopySend, RecvFrom: kids, SendTo: kids, Src: inRef(off), Dst: outRef(off), Count: cnt})
 			case len(kids) == 0:
 				b.add(r, c, 0, Step{Prim: Send, SendTo: peers(t.Up), Src: inRef(off), Count: cnt})
-				b.add(r, c, 1, Step{Prim: Recv, RecvFrom: peers(t.Up), Dst: outRef(off), Count: cnt})
+				b.add(r, c, down, Step{Prim: Recv, RecvFrom: peers(t.Up), Dst: outRef(off), Count: cnt})
 			default:
 				b.add(r, c, 0, Step{Prim: RecvReduceSend, RecvFrom: kids, SendTo: peers(t.Up), Src: inRef(off), Count: cnt})
-				b.add(r, c, 1, Step{Prim: RecvCopySend, RecvFrom: peers(t.Up), SendTo: kids, Dst: outRef(off), Count: cnt})
+				b.add(r, c, down, Step{Prim: RecvCopySend, RecvFrom: peers(t.Up), SendTo: kids, Dst: outRef(off), Count: cnt})
 			}
 		}
 	})

@@ -369,7 +369,8 @@ func (c *Comm) buildPlanFor(a collArgs) (*algorithms.Plan, error) {
 	req := algorithms.PlanRequest{
 		Coll: a.coll, Algo: c.algorithm(a), Proto: algorithms.Simple,
 		Count: a.count, DType: a.dt, Op: a.op, Root: a.root,
-		ChunkBytes: int64(backend.DefaultSlots * c.cfg.SlotBytes / 2),
+		ChunkBytes:    int64(backend.DefaultSlots * c.cfg.SlotBytes / 2),
+		FragmentBytes: int64(c.cfg.SlotBytes), // Exec's fragBytes (execPlanCtx)
 		// The model's channel count (within GOTREE_MIN/MAX_NCHANNELS);
 		// a minimum above one keeps that many even for small messages.
 		Channels:     min(max(pr.Channels, 0), c.graph.Channels),

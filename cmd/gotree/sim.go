@@ -401,7 +401,7 @@ func simPerf(o simOpts, stdout, stderr io.Writer) int {
 				ch := algorithms.ChannelsFor(a, o.proto, n, bytes, g.Channels)
 				ch = min(max(ch, o.minCh), g.Channels)
 				p, err := algorithms.BuildPlan(g, algorithms.PlanRequest{Coll: algorithms.AllReduce, Algo: a, Proto: o.proto, Count: count,
-					DType: dt, Op: op, ChunkBytes: o.chunk, Channels: ch, KeepChannels: o.minCh > 1})
+					DType: dt, Op: op, ChunkBytes: o.chunk, FragmentBytes: o.frag, Channels: ch, KeepChannels: o.minCh > 1})
 				return p, ch, err
 			}
 			type span struct {
