@@ -285,7 +285,10 @@ const (
 // began to spin before it sleeps (2026-12-01: ring 25-33 us, tree 47-114
 // us; before, 50-61 and 63-134): the spin made the ring's hops half as
 // long, not the tree's, and with the old 50/60 auto took the tree for
-// small messages on 3-4 nodes, 2-4x slower than the ring there.
+// small messages on 3-4 nodes, 2-4x slower than the ring there. Since a
+// tree whose slice fits in one fragment runs in one stream per rank, the
+// same fit gives ring 27-38 and tree 35-71 us (2026-12-01 09:16 UTC; the
+// medians 35 / 54 are built in).
 // A tuning file replaces them (`gotree tune -cluster` fits tcp from runs
 // across the nodes themselves).
 var (
@@ -297,7 +300,7 @@ var (
 	}
 	defaultTCP = TransportCost{
 		BaseUs:    AlgoProto{{0, 0, 0.5}, {0, 0, 0.5}},
-		HopUs:     AlgoProto{{0, 0, 27}, {0, 0, 78}},
+		HopUs:     AlgoProto{{0, 0, 35}, {0, 0, 54}},
 		BusGBps:   AlgoProto{{0, 0, 1.6}, {0, 0, 1.6 * treeBusFactor}},
 		SharesCPU: true,
 	}

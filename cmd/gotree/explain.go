@@ -478,7 +478,9 @@ func explainGraph(w io.Writer, g *algorithms.Graph, search, show int, src *expla
 	}
 	fmt.Fprintf(w, "A tree allreduce sends every chunk up the tree (each rank adds its children's data to its own and\n")
 	fmt.Fprintf(w, "passes the sum to its parent) and then down again (the root's result is copied to every rank).\n")
-	fmt.Fprintf(w, "Up and down run at the same time on different chunks. Its latency grows with the depth, not with n.\n")
+	fmt.Fprintf(w, "Up and down run at the same time on different chunks; a message whose slice fits in one fragment (128 KiB\n")
+	fmt.Fprintf(w, "on the CPU executor) has nothing to overlap and goes down right after it went up. Its latency grows\n")
+	fmt.Fprintf(w, "with the depth, not with n.\n")
 	fmt.Fprintf(w, "Roles: the root has no parent, an internal rank has a parent and children, a leaf has no children;\n")
 	fmt.Fprintf(w, "a rank's depth is its distance from the root, its fan-out its number of children.\n\n")
 	for c := 0; c < g.Channels; c++ {
