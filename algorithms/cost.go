@@ -268,10 +268,12 @@ const (
 // docs/cost-model.md). A tree's bus bandwidth equal to twice the ring's
 // would mean the same speed (on 2 ranks both move the same bytes per rank
 // and the tree's busbw counts the message twice); measured, the tree
-// reached 1.3x (2 ranks), 1.7x (3) and 1.05x (4) the ring's, and its hops
-// cost 12-33 us against 0.6-1.5 us: its two streams per rank wait on two
-// threads. One value cannot hold for every rank count (tuning files have
-// per-count entries); the tree's is the 4-rank one, rounded, at which
+// reached 1.3x (2 ranks), 1.7x (3) and 1.05x (4) the ring's. Its hops
+// cost 12-33 us against 0.6-1.5 us while its two streams per rank waited
+// on two threads; since a tree whose slice fits in one fragment runs in
+// one stream, tune gives 0.9 / 1.5 / 2.3 us (2 / 3 / 4 ranks, 2026-12-01
+// 09:36 UTC). One value cannot hold for every rank count (tuning files
+// have per-count entries); the tree's is the 4-rank one, rounded, at which
 // forced runs show the ring faster for large messages too. The TCP tree's
 // bus bandwidth is NCCL's 92% of the ring's, not what tune measured over
 // loopback (3.0, where the CPU and not a link is the limit): across nodes
@@ -294,7 +296,7 @@ const (
 var (
 	defaultShm = TransportCost{
 		BaseUs:    AlgoProto{{0, 0, 0.5}, {0, 0, 0.5}, {0, 0, 0.5}},
-		HopUs:     AlgoProto{{0, 0, 1}, {0, 0, 25}, {0, 0, 1}},
+		HopUs:     AlgoProto{{0, 0, 1}, {0, 0, 2}, {0, 0, 1}},
 		BusGBps:   AlgoProto{{0, 0, 3}, {0, 0, 3.5}, {0, 0, 2.5}},
 		SharesCPU: true,
 	}

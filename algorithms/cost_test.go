@@ -189,7 +189,7 @@ func TestBuiltinLocalCores(t *testing.T) {
 	require.Zero(t, lc.BusGBps[Tree][Simple])
 	tree, err := tu.Predict(AllReduce, Tree, Simple, shm4, 1<<20, 1)
 	require.NoError(t, err)
-	require.InDelta(t, 0.5*2+2*3*25*2+1048576/(1e3*(3.5/2)*0.5), tree.TimeUs, 1e-9)
+	require.InDelta(t, 0.5*2+2*3*2*2+1048576/(1e3*(3.5/2)*0.5), tree.TimeUs, 1e-9)
 	// A tuning file's local entries replace the built-in ones.
 	fromFile, err := ParseTuning([]byte(`{"version": 1, "cores": 2}`))
 	require.NoError(t, err)
