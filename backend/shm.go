@@ -328,8 +328,11 @@ func (s *shmConn) Abort(reason string) {
 }
 
 func (s *shmConn) fail(err error) {
-	if s.failed.CompareAndSwap(false, true) {
-		s.failErr.Store(&err)
+	// The reason first, then the flag: a wait that sees failed reads the
+	// reason in s.err; the other order let it report ErrClosed while an
+	// abort's reason was still being stored.
+	if s.failErr.CompareAndSwap(nil, &err) {
+		s.failed.Store(true)
 	}
 	s.mu.Lock()
 	mapped := !s.unmapped
