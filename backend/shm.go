@@ -111,8 +111,7 @@ type shmConn struct {
 	ctrl          net.Conn
 	maxMsg        int
 
-	failed  atomic.Bool
-	failErr atomic.Pointer[error]
+	failErr atomic.Pointer[error]      // set once, when the link fails: its reason
 	policy  atomic.Pointer[WaitPolicy] // nil: the zero policy
 
 	mu       sync.Mutex
@@ -328,12 +327,7 @@ func (s *shmConn) Abort(reason string) {
 }
 
 func (s *shmConn) fail(err error) {
-	// The reason first, then the flag: a wait that sees failed reads the
-	// reason in s.err; the other order let it report ErrClosed while an
-	// abort's reason was still being stored.
-	if s.failErr.CompareAndSwap(nil, &err) {
-		s.failed.Store(true)
-	}
+	s.failErr.CompareAndSwap(nil, &err) // the first reason stays
 	s.mu.Lock()
 	mapped := !s.unmapped
 	if mapped {
@@ -409,7 +403,7 @@ func (s *shmConn) wait(ctx context.Context, ready func() bool, w, flag *uint32) 
 	}
 	deadline, hasDL := ctx.Deadline()
 	for {
-		if s.failed.Load() {
+		if s.failErr.Load() != nil {
 			var ra *RemoteAbortError
 			if p := s.failErr.Load(); p != nil && errors.As(*p, &ra) {
 				return errFailed

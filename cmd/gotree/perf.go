@@ -438,14 +438,8 @@ func perfSize(comm *pg.Comm, o perfOpts, count int64, mem perfMem, inplace bool)
 	issue := func() error { return mem.run(comm, o, in, out, count) }
 	var wrong int64
 	if o.check != 0 {
-		if h, ok := mem.(*hostMem); ok {
-			fillPerf(h.bytes(in), o.dtype, comm.Rank(), count) // no staging copy of the message
-		} else {
-			b := make([]byte, in.n)
-			fillPerf(b, o.dtype, comm.Rank(), count)
-			if err := mem.write(in, b); err != nil {
-				return nil, 0, err
-			}
+		if err := mem.fill(in, func(b []byte) { fillPerf(b, o.dtype, comm.Rank(), count) }); err != nil {
+			return nil, 0, err
 		}
 		if err := issue(); err != nil {
 			return nil, 0, err

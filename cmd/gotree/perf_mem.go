@@ -11,8 +11,9 @@ import (
 // perfMem is where gotree perf's buffers live: host memory, or a CUDA
 // device's (--device), and how a collective runs on them.
 type perfMem interface {
-	// write copies b into region r.
-	write(r perfRegion, b []byte) error
+	// fill sets region r to what encode writes into a buffer of its size:
+	// host memory in place, device memory through a host copy.
+	fill(r perfRegion, encode func(b []byte)) error
 	// read returns a host copy of region r.
 	read(r perfRegion) ([]byte, error)
 	// run issues the collective with input in and output out and waits
@@ -43,8 +44,8 @@ func (m *hostMem) bytes(r perfRegion) []byte {
 	return b[r.off : r.off+r.n]
 }
 
-func (m *hostMem) write(r perfRegion, b []byte) error { copy(m.bytes(r), b); return nil }
-func (m *hostMem) read(r perfRegion) ([]byte, error)  { return m.bytes(r), nil }
+func (m *hostMem) fill(r perfRegion, encode func([]byte)) error { encode(m.bytes(r)); return nil }
+func (m *hostMem) read(r perfRegion) ([]byte, error)            { return m.bytes(r), nil }
 
 func (m *hostMem) run(comm *pg.Comm, o perfOpts, in, out perfRegion, count int64) error {
 	ib, ob := m.bytes(in), m.bytes(out)
@@ -122,10 +123,12 @@ func (m *deviceMem) addr(r perfRegion) cuda.DevicePtr {
 	return m.send + cuda.DevicePtr(r.off)
 }
 
-func (m *deviceMem) write(r perfRegion, b []byte) error {
-	if len(b) == 0 {
+func (m *deviceMem) fill(r perfRegion, encode func([]byte)) error {
+	if r.n == 0 {
 		return nil
 	}
+	b := make([]byte, r.n)
+	encode(b)
 	return m.ctx.MemcpyHtoD(m.addr(r), b)
 }
 
