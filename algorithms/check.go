@@ -33,8 +33,19 @@ func CheckPlan(p *Plan) error {
 	if err := validatePlan(p); err != nil {
 		return err
 	}
-	s := newSim(p, nil)
-	return s.run()
+	if !hasReads(p) {
+		return newSim(p, nil).run()
+	}
+	// Reads of peers' memory: race-free both with separate input and
+	// output buffers and in place.
+	for _, inPlace := range []bool{false, true} {
+		s := newSim(p, nil)
+		s.race = &raceCheck{inPlace: inPlace}
+		if err := s.run(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func validatePlan(p *Plan) error {
@@ -109,10 +120,29 @@ func checkStep(s *Step, rank, n int, inN, outN int64) error {
 		sh = shape{1, n, 0, true, true}
 	case RecvCopySend:
 		sh = shape{1, 1, 1, false, true}
-	case Copy:
+	case Copy, ReadReduceCopy, ReadCopy:
 		sh = shape{0, 0, 0, true, true}
+	case Notify:
+		sh = shape{0, 0, 1, false, false}
+	case Wait:
+		sh = shape{1, n, 0, false, false}
 	default:
 		return fmt.Errorf("unknown primitive %d", s.Prim)
+	}
+	switch s.Prim {
+	case ReadReduceCopy, ReadCopy:
+		if len(s.ReadFrom) < 1 || (s.Prim == ReadCopy && len(s.ReadFrom) > 1) {
+			return fmt.Errorf("reads from %d peers", len(s.ReadFrom))
+		}
+	case Notify, Wait:
+		if s.Count != 1 {
+			return fmt.Errorf("count %d (a descriptor message counts 1)", s.Count)
+		}
+		fallthrough
+	default:
+		if len(s.ReadFrom) > 0 {
+			return fmt.Errorf("reads from peers %v but is no read step", s.ReadFrom)
+		}
 	}
 	if len(s.RecvFrom) < sh.minFrom || len(s.RecvFrom) > sh.maxFrom {
 		return fmt.Errorf("receives from %d peers", len(s.RecvFrom))
@@ -120,7 +150,7 @@ func checkStep(s *Step, rank, n int, inN, outN int64) error {
 	if len(s.SendTo) < sh.minTo || (sh.minTo == 0 && s.Prim != RecvReduceCopySend && len(s.SendTo) > 0) {
 		return fmt.Errorf("sends to %d peers", len(s.SendTo))
 	}
-	for _, ps := range [][]int{s.RecvFrom, s.SendTo} {
+	for _, ps := range [][]int{s.RecvFrom, s.SendTo, s.ReadFrom} {
 		seen := map[int]bool{}
 		for _, q := range ps {
 			if q < 0 || q >= n || q == rank {
@@ -164,9 +194,12 @@ type simConn struct{ ch, from, to int }
 type simMsg struct {
 	count int64
 	data  []byte
+	vc    []int // the sender's vector clock (race checks)
 }
 
 type simStream struct {
+	id            int // index in simulator.streams
+	vc            []int
 	rank, ch, idx int
 	steps         Stream
 	pc            int
@@ -181,21 +214,23 @@ type simStream struct {
 type simExec func(s *simStream, st *Step, got []*simMsg) ([]byte, error)
 
 type simulator struct {
+	plan    *Plan
 	queues  map[simConn][]*simMsg
 	streams []*simStream
 	exec    simExec
+	race    *raceCheck // nil: no race check (plans without Read* steps)
 }
 
 // simCap is the number of messages a connection holds.
 const simCap = 1
 
 func newSim(p *Plan, exec simExec) *simulator {
-	s := &simulator{queues: map[simConn][]*simMsg{}, exec: exec}
+	s := &simulator{plan: p, queues: map[simConn][]*simMsg{}, exec: exec}
 	for r, rp := range p.Ranks {
 		for _, cp := range rp.Channels {
 			for i, st := range cp.Streams {
 				if len(st) > 0 {
-					s.streams = append(s.streams, &simStream{rank: r, ch: cp.Channel, idx: i, steps: st})
+					s.streams = append(s.streams, &simStream{id: len(s.streams), rank: r, ch: cp.Channel, idx: i, steps: st})
 				}
 			}
 		}
@@ -233,6 +268,9 @@ func (s *simulator) advance(ss *simStream) (bool, error) {
 		if !all {
 			return moved, nil
 		}
+		if s.race != nil {
+			s.raceStep(ss, ss.id, st, ss.got)
+		}
 		if s.exec != nil {
 			pl, err := s.exec(ss, st, ss.got)
 			if err != nil {
@@ -254,7 +292,11 @@ func (s *simulator) advance(ss *simStream) (bool, error) {
 			all = false
 			continue
 		}
-		s.queues[k] = append(s.queues[k], &simMsg{count: st.Count, data: ss.payload})
+		m := &simMsg{count: st.Count, data: ss.payload}
+		if s.race != nil {
+			m.vc = append([]int(nil), ss.vc...)
+		}
+		s.queues[k] = append(s.queues[k], m)
 		ss.sent[j] = true
 		moved = true
 	}
@@ -262,11 +304,25 @@ func (s *simulator) advance(ss *simStream) (bool, error) {
 		ss.pc++
 		ss.got, ss.sent, ss.payload, ss.sending = nil, nil, nil, false
 		moved = true
+		if s.race != nil && ss.pc == len(ss.steps) {
+			s.raceCaller(ss, ss.id, "after the call")
+		}
 	}
 	return moved, nil
 }
 
 func (s *simulator) run() error {
+	if s.race != nil {
+		perRank := map[int]bool{}
+		for _, ss := range s.streams {
+			if perRank[ss.rank] {
+				return planErr("rank %d reads peers' memory but runs several streams: such plans run one stream per rank", ss.rank)
+			}
+			perRank[ss.rank] = true
+			ss.vc = make([]int, len(s.streams))
+			s.raceCaller(ss, ss.id, "before the call")
+		}
+	}
 	for {
 		progress, done := false, true
 		for _, ss := range s.streams {
@@ -289,6 +345,9 @@ func (s *simulator) run() error {
 				if len(q) > 0 {
 					return planErr("channel %d: %d message(s) from rank %d to rank %d never received", k.ch, len(q), k.from, k.to)
 				}
+			}
+			if s.race != nil {
+				return s.race.check()
 			}
 			return nil
 		}

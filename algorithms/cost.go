@@ -54,7 +54,7 @@ func ParseTransport(s string) (Transport, error) {
 
 // NumAlgorithms and NumProtocols size the per-(algorithm, protocol) tables.
 const (
-	NumAlgorithms = 3 // Ring, Tree, HalvingDoubling
+	NumAlgorithms = 4 // Ring, Tree, HalvingDoubling, Direct
 	NumProtocols  = 3 // LL, LL128, Simple
 )
 
@@ -212,9 +212,17 @@ func (t *Tuning) EntryOf(tr Transport, ranksPerNode, nodes int) string {
 		}
 	}
 	if len(main) > 0 {
-		s += fmt.Sprintf(" for %s, the main entry for %s", strings.Join(own, " and "), strings.Join(main, " and "))
+		s += fmt.Sprintf(" for %s, the main entry for %s", andList(own), andList(main))
 	}
 	return s
+}
+
+// andList joins words as a sentence lists them: "a", "a and b", "a, b and c".
+func andList(words []string) string {
+	if len(words) <= 1 {
+		return strings.Join(words, "")
+	}
+	return strings.Join(words[:len(words)-1], ", ") + " and " + words[len(words)-1]
 }
 
 // costOf is cost for one algorithm and protocol: a local entry that has
@@ -295,9 +303,9 @@ const (
 // across the nodes themselves).
 var (
 	defaultShm = TransportCost{
-		BaseUs:    AlgoProto{{0, 0, 0.5}, {0, 0, 0.5}, {0, 0, 0.5}},
-		HopUs:     AlgoProto{{0, 0, 1}, {0, 0, 2}, {0, 0, 1}},
-		BusGBps:   AlgoProto{{0, 0, 3}, {0, 0, 3.5}, {0, 0, 2.5}},
+		BaseUs:    AlgoProto{{0, 0, 0.5}, {0, 0, 0.5}, {0, 0, 0.5}, {0, 0, 0.5}},
+		HopUs:     AlgoProto{{0, 0, 1}, {0, 0, 2}, {0, 0, 1}, {0, 0, 2.2}},
+		BusGBps:   AlgoProto{{0, 0, 3}, {0, 0, 3.5}, {0, 0, 2.5}, {0, 0, 2.84}},
 		SharesCPU: true,
 	}
 	defaultTCP = TransportCost{
@@ -431,6 +439,9 @@ type Shape struct {
 //     not a power of two p; a rank moves 2(p−1)/p of the message (plus
 //     twice the message through a fold), so ratio = 1 / that — the
 //     ring's n/(2(n−1)) when n is a power of two.
+//   - direct: three rounds of notifications (direct.go), each one hop;
+//     a rank reads 2(n−1)/n of the message from its peers: the ring's
+//     ratio, at the transport's direct bandwidth.
 func ShapeOf(coll Collective, a Algorithm, topo CostTopo) Shape {
 	n := topo.NRanks
 	if n <= 1 {
@@ -448,6 +459,8 @@ func ShapeOf(coll Collective, a Algorithm, topo CostTopo) Shape {
 			moved += 2
 		}
 		return Shape{IntraHops: hops, Ratio: 1 / moved}
+	case Direct:
+		return Shape{IntraHops: directRounds, Ratio: float64(n) / float64(2*(n-1))}
 	}
 	steps, nInter := ringSteps(coll, n, topo.NNodes)
 	sh := Shape{IntraHops: float64(steps - nInter), InterHops: float64(nInter), Ratio: 1}
@@ -475,7 +488,7 @@ func (t *Tuning) Predict(coll Collective, a Algorithm, p Protocol, topo CostTopo
 	if a < 0 || int(a) >= NumAlgorithms || p < 0 || int(p) >= NumProtocols {
 		return Prediction{}, fmt.Errorf("gotree/algorithms: cost: unknown %v/%v", a, p)
 	}
-	if a == HalvingDoubling && topo.NNodes > 1 {
+	if (a == HalvingDoubling || a == Direct) && topo.NNodes > 1 {
 		return Prediction{}, fmt.Errorf("%w: %v runs within one node", ErrAlgoNotSupported, a)
 	}
 	if channels <= 0 {

@@ -16,6 +16,11 @@ import "fmt"
 //     the same bytes to SendTo.
 //   - Copy: copy Src to Dst (executors may skip it when both are the same
 //     memory).
+//   - Notify / Wait: a message without data to / from each peer.
+//   - ReadReduceCopy: start from a copy of Src, reduce into it the same
+//     range of each ReadFrom peer's buffers as they are at that moment,
+//     in list order, and write it to Dst.
+//   - ReadCopy: copy the range Src of ReadFrom[0]'s buffers to Dst.
 //
 // Plans reduce Avg and PremulSum as Sum. After all steps, an executor calls
 // Finalize(output, dtype, op, NRanks) once on each rank's output that holds
@@ -103,6 +108,18 @@ func RunOracle(p *Plan, inputs [][]byte, inPlace bool) ([][]byte, error) {
 		case Copy:
 			copy(slice(ss.rank, st.Dst, st.Count), slice(ss.rank, st.Src, st.Count))
 			return nil, nil
+		case Notify, Wait:
+			return nil, nil
+		case ReadReduceCopy:
+			acc := append([]byte(nil), slice(ss.rank, st.Src, st.Count)...)
+			for _, peer := range st.ReadFrom {
+				ReduceInto(acc, slice(peer, st.Src, st.Count), p.DType, p.Op)
+			}
+			copy(slice(ss.rank, st.Dst, st.Count), acc)
+			return nil, nil
+		case ReadCopy:
+			copy(slice(ss.rank, st.Dst, st.Count), slice(st.ReadFrom[0], st.Src, st.Count))
+			return nil, nil
 		case RecvReduceSend, RecvReduceCopySend:
 			acc := append([]byte(nil), slice(ss.rank, st.Src, st.Count)...)
 			for _, m := range got {
@@ -115,7 +132,11 @@ func RunOracle(p *Plan, inputs [][]byte, inPlace bool) ([][]byte, error) {
 		}
 		return nil, planErr("rank %d: unknown primitive %v", ss.rank, st.Prim)
 	}
-	if err := newSim(p, exec).run(); err != nil {
+	sim := newSim(p, exec)
+	if hasReads(p) {
+		sim.race = &raceCheck{inPlace: inPlace}
+	}
+	if err := sim.run(); err != nil {
 		return nil, err
 	}
 	outs := make([][]byte, p.NRanks)

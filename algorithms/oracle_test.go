@@ -231,7 +231,7 @@ func TestOracleSmallCases(t *testing.T) {
 			for coll := AllReduce; coll <= ReduceScatter; coll++ {
 				algos := []Algorithm{Ring}
 				if coll == AllReduce {
-					algos = append(algos, Tree, HalvingDoubling)
+					algos = append(algos, Tree, HalvingDoubling, Direct)
 				}
 				for _, algo := range algos {
 					for _, inPlace := range []bool{false, true} {
@@ -268,6 +268,9 @@ func TestOracleProperties(t *testing.T) {
 		algo := Ring
 		if coll == AllReduce {
 			algo = Algorithm(rng.IntN(NumAlgorithms))
+			if algo == Direct && g.NNodes > 1 {
+				algo = Ring // direct reads memory: one host only
+			}
 		}
 		ty := orTypes[rng.IntN(len(orTypes))]
 		ops := orIntOps

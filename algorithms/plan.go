@@ -21,9 +21,27 @@ const (
 	RecvCopySend
 	// Copy copies Src to Dst locally.
 	Copy
+
+	// The primitives of single-copy plans (Direct), for ranks that can
+	// read each other's memory: messages carry no data, only where this
+	// rank's buffers are and how far it got.
+
+	// Notify sends this rank's buffer descriptor to every peer in SendTo
+	// (Count is 1: one small message per peer).
+	Notify
+	// Wait receives the descriptor of every peer in RecvFrom (Count 1).
+	Wait
+	// ReadReduceCopy reduces Src with the same range (Src's buffer and
+	// offset) of the buffers of every peer in ReadFrom, in list order,
+	// and writes the result to Dst. The peers' descriptors must have
+	// arrived by a Wait before.
+	ReadReduceCopy
+	// ReadCopy copies the range Src of ReadFrom[0]'s buffers to Dst.
+	ReadCopy
 )
 
-var primNames = [...]string{"Send", "Recv", "RecvReduceSend", "RecvReduceCopySend", "RecvCopySend", "Copy"}
+var primNames = [...]string{"Send", "Recv", "RecvReduceSend", "RecvReduceCopySend", "RecvCopySend", "Copy",
+	"Notify", "Wait", "ReadReduceCopy", "ReadCopy"}
 
 func (p Prim) String() string {
 	if int(p) < len(primNames) {
@@ -65,9 +83,12 @@ type Step struct {
 	Prim     Prim
 	RecvFrom []int
 	SendTo   []int
-	Src      Ref // local operand (Send, reduce steps, Copy)
+	Src      Ref // local operand (Send, reduce steps, Copy); for Read* also the range read from each peer
 	Dst      Ref // where the result is written (Recv, *Copy*)
 	Count    int64
+	// ReadFrom lists the peers whose memory a Read* step reads (no
+	// message passes).
+	ReadFrom []int
 }
 
 // Stream is an ordered list of steps run one after another. A channel may

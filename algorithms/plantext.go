@@ -56,6 +56,9 @@ func (s Step) String() string {
 	if len(s.SendTo) > 0 {
 		parts = append(parts, "to "+joinRanks(s.SendTo))
 	}
+	if len(s.ReadFrom) > 0 {
+		parts = append(parts, "read "+joinRanks(s.ReadFrom))
+	}
 	if s.Src.Buf != NoBuf {
 		parts = append(parts, fmt.Sprintf("src %v[%d]", s.Src.Buf, s.Src.Off))
 	}
@@ -73,6 +76,7 @@ type PlanStats struct {
 	Received  int64
 	Reduced   int64 // elements combined by a reduction (one per received message)
 	ReadLocal int64 // elements read from the rank's own buffers
+	ReadPeer  int64 // elements read from peers' buffers (Read* steps)
 	Written   int64 // elements written to the rank's own buffers
 }
 
@@ -84,12 +88,19 @@ func (p *Plan) Stats(r int) PlanStats {
 			for _, step := range st {
 				s.Steps++
 				n := step.Count
+				if step.Prim == Notify || step.Prim == Wait {
+					continue // one descriptor message per peer, no elements
+				}
+				s.ReadPeer += n * int64(len(step.ReadFrom))
+				if step.Prim == ReadReduceCopy {
+					s.Reduced += n * int64(len(step.ReadFrom))
+				}
 				s.Sent += n * int64(len(step.SendTo))
 				s.Received += n * int64(len(step.RecvFrom))
 				if step.Prim == RecvReduceSend || step.Prim == RecvReduceCopySend {
 					s.Reduced += n * int64(len(step.RecvFrom))
 				}
-				if step.Src.Buf != NoBuf {
+				if step.Src.Buf != NoBuf && step.Prim != ReadCopy {
 					s.ReadLocal += n
 				}
 				if step.Dst.Buf != NoBuf {

@@ -103,7 +103,7 @@ func BuildPlan(g *Graph, req PlanRequest) (*Plan, error) {
 	if req.Coll > ReduceScatter {
 		return nil, fmt.Errorf("%w: %v has no ring or tree plan (see LocalP2PPlan)", ErrAlgoNotSupported, req.Coll)
 	}
-	if req.Algo != Ring && req.Algo != Tree && req.Algo != HalvingDoubling {
+	if req.Algo < Ring || int(req.Algo) >= NumAlgorithms {
 		return nil, badReq("unknown algorithm %v", req.Algo)
 	}
 	if req.Algo != Ring && req.Coll != AllReduce {
@@ -151,6 +151,13 @@ func BuildPlan(g *Graph, req PlanRequest) (*Plan, error) {
 	if n == 1 {
 		in, out := BufferCounts(req.Coll, req.Count, 1)
 		b.add(0, 0, 0, Step{Prim: Copy, Src: Ref{Input, 0}, Dst: Ref{Output, 0}, Count: min(in, out)})
+		return b.finish(1), nil
+	}
+	if req.Algo == Direct {
+		if g.NNodes > 1 {
+			return nil, fmt.Errorf("%w: %v runs within one host (the graph has %d)", ErrAlgoNotSupported, req.Algo, g.NNodes)
+		}
+		b.directAllReduce(n, req.Count)
 		return b.finish(1), nil
 	}
 	es := int64(req.DType.Size())

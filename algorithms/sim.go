@@ -554,6 +554,9 @@ func SimulatePlan(p *Plan, nodeOf []int, l SimLinks) (SimResult, error) {
 	if len(nodeOf) < p.NRanks {
 		return SimResult{}, fmt.Errorf("gotree/algorithms: sim: plan of %d ranks, %d node entries", p.NRanks, len(nodeOf))
 	}
+	if p.Algo == Direct {
+		return SimResult{}, fmt.Errorf("gotree/algorithms: sim: %v plans read peers' memory, which the link model does not have", p.Algo)
+	}
 	r, err := newSimEngine(p, nodeOf, nil, l).run()
 	r.Method = "exact"
 	return r, err
@@ -580,6 +583,9 @@ func SimulatePlans(plans []*Plan, nodeOf []int, l SimLinks) (times []float64, er
 	for i, p := range plans {
 		if p == nil || p.NRanks != n {
 			return nil, fmt.Errorf("gotree/algorithms: sim: plan %d is nil or not of %d ranks", i, n)
+		}
+		if p.Algo == Direct {
+			return nil, fmt.Errorf("gotree/algorithms: sim: %v plans read peers' memory, which the link model does not have", p.Algo)
 		}
 		start := func(r int) float64 { return prev[r] + l.BaseUs }
 		if e == nil {

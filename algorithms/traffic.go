@@ -40,6 +40,14 @@ func stepTraffic(p *Plan, rank int, s Step, inPlace bool) int64 {
 	if s.Prim == Copy && inPlace && p.sameElement(rank, s.Src, s.Dst) {
 		return 0
 	}
+	switch s.Prim {
+	case ReadCopy: // the peer's range read, ours written
+		return 2 * s.Count
+	case ReadReduceCopy: // ours and every peer's range read, ours written
+		return int64(2+len(s.ReadFrom)) * s.Count
+	case Notify, Wait:
+		return 0
+	}
 	var k int64
 	if s.Src.Buf != NoBuf {
 		k++

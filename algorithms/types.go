@@ -182,9 +182,15 @@ const (
 	// HalvingDoubling is Rabenseifner's allreduce (halvdouble.go): a CPU
 	// algorithm for ranks that share a host, not one of NCCL's.
 	HalvingDoubling
+	// Direct is single-copy allreduce for ranks that share a host
+	// (direct.go): each rank reduces its slice reading the others'
+	// buffers in place, then copies the other slices from their owners.
+	// Not one of NCCL's for the CPU; its GPU cousins are NCCL's P2P
+	// direct pointers.
+	Direct
 )
 
-// ParseAlgorithm maps a name ("ring", "tree", "hd") to its Algorithm:
+// ParseAlgorithm maps a name ("ring", "tree", "hd", "direct") to its Algorithm:
 // the inverse of String.
 func ParseAlgorithm(name string) (Algorithm, error) {
 	for a := Algorithm(0); int(a) < NumAlgorithms; a++ {
@@ -192,7 +198,7 @@ func ParseAlgorithm(name string) (Algorithm, error) {
 			return a, nil
 		}
 	}
-	return 0, fmt.Errorf("unknown algorithm %q (want ring, tree or hd)", name)
+	return 0, fmt.Errorf("unknown algorithm %q (want ring, tree, hd or direct)", name)
 }
 
 func (a Algorithm) String() string {
@@ -203,6 +209,8 @@ func (a Algorithm) String() string {
 		return "tree"
 	case HalvingDoubling:
 		return "hd"
+	case Direct:
+		return "direct"
 	}
 	return fmt.Sprintf("algorithm(%d)", int(a))
 }

@@ -137,8 +137,27 @@ func (x *executor) conn(ch, peer int) (Conn, error) { return x.conns.Conn(ch, pe
 // first needs it and puts it back when it ends, so calls allocate none.
 var scratchPool sync.Pool
 
+// scratchFor returns n bytes of a stream's scratch buffer *s, first taking
+// one of at least n bytes from scratchPool (or making one) when *s is
+// missing or smaller.
+func scratchFor(s **[]byte, n int64) []byte {
+	if *s == nil || int64(cap(**s)) < n {
+		if *s != nil {
+			scratchPool.Put(*s)
+		}
+		if p, ok := scratchPool.Get().(*[]byte); ok && int64(cap(*p)) >= n {
+			*s = p
+		} else {
+			b := make([]byte, n)
+			*s = &b
+		}
+	}
+	return (**s)[:n]
+}
+
 func (x *executor) runStream(ctx context.Context, ch int, steps algorithms.Stream) error {
 	var scratch *[]byte
+	var descs map[int]*memDesc // direct plans: the peers' buffers, from Wait steps
 	var recvBuf, sendBuf [4]Conn
 	defer func() {
 		if scratch != nil {
@@ -166,6 +185,16 @@ func (x *executor) runStream(ctx context.Context, ch int, steps algorithms.Strea
 		if st.Prim == algorithms.Copy {
 			if !sameMemory(src, dst) {
 				copy(dst, src)
+			}
+			continue
+		}
+		switch st.Prim {
+		case algorithms.Notify, algorithms.Wait, algorithms.ReadReduceCopy, algorithms.ReadCopy:
+			if descs == nil {
+				descs = map[int]*memDesc{}
+			}
+			if err := x.directStep(ctx, ch, st, src, dst, descs, &scratch); err != nil {
+				return err
 			}
 			continue
 		}
@@ -234,15 +263,7 @@ func (x *executor) runStream(ctx context.Context, ch int, steps algorithms.Strea
 				switch {
 				case direct != nil:
 				case st.Prim == algorithms.RecvReduceSend: // no output to reduce into
-					if scratch == nil || int64(cap(*scratch)) < end-off {
-						if p, ok := scratchPool.Get().(*[]byte); ok && int64(cap(*p)) >= fb {
-							scratch = p
-						} else {
-							b := make([]byte, fb)
-							scratch = &b
-						}
-					}
-					acc = (*scratch)[:end-off]
+					acc = scratchFor(&scratch, fb)[:end-off]
 				default:
 					acc = dst[off:end]
 				}

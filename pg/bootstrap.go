@@ -23,6 +23,7 @@ type rankInfo struct {
 	Pid       int    `json:"pid"`
 	TimeoutMS int64  `json:"timeout_ms"`
 	CPUs      int    `json:"cpus,omitempty"` // runtime.NumCPU() of the rank's process
+	CMA       bool   `json:"cma,omitempty"`  // may read and be read by the host's other ranks (backend.CMAUsable)
 }
 
 type rootReply struct {

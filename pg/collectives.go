@@ -262,15 +262,21 @@ func (c *Comm) choice(a collArgs) algorithms.Prediction {
 		if a.coll != algorithms.AllReduce {
 			algos &= 1 << algorithms.Ring
 		}
+		if !c.direct {
+			algos &^= 1 << algorithms.Direct // other hosts, or memory nobody may read
+		}
 		topo := algorithms.TopoOfGraph(c.graph, algorithms.Shm, algorithms.TCP)
 		cons := algorithms.Constraints{Algos: algos, Protos: 1 << algorithms.Simple,
 			MinChannels: c.cfg.MinChannels, MaxChannels: c.cfg.MaxChannels}
-		pr, err := tu.Choose(a.coll, topo, bytes, cons)
+		pr, err := algorithms.Prediction{}, algorithms.ErrNoChoice
+		if algos != 0 { // (0 would mean "all" to Choose)
+			pr, err = tu.Choose(a.coll, topo, bytes, cons)
+		}
 		if errors.Is(err, algorithms.ErrNoChoice) && algos != algorithms.AllAlgos {
 			// Only algorithms this communicator cannot run are allowed (hd
 			// across hosts): the ring, once said.
 			c.algoWarn.Do(func() {
-				c.log.Warnf("GOTREE_ALGO=%q allows nothing that runs here for %v (%d ranks on %d hosts; hd runs only within one host): using the ring", c.cfg.Algo, a.coll, c.nranks, topo.NNodes)
+				c.log.Warnf("GOTREE_ALGO=%q allows nothing that runs here for %v (%d ranks on %d hosts; hd runs only within one host, direct only within one host whose ranks may read each other's memory): using the ring", c.cfg.Algo, a.coll, c.nranks, topo.NNodes)
 			})
 			cons.Algos = 1 << algorithms.Ring
 			pr, err = tu.Choose(a.coll, topo, bytes, cons)

@@ -51,6 +51,7 @@ type Comm struct {
 	graph        *algorithms.Graph
 	nodeOf       []int
 	waitPolicy   backend.WaitPolicy // of the shared-memory links (waitPolicyFor)
+	direct       bool               // direct (single-copy) plans may run (directUsable)
 	tuning       *algorithms.Tuning // the cost model's calibration (Config.TuningFor)
 	algoWarn     sync.Once          // GOTREE_ALGO leaves nothing runnable: said once
 	lastPlan     atomic.Pointer[lastPlan]
@@ -134,7 +135,15 @@ func Init(id UniqueID, rank, nranks int, cfg Config) (*Comm, error) {
 		host = defaultHostID()
 	}
 	log.Infof("INIT", "rank %d/%d host %q using interface %s %v", rank, nranks, host, ifc.Name, ln.Addr())
-	table, err := joinRoot(uid, rankInfo{Rank: rank, NRanks: nranks, HostID: host, DataAddr: ln.Addr().String(), Pid: os.Getpid(), TimeoutMS: cfg.Timeout.Milliseconds(), CPUs: runtime.NumCPU()}, cfg.Timeout)
+	cma := false
+	if cfg.CMADisable {
+		log.Infof("INIT", "direct (single-copy) allreduce off: GOTREE_CMA_DISABLE=1")
+	} else if ok, why := backend.CMAUsable(); ok {
+		cma = true
+	} else {
+		log.Infof("INIT", "direct (single-copy) allreduce off: %s", why)
+	}
+	table, err := joinRoot(uid, rankInfo{Rank: rank, NRanks: nranks, HostID: host, DataAddr: ln.Addr().String(), Pid: os.Getpid(), TimeoutMS: cfg.Timeout.Milliseconds(), CPUs: runtime.NumCPU(), CMA: cma}, cfg.Timeout)
 	if err != nil {
 		ln.Close()
 		return nil, err
@@ -153,6 +162,7 @@ func Init(id UniqueID, rank, nranks int, cfg Config) (*Comm, error) {
 	c.nodeOf = nodesOf(table)
 	c.devs.maxChannels = devChannels
 	c.waitPolicy = waitPolicyFor(table, rank)
+	c.direct = directUsable(table)
 	c.tuning = cfg.TuningFor(hostCores(table))
 	setGOMAXPROCS(table, rank, log)
 	c.loadTopology()
@@ -272,12 +282,31 @@ func (c *Comm) buildGraph() error {
 	return nil
 }
 
+// maxDirectRanks bounds the communicators that may run direct plans: they
+// link every pair of ranks (one shared-memory segment each) and send 3(n−1)
+// notifications per rank and call.
+const maxDirectRanks = 8
+
+// directUsable says whether direct (single-copy) plans may run: 2 to
+// maxDirectRanks ranks, every one on one host and able to read the
+// others' memory.
+func directUsable(table []rankInfo) bool {
+	for _, r := range table {
+		if !r.CMA || r.HostID != table[0].HostID {
+			return false
+		}
+	}
+	return len(table) > 1 && len(table) <= maxDirectRanks
+}
+
 // neighbours lists the (channel, peer) links this rank needs: ring and tree
 // neighbours of every channel, and on one host (unless GOTREE_ALGO rules
-// it out for allreduce) the partners of halving-doubling's exchanges.
+// it out for allreduce) the partners of halving-doubling's exchanges and,
+// where direct plans may run, every other rank on channel 0.
 func (c *Comm) neighbours() []linkKey {
 	algos, _ := algorithms.ParseAlgoSpec(c.cfg.Algo, algorithms.AllReduce)
 	hd := c.graph.NNodes == 1 && algos.Has(algorithms.HalvingDoubling)
+	direct := c.direct && algos.Has(algorithms.Direct)
 	seen := map[linkKey]bool{}
 	var out []linkKey
 	add := func(ch, p int) {
@@ -300,6 +329,11 @@ func (c *Comm) neighbours() []linkKey {
 		if hd {
 			ps, _ := algorithms.HalvingDoublingPeers(c.graph, ch, c.rank)
 			for _, p := range ps {
+				add(ch, p)
+			}
+		}
+		if direct && ch == 0 {
+			for p := 0; p < c.nranks; p++ {
 				add(ch, p)
 			}
 		}

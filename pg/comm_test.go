@@ -146,16 +146,20 @@ func TestCollectivesAcrossWorldSizes(t *testing.T) {
 		{4, nil, "hd"},
 		{7, nil, "hd"},
 		{4, []string{"a", "a", "b", "b"}, "hd"}, // across hosts: the ring instead
+		{2, nil, "direct"},
+		{3, nil, "direct"},
+		{5, nil, "direct"},
+		{4, []string{"a", "a", "b", "b"}, "direct"}, // across hosts: the ring instead
 	} {
 		t.Run(fmt.Sprintf("n%d_%v_%s", tc.n, tc.hosts, tc.algo), func(t *testing.T) {
 			cfg := testConfig()
 			cfg.Algo = tc.algo
 			cfg.SlotBytes = 4096 // many fragments and FIFO wrap-arounds at small sizes
 			comms := startComms(t, tc.n, tc.hosts, cfg)
-			if tc.algo == "hd" { // the plan that runs: halving-doubling on one host, else the ring
+			if tc.algo == "hd" || tc.algo == "direct" { // the plan that runs: on one host the one asked for, else the ring
 				p, err := comms[0].PlanOf(algorithms.AllReduce, 1031, algorithms.Int64, algorithms.Sum, 0)
 				require.NoError(t, err)
-				want := algorithms.HalvingDoubling
+				want, _ := algorithms.ParseAlgorithm(tc.algo)
 				if tc.hosts != nil {
 					want = algorithms.Ring
 				}
@@ -313,6 +317,43 @@ func TestConfigParsing(t *testing.T) {
 	env["GOTREE_MAX_NCHANNELS"] = "x"
 	_, err = LoadConfig(func(k string) string { return env[k] })
 	require.ErrorContains(t, err, "GOTREE_MAX_NCHANNELS")
+	env["GOTREE_MAX_NCHANNELS"] = ""
+	env["GOTREE_CMA_DISABLE"] = "1"
+	c, err = LoadConfig(func(k string) string { return env[k] })
+	require.NoError(t, err)
+	require.True(t, c.CMADisable)
+	env["GOTREE_CMA_DISABLE"] = "yes"
+	_, err = LoadConfig(func(k string) string { return env[k] })
+	require.ErrorContains(t, err, "GOTREE_CMA_DISABLE")
+}
+
+// One rank that may not read (or be read: GOTREE_CMA_DISABLE=1) keeps
+// every rank off direct plans: auto never picks them, and GOTREE_ALGO=direct
+// runs the ring instead. The sum is still right.
+func TestDirectNeedsEveryRank(t *testing.T) {
+	if ok, why := backend.CMAUsable(); !ok {
+		t.Skip(why)
+	}
+	for _, algo := range []string{"", "direct"} {
+		cfg := testConfig()
+		cfg.Algo = algo
+		comms := startCommsEach(t, 3, cfg, func(r int, c *Config) { c.CMADisable = r == 2 })
+		for _, count := range []int64{1031, 1 << 18} {
+			for _, c := range comms {
+				p, err := c.PlanOf(algorithms.AllReduce, count, algorithms.Int64, algorithms.Sum, 0)
+				require.NoError(t, err)
+				require.NotEqual(t, algorithms.Direct, p.Algo, "algo %q count %d rank %d", algo, count, c.Rank())
+			}
+			checkAllReduceInt64(t, comms, count, true)
+		}
+	}
+	// All may: GOTREE_ALGO=direct runs it.
+	cfg := testConfig()
+	cfg.Algo = "direct"
+	comms := startComms(t, 3, nil, cfg)
+	p, err := comms[1].PlanOf(algorithms.AllReduce, 1031, algorithms.Int64, algorithms.Sum, 0)
+	require.NoError(t, err)
+	require.Equal(t, algorithms.Direct, p.Algo)
 }
 
 func TestIfaceFilter(t *testing.T) {
@@ -377,7 +418,7 @@ func TestLargeOutputsStreamed(t *testing.T) {
 	for _, tc := range []struct {
 		n    int
 		algo string
-	}{{2, "ring"}, {3, "ring"}, {4, "ring"}, {3, "tree"}, {4, "hd"}, {3, "hd"}} {
+	}{{2, "ring"}, {3, "ring"}, {4, "ring"}, {3, "tree"}, {4, "hd"}, {3, "hd"}, {3, "direct"}} {
 		t.Run(fmt.Sprintf("n%d_%s", tc.n, tc.algo), func(t *testing.T) {
 			cfg := testConfig()
 			cfg.Algo = tc.algo

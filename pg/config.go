@@ -45,6 +45,9 @@ type Config struct {
 	// each socket has its own goroutines), at most MaxSockets. The rank
 	// that dials (the lower) decides for the link.
 	Sockets int
+	// CMADisable (GOTREE_CMA_DISABLE=1) keeps ranks of one host from
+	// reading each other's buffers (process_vm_readv): no direct plans.
+	CMADisable bool
 	// Tuning is the cost model's calibration: the tuning file's, or
 	// algorithms.DefaultTuning() when nil (see TuningFor).
 	Tuning *algorithms.Tuning
@@ -140,6 +143,13 @@ func LoadConfig(getenv Getenv) (Config, error) {
 		if c.Sockets > MaxSockets {
 			return c, fmt.Errorf("gotree: GOTREE_NSOCKS_PERTHREAD=%d x GOTREE_SOCKET_NTHREADS=%d = %d sockets per link: at most %d", max(nsocks, 1), max(nthreads, 1), c.Sockets, MaxSockets)
 		}
+	}
+	switch v := strings.TrimSpace(getenv("GOTREE_CMA_DISABLE")); v {
+	case "", "0":
+	case "1":
+		c.CMADisable = true
+	default:
+		return c, fmt.Errorf("gotree: GOTREE_CMA_DISABLE=%q: want 0 or 1", v)
 	}
 	c.Timeout = time.Duration(timeoutMS) * time.Millisecond
 	c.SlotBytes = buff / 8

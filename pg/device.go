@@ -271,7 +271,7 @@ func (c *Comm) buildDevicePlan(a DeviceArgs) (*algorithms.Plan, error) {
 	if a.Coll != algorithms.AllReduce {
 		algos &= 1 << algorithms.Ring
 	}
-	algos &^= 1 << algorithms.HalvingDoubling // no device plan
+	algos &^= 1<<algorithms.HalvingDoubling | 1<<algorithms.Direct // no device plan
 	if protos == 0 {
 		protos = 1 << algorithms.Simple
 	}

@@ -609,6 +609,16 @@ func explainCost(w io.Writer, tu *algorithms.Tuning, topo algorithms.CostTopo, m
 		fmt.Fprintf(w, "is a power of two, but reads and writes the buffers more often, so it wins where steps cost\n")
 		fmt.Fprintf(w, "more than bytes: mid-sized messages, above all when ranks share CPU cores.\n")
 	}
+	if _, err := tu.Choose(algorithms.AllReduce, topo, 1<<20, algorithms.Constraints{Algos: 1 << algorithms.Direct}); err == nil {
+		algos = append(algos, algorithms.Direct)
+		fmt.Fprintf(w, "On one node whose ranks may read each other's memory (Linux process_vm_readv; GOTREE_CMA_DISABLE=1\n")
+		fmt.Fprintf(w, "turns it off) there is also direct, single-copy allreduce: each rank owns 1/%d of the message,\n", n)
+		fmt.Fprintf(w, "reduces it reading the other ranks' buffers in place, then copies the other ranks' finished parts\n")
+		fmt.Fprintf(w, "from their buffers. No data goes through a FIFO: 3 rounds of small messages (buffers ready, parts\n")
+		fmt.Fprintf(w, "final, reading done) instead of the ring's %d dependent steps. Each round is a message to every\n", 2*(n-1))
+		fmt.Fprintf(w, "other rank, so it costs more than a ring step; direct wins where the ring's hand-offs and copies\n")
+		fmt.Fprintf(w, "cost most: mid-sized to large messages on ranks that share cores.\n")
+	}
 	fmt.Fprintln(w)
 	var sizes []int64
 	for b := int64(4); b <= maxB; b *= 4 {

@@ -41,6 +41,7 @@ import (
 	"time"
 
 	"github.com/gotree/gotree/algorithms"
+	"github.com/gotree/gotree/backend"
 )
 
 func init() {
@@ -230,8 +231,8 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 			var err error
 			if fromRuns != nil {
 				var ok bool
-				if run, ok = fromRuns[fmt.Sprintf("%d/%v", jb.k, a)]; !ok && a == algorithms.HalvingDoubling {
-					// A sweep without hd (-algos ring,tree, or one from before hd): keep the built-in values.
+				if run, ok = fromRuns[fmt.Sprintf("%d/%v", jb.k, a)]; !ok && (a == algorithms.HalvingDoubling || a == algorithms.Direct) {
+					// A sweep without hd or direct (-algos ring,tree, or one from before them): keep the built-in values.
 					def := algorithms.DefaultTuning().Transports[t]
 					tc.BaseUs[a], tc.HopUs[a], tc.BusGBps[a] = def.BaseUs[a], def.HopUs[a], def.BusGBps[a]
 					continue
@@ -359,10 +360,15 @@ func smoothCorrections(c *[algorithms.CorrectionBuckets]float64) {
 }
 
 // tuneAlgos are the algorithms measured over a transport: halving-doubling
-// runs only within a node.
+// and direct run only within a node, direct only where ranks may read each
+// other's memory.
 func tuneAlgos(tr string) []algorithms.Algorithm {
 	if tr == "shm" {
-		return []algorithms.Algorithm{algorithms.Ring, algorithms.Tree, algorithms.HalvingDoubling}
+		as := []algorithms.Algorithm{algorithms.Ring, algorithms.Tree, algorithms.HalvingDoubling}
+		if ok, _ := backend.CMAUsable(); ok {
+			as = append(as, algorithms.Direct)
+		}
+		return as
 	}
 	return []algorithms.Algorithm{algorithms.Ring, algorithms.Tree}
 }

@@ -1,0 +1,147 @@
+package algorithms
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func directPlan(t *testing.T, n int, count int64) *Plan {
+	t.Helper()
+	g := mustGraph(t, UniformLayout(1, n, 2, BalancedTree))
+	p, err := BuildPlan(g, PlanRequest{Coll: AllReduce, Algo: Direct, Proto: Simple, Count: count, DType: Float32, Op: Sum})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Each rank reduces its slice once, reading every other rank; copies every
+// other slice once; the slices tile the message; three rounds.
+func TestDirectPlanShape(t *testing.T) {
+	for _, n := range []int{2, 3, 4, 5, 7} {
+		for _, count := range []int64{1, 2, 5, 13, 1031} {
+			t.Run(fmt.Sprintf("n%d_c%d", n, count), func(t *testing.T) {
+				p := directPlan(t, n, count)
+				if err := CheckPlan(p); err != nil {
+					t.Fatal(err)
+				}
+				covered := make([]int, count)
+				for r := 0; r < n; r++ {
+					if len(p.Ranks[r].Channels) != 1 || len(p.Ranks[r].Channels[0].Streams) != 1 {
+						t.Fatalf("rank %d: %d channels, want one stream on channel 0", r, len(p.Ranks[r].Channels))
+					}
+					rounds, copies := 0, int64(0)
+					for _, st := range p.Ranks[r].Channels[0].Streams[0] {
+						switch st.Prim {
+						case Notify:
+							rounds++
+						case ReadReduceCopy:
+							want := make([]int, 0, n-1)
+							for k := 1; k < n; k++ {
+								want = append(want, (r+k)%n)
+							}
+							if !slices.Equal(st.ReadFrom, want) {
+								t.Errorf("rank %d reads %v, want %v", r, st.ReadFrom, want)
+							}
+							for i := st.Dst.Off; i < st.Dst.Off+st.Count; i++ {
+								covered[i]++
+							}
+						case ReadCopy:
+							copies += st.Count
+						}
+					}
+					if rounds != directRounds {
+						t.Errorf("rank %d: %d rounds", r, rounds)
+					}
+					_, own := directSlice(count, n, r)
+					if copies != count-own {
+						t.Errorf("rank %d copies %d elements, want %d", r, copies, count-own)
+					}
+					if s := p.Stats(r); s.ReadPeer != int64(n-1)*own+count-own {
+						t.Errorf("rank %d reads %d peer elements, want %d", r, s.ReadPeer, int64(n-1)*own+count-own)
+					}
+				}
+				for i, c := range covered {
+					if c != 1 {
+						t.Fatalf("element %d reduced by %d ranks", i, c)
+					}
+				}
+			})
+		}
+	}
+}
+
+// Without any one of the three rounds a rank reads memory that its owner
+// (or the owner's caller) may be writing: the race check says so.
+func TestDirectRoundsAreNeeded(t *testing.T) {
+	for round := 0; round < directRounds; round++ {
+		p := directPlan(t, 3, 10)
+		for r := range p.Ranks {
+			st := p.Ranks[r].Channels[0].Streams[0]
+			var out Stream
+			k := -1
+			for _, s := range st {
+				if s.Prim == Notify {
+					k++
+				}
+				if (s.Prim == Notify || s.Prim == Wait) && k == round {
+					continue
+				}
+				out = append(out, s)
+			}
+			p.Ranks[r].Channels[0].Streams[0] = out
+		}
+		err := CheckPlan(p)
+		if err == nil || !strings.Contains(err.Error(), "race") {
+			t.Errorf("without round %d: CheckPlan = %v, want a race", round+1, err)
+		}
+	}
+}
+
+func TestDirectRefusals(t *testing.T) {
+	g := mustGraph(t, UniformLayout(2, 2, 1, BalancedTree))
+	if _, err := BuildPlan(g, PlanRequest{Coll: AllReduce, Algo: Direct, Proto: Simple, Count: 8, DType: Int32}); !errors.Is(err, ErrAlgoNotSupported) {
+		t.Errorf("direct across 2 nodes: %v", err)
+	}
+	g1 := mustGraph(t, UniformLayout(1, 3, 1, BalancedTree))
+	if _, err := BuildPlan(g1, PlanRequest{Coll: AllGather, Algo: Direct, Proto: Simple, Count: 8, DType: Int32}); !errors.Is(err, ErrAlgoNotSupported) {
+		t.Errorf("direct allgather: %v", err)
+	}
+	tu := DefaultTuning()
+	if _, err := tu.Predict(AllReduce, Direct, Simple, CostTopo{NRanks: 4, NNodes: 2, RanksPerNode: 2, Intra: Shm, Inter: TCP, Channels: 1}, 1<<20, 1); !errors.Is(err, ErrAlgoNotSupported) {
+		t.Errorf("direct predicted across nodes: %v", err)
+	}
+	if sh := ShapeOf(AllReduce, Direct, CostTopo{NRanks: 4, NNodes: 1, RanksPerNode: 4, Channels: 1}); sh.IntraHops != directRounds || sh.Ratio != 4.0/6 {
+		t.Errorf("shape %+v", sh)
+	}
+	p := directPlan(t, 3, 9)
+	bad := func(what string, mutate func(st Stream)) {
+		t.Helper()
+		q := *p
+		q.Ranks = slices.Clone(p.Ranks)
+		q.Ranks[1].Channels = []ChannelPlan{{Channel: 0, Streams: []Stream{slices.Clone(p.Ranks[1].Channels[0].Streams[0])}}}
+		mutate(q.Ranks[1].Channels[0].Streams[0])
+		if err := CheckPlan(&q); !errors.Is(err, ErrBadPlan) {
+			t.Errorf("%s: CheckPlan = %v", what, err)
+		}
+	}
+	bad("a read on a notify", func(st Stream) { st[0].ReadFrom = []int{0} })
+	bad("copy from two peers", func(st Stream) {
+		for i := range st {
+			if st[i].Prim == ReadCopy {
+				st[i].ReadFrom = []int{0, 2}
+			}
+		}
+	})
+	bad("read from itself", func(st Stream) {
+		for i := range st {
+			if st[i].Prim == ReadReduceCopy {
+				st[i].ReadFrom = []int{1, 2}
+			}
+		}
+	})
+	bad("notify of two", func(st Stream) { st[0].Count = 2 })
+}

@@ -1,0 +1,110 @@
+package algorithms
+
+import "fmt"
+
+// This file checks plans whose ranks read each other's memory (Read*
+// steps, direct.go) for data races, with vector clocks over the same
+// simulation that checks the messages. Every stream keeps a clock; a
+// message carries its sender's; a step's reads of a peer's buffers and
+// its writes to its own are events stamped with the clock of the step.
+// A read of a peer's range and a write of that range by the peer must be
+// ordered one way or the other by the messages: otherwise the read may
+// see some of the write's bytes. Besides the plan's own writes, the
+// caller writes each rank's buffers before the call (its inputs, the
+// output's old contents) and may write them again once its call returns:
+// a peer may read them only between the two. In-place calls are checked
+// with the input and the output as the same memory.
+
+// memEvent is a read or write of [off, off+count) of one rank's buffer.
+type memEvent struct {
+	rank   int // whose memory
+	buf    Buf
+	off    int64
+	count  int64
+	stream int   // the stream of the step (index in simulator.streams)
+	clock  []int // its vector clock at the step
+	where  string
+}
+
+type raceCheck struct {
+	inPlace bool
+	reads   []memEvent
+	writes  []memEvent
+}
+
+// hasReads reports whether p has steps that read peers' memory.
+func hasReads(p *Plan) bool {
+	for _, rp := range p.Ranks {
+		for _, cp := range rp.Channels {
+			for _, st := range cp.Streams {
+				for _, s := range st {
+					if len(s.ReadFrom) > 0 {
+						return true
+					}
+				}
+			}
+		}
+	}
+	return false
+}
+
+// overlap reports whether two events touch the same memory.
+func (rc *raceCheck) overlap(a, b *memEvent) bool {
+	if a.rank != b.rank || (a.buf != b.buf && !rc.inPlace) {
+		return false
+	}
+	return a.off < b.off+b.count && b.off < a.off+a.count
+}
+
+// before reports whether a happens before b.
+func before(a, b *memEvent) bool { return a.clock[a.stream] <= b.clock[a.stream] }
+
+func (rc *raceCheck) check() error {
+	for i := range rc.reads {
+		r := &rc.reads[i]
+		for j := range rc.writes {
+			w := &rc.writes[j]
+			if rc.overlap(r, w) && !before(w, r) && !before(r, w) {
+				mode := "out of place"
+				if rc.inPlace {
+					mode = "in place"
+				}
+				return planErr("race (%s): %s reads rank %d's %v[%d:%d] while %s writes %v[%d:%d], and no message orders them",
+					mode, r.where, r.rank, r.buf, r.off, r.off+r.count, w.where, w.buf, w.off, w.off+w.count)
+			}
+		}
+	}
+	return nil
+}
+
+// raceCaller records the caller's writes of every buffer of a
+// stream's rank before and after its part of the call.
+func (s *simulator) raceCaller(ss *simStream, idx int, what string) {
+	ss.vc[idx]++
+	inN, outN := s.plan.BufferCounts()
+	for _, b := range [...]struct {
+		buf Buf
+		n   int64
+	}{{Input, inN}, {Output, outN}} {
+		s.race.writes = append(s.race.writes, memEvent{rank: ss.rank, buf: b.buf, off: 0, count: b.n, stream: idx,
+			clock: append([]int(nil), ss.vc...), where: fmt.Sprintf("rank %d's caller (%s)", ss.rank, what)})
+	}
+}
+
+// raceStep stamps a step that has received everything it waits for.
+func (s *simulator) raceStep(ss *simStream, idx int, st *Step, got []*simMsg) {
+	for _, m := range got {
+		for k, v := range m.vc {
+			ss.vc[k] = max(ss.vc[k], v)
+		}
+	}
+	ss.vc[idx]++
+	where := fmt.Sprintf("rank %d step %d (%v)", ss.rank, ss.pc, st.Prim)
+	clock := append([]int(nil), ss.vc...)
+	for _, peer := range st.ReadFrom {
+		s.race.reads = append(s.race.reads, memEvent{rank: peer, buf: st.Src.Buf, off: st.Src.Off, count: st.Count, stream: idx, clock: clock, where: where})
+	}
+	if st.Dst.Buf != NoBuf {
+		s.race.writes = append(s.race.writes, memEvent{rank: ss.rank, buf: st.Dst.Buf, off: st.Dst.Off, count: st.Count, stream: idx, clock: clock, where: where})
+	}
+}

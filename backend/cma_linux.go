@@ -1,0 +1,93 @@
+//go:build linux
+
+package backend
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// readPeerMemory copies len(dst) bytes at addr in process pid into dst
+// with process_vm_readv (Linux cross-memory attach: one copy, by the
+// kernel, no shared segment). It also reads this process's own memory
+// (ranks that are goroutines of one process).
+func readPeerMemory(pid int, addr uint64, dst []byte) error {
+	for done := 0; done < len(dst); {
+		local := []unix.Iovec{{Base: &dst[done]}}
+		local[0].SetLen(len(dst) - done)
+		remote := []unix.RemoteIovec{{Base: uintptr(addr) + uintptr(done), Len: len(dst) - done}}
+		n, err := unix.ProcessVMReadv(pid, local, remote, 0)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return fmt.Errorf("process_vm_readv read nothing at %#x (%d bytes left)", addr+uint64(done), len(dst)-done)
+		}
+		done += n
+	}
+	return nil
+}
+
+// CMAUsable says whether this process can read the memory of other
+// processes of the same user with process_vm_readv, and why not. It reads
+// its own memory through the call (a seccomp filter, as in some container
+// runtimes, refuses it), and checks Yama's ptrace_scope: 0 allows it, 1
+// allows it once the process has said any process may trace it (which
+// this function does, as Open MPI does), 2 only with CAP_SYS_PTRACE, 3
+// never. Ranks use direct (single-copy) plans only when every rank of the
+// host says yes.
+func CMAUsable() (bool, string) {
+	probe := []byte("gotree-cma-probe")
+	got := make([]byte, len(probe))
+	if err := readPeerMemory(os.Getpid(), uint64(uintptr(unsafe.Pointer(unsafe.SliceData(probe)))), got); err != nil {
+		return false, fmt.Sprintf("process_vm_readv on this process failed: %v", err)
+	}
+	if string(got) != string(probe) {
+		return false, "process_vm_readv on this process read the wrong bytes"
+	}
+	b, err := os.ReadFile("/proc/sys/kernel/yama/ptrace_scope")
+	if err != nil {
+		return true, "" // no Yama: the usual same-user rule applies
+	}
+	switch scope := string(bytes.TrimSpace(b)); scope {
+	case "0":
+		return true, ""
+	case "1":
+		if err := unix.Prctl(unix.PR_SET_PTRACER, uintptr(unix.PR_SET_PTRACER_ANY), 0, 0, 0); err != nil {
+			return false, fmt.Sprintf("Yama ptrace_scope is 1 and prctl(PR_SET_PTRACER) failed: %v", err)
+		}
+		return true, ""
+	case "2":
+		if hasCapSysPtrace() {
+			return true, ""
+		}
+		return false, "Yama ptrace_scope is 2 and this process lacks CAP_SYS_PTRACE"
+	default:
+		return false, "Yama ptrace_scope is " + scope
+	}
+}
+
+// hasCapSysPtrace reads CapEff from /proc/self/status.
+func hasCapSysPtrace() bool {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return false
+	}
+	var caps uint64
+	for _, line := range strings.Split(string(b), "\n") {
+		if n, _ := fmt.Sscanf(line, "CapEff:\t%x", &caps); n == 1 {
+			return caps&(1<<unix.CAP_SYS_PTRACE) != 0
+		}
+	}
+	return false
+}

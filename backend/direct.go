@@ -1,0 +1,190 @@
+package backend
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"unsafe"
+
+	"github.com/gotree/gotree/algorithms"
+	"github.com/gotree/gotree/backend/reduce"
+)
+
+// This file runs the steps of direct (single-copy) plans: Notify and Wait
+// exchange buffer descriptors as small messages over the links;
+// ReadReduceCopy and ReadCopy read the peers' buffers in place
+// (readPeerMemory).
+
+// memDesc is where a rank's buffers are: what Notify sends and Wait
+// receives. The cookie (this process's processCookie: its address and
+// value) lets the reader check that pid names the sender's process in its
+// own PID namespace before it trusts any other address.
+type memDesc struct {
+	pid           int
+	in, out       uint64 // addresses
+	inLen, outLen int64  // bytes
+	cookieAddr    uint64
+	cookie        uint64
+}
+
+// memDescBytes is the size of an encoded memDesc.
+const memDescBytes = 56
+
+func (d memDesc) encode(b []byte) {
+	for i, v := range [...]uint64{uint64(d.pid), d.in, uint64(d.inLen), d.out, uint64(d.outLen), d.cookieAddr, d.cookie} {
+		binary.LittleEndian.PutUint64(b[8*i:], v)
+	}
+}
+
+func decodeMemDesc(b []byte) memDesc {
+	u := func(i int) uint64 { return binary.LittleEndian.Uint64(b[8*i:]) }
+	return memDesc{pid: int(u(0)), in: u(1), inLen: int64(u(2)), out: u(3), outLen: int64(u(4)), cookieAddr: u(5), cookie: u(6)}
+}
+
+// processCookie is a random value that identifies this process to peers
+// that read its memory (memDesc). Set once at start; never written again.
+var processCookie = func() *[8]byte {
+	c := new([8]byte)
+	_, _ = rand.Read(c[:])
+	return c
+}()
+
+// ownDesc describes this rank's buffers.
+func (x *executor) ownDesc() memDesc {
+	return memDesc{pid: os.Getpid(), in: addrOf(x.in), inLen: int64(len(x.in)), out: addrOf(x.out), outLen: int64(len(x.out)),
+		cookieAddr: addrOf(processCookie[:]), cookie: binary.LittleEndian.Uint64(processCookie[:])}
+}
+
+// checkPeer reads the cookie a peer announced from the process its pid
+// names: another value means another process (ranks in different PID
+// namespaces), whose memory must not be read.
+func checkPeer(d *memDesc, peer, ch int) error {
+	var got [8]byte
+	err := readPeerMemory(d.pid, d.cookieAddr, got[:])
+	if err == nil && binary.LittleEndian.Uint64(got[:]) == d.cookie {
+		return nil
+	}
+	why := "it holds another value"
+	if err != nil {
+		why = err.Error()
+	}
+	return &PeerError{Peer: peer, Channel: ch, Op: "read", Err: fmt.Errorf("process %d here is not rank %d's process (reading its identity: %s): are the ranks in different PID namespaces? Set GOTREE_CMA_DISABLE=1 (or GOTREE_ALGO=^direct) to use the FIFO plans", d.pid, peer, why)}
+}
+
+func addrOf(b []byte) uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b)))) }
+
+// peerRange returns the address of r's range of count elements in the
+// peer's buffers, checked against the lengths the peer announced.
+func (x *executor) peerRange(d *memDesc, peer int, r algorithms.Ref, count int64) (uint64, error) {
+	base, size := d.in, d.inLen
+	if r.Buf == algorithms.Output {
+		base, size = d.out, d.outLen
+	}
+	lo, hi := r.Off*x.esize, (r.Off+count)*x.esize
+	if lo < 0 || hi > size {
+		return 0, fmt.Errorf("gotree/backend: the plan reads [%d,%d) bytes of rank %d's %v buffer, which has %d", lo, hi, peer, r.Buf, size)
+	}
+	return base + uint64(lo), nil
+}
+
+// directStep runs a Notify, Wait, ReadReduceCopy or ReadCopy step. descs
+// holds the descriptors the stream's Waits received, by peer.
+func (x *executor) directStep(ctx context.Context, ch int, st *algorithms.Step, src, dst []byte, descs map[int]*memDesc, scratch **[]byte) error {
+	switch st.Prim {
+	case algorithms.Notify:
+		var msg [memDescBytes]byte
+		x.ownDesc().encode(msg[:])
+		for _, peer := range st.SendTo {
+			c, err := x.conn(ch, peer)
+			if err != nil {
+				return err
+			}
+			if err := c.Send(ctx, x.tag, msg[:]); err != nil {
+				return err
+			}
+		}
+		return nil
+	case algorithms.Wait:
+		for _, peer := range st.RecvFrom {
+			c, err := x.conn(ch, peer)
+			if err != nil {
+				return err
+			}
+			b, err := x.recvExact(ctx, c, peer, ch, memDescBytes)
+			if err != nil {
+				return err
+			}
+			d := decodeMemDesc(b)
+			c.Release()
+			if prev := descs[peer]; prev != nil && *prev == d {
+				continue // a later round: the same buffers, already checked
+			}
+			if err := checkPeer(&d, peer, ch); err != nil {
+				return err
+			}
+			descs[peer] = &d
+		}
+		return nil
+	}
+	peerAddr := func(peer int, off int64) (int, uint64, error) {
+		d := descs[peer]
+		if d == nil {
+			return 0, 0, fmt.Errorf("gotree/backend: %v reads rank %d's memory before a Wait received where it is", st.Prim, peer)
+		}
+		a, err := x.peerRange(d, peer, st.Src, st.Count)
+		return d.pid, a + uint64(off), err
+	}
+	read := func(peer int, off int64, b []byte) error {
+		pid, a, err := peerAddr(peer, off)
+		if err != nil {
+			return err
+		}
+		if err := readPeerMemory(pid, a, b); err != nil {
+			return &PeerError{Peer: peer, Channel: ch, Op: "read", Err: fmt.Errorf("reading %d bytes of its memory (process %d): %w; set GOTREE_CMA_DISABLE=1 (or GOTREE_ALGO=^direct) to use the FIFO plans", len(b), pid, err)}
+		}
+		return nil
+	}
+	total := st.Count * x.esize
+	fb := x.frag * x.esize
+	if st.Prim == algorithms.ReadCopy {
+		if !x.stream {
+			// The kernel copies straight into the output: one pass.
+			return read(st.ReadFrom[0], 0, dst)
+		}
+		// A large cold output: through a cached fragment, then streamed
+		// out (StreamOutputBytes), which saves reading every output line
+		// before it is overwritten.
+		tmp := scratchFor(scratch, min(fb, total))
+		for off := int64(0); off < total; off += fb {
+			end := min(off+fb, total)
+			if err := read(st.ReadFrom[0], off, tmp[:end-off]); err != nil {
+				return err
+			}
+			reduce.CopyStream(dst[off:end], tmp[:end-off])
+		}
+		return nil
+	}
+	if st.Prim != algorithms.ReadReduceCopy {
+		return fmt.Errorf("gotree/backend: unknown primitive %v", st.Prim)
+	}
+	// Fragment by fragment, so that the peers' data and the result stay in
+	// cache: read each peer's fragment into scratch and reduce it in.
+	tmp := scratchFor(scratch, min(fb, total))
+	for off := int64(0); off < total; off += fb {
+		end := min(off+fb, total)
+		t := tmp[:end-off]
+		for k, peer := range st.ReadFrom {
+			if err := read(peer, off, t); err != nil {
+				return err
+			}
+			if k == 0 {
+				reduce.Into3(dst[off:end], src[off:end], t, x.p.DType, x.p.Op)
+			} else {
+				reduce.Into(dst[off:end], t, x.p.DType, x.p.Op)
+			}
+		}
+	}
+	return nil
+}
