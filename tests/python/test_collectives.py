@@ -31,3 +31,17 @@ def test_rss_flat_over_many_calls(built, nproc):
     rc, out = torchrun("rss_flat.py", nproc, timeout=300, env=worker_env({"GOGC": "20"}))
     assert_checks(rc, out, nproc, min_passed=100)
     print("\n".join(l for l in out.splitlines() if "RSS" in l))
+
+
+def test_allreduce_direct(built):
+    # Direct (single-copy) allreduce forced: every dtype and op, counts 0 to
+    # 2^20+3, contiguous, strided and async, 3 ranks. The log shows the plan
+    # that ran; where this machine forbids reading another process's memory
+    # (the INIT line says why), the ring runs instead and must be right too.
+    env = worker_env({"GOTREE_ALGO": "allreduce:direct", "GOTREE_TEST_ONLY": "allreduce",
+                      "GOTREE_DEBUG": "INFO", "GOTREE_DEBUG_SUBSYS": "INIT,COLL"})
+    rc, out = torchrun("collectives.py", 3, timeout=300, env=env)
+    passed = assert_checks(rc, out, 3, min_passed=1500)
+    if "direct (single-copy) allreduce off" not in out:
+        assert ": direct/Simple" in out, "no allreduce ran the direct plan"
+    print(f"{passed} checks passed over 3 ranks")
