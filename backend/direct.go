@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
+	"syscall"
 	"unsafe"
 
 	"github.com/gotree/gotree/algorithms"
@@ -142,6 +144,9 @@ func (x *executor) directStep(ctx context.Context, ch int, st *algorithms.Step, 
 			return err
 		}
 		if err := readPeerMemory(pid, a, b); err != nil {
+			if errors.Is(err, syscall.ESRCH) {
+				return &PeerError{Peer: peer, Channel: ch, Op: "read", Err: fmt.Errorf("its process %d has exited: %w", pid, ErrClosed)}
+			}
 			return &PeerError{Peer: peer, Channel: ch, Op: "read", Err: fmt.Errorf("reading %d bytes of its memory (process %d): %w; set GOTREE_CMA_DISABLE=1 (or GOTREE_ALGO=^direct) to use the FIFO plans", len(b), pid, err)}
 		}
 		return nil
