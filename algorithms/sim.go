@@ -544,6 +544,15 @@ func (q *simPQ) Pop() any {
 	return x
 }
 
+// simulable refuses plans the link model cannot run: direct plans read
+// peers' memory, which it has no model of.
+func simulable(p *Plan) error {
+	if p.Algo == Direct {
+		return fmt.Errorf("gotree/algorithms: sim: %v plans read peers' memory, which the link model does not have", p.Algo)
+	}
+	return nil
+}
+
 // SimulatePlan runs every rank and channel of p on the link model; nodeOf
 // maps ranks to nodes (messages between different nodes use the inter-node
 // parameters and the NICs).
@@ -554,8 +563,8 @@ func SimulatePlan(p *Plan, nodeOf []int, l SimLinks) (SimResult, error) {
 	if len(nodeOf) < p.NRanks {
 		return SimResult{}, fmt.Errorf("gotree/algorithms: sim: plan of %d ranks, %d node entries", p.NRanks, len(nodeOf))
 	}
-	if p.Algo == Direct {
-		return SimResult{}, fmt.Errorf("gotree/algorithms: sim: %v plans read peers' memory, which the link model does not have", p.Algo)
+	if err := simulable(p); err != nil {
+		return SimResult{}, err
 	}
 	r, err := newSimEngine(p, nodeOf, nil, l).run()
 	r.Method = "exact"
@@ -584,8 +593,8 @@ func SimulatePlans(plans []*Plan, nodeOf []int, l SimLinks) (times []float64, er
 		if p == nil || p.NRanks != n {
 			return nil, fmt.Errorf("gotree/algorithms: sim: plan %d is nil or not of %d ranks", i, n)
 		}
-		if p.Algo == Direct {
-			return nil, fmt.Errorf("gotree/algorithms: sim: %v plans read peers' memory, which the link model does not have", p.Algo)
+		if err := simulable(p); err != nil {
+			return nil, err
 		}
 		start := func(r int) float64 { return prev[r] + l.BaseUs }
 		if e == nil {

@@ -8,8 +8,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"syscall"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -45,11 +45,14 @@ func readPeerMemory(pid int, addr uint64, dst []byte) error {
 // allows it once the process has said any process may trace it (which
 // this function does, as Open MPI does), 2 only with CAP_SYS_PTRACE, 3
 // never. Ranks use direct (single-copy) plans only when every rank of the
-// host says yes.
-func CMAUsable() (bool, string) {
+// host says yes. The answer is the process's: it is worked out once, not
+// at every communicator's start.
+var CMAUsable = sync.OnceValues(cmaUsable)
+
+func cmaUsable() (bool, string) {
 	probe := []byte("gotree-cma-probe")
 	got := make([]byte, len(probe))
-	if err := readPeerMemory(os.Getpid(), uint64(uintptr(unsafe.Pointer(unsafe.SliceData(probe)))), got); err != nil {
+	if err := readPeerMemory(os.Getpid(), addrOf(probe), got); err != nil {
 		return false, fmt.Sprintf("process_vm_readv on this process failed: %v", err)
 	}
 	if string(got) != string(probe) {

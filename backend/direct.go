@@ -130,20 +130,18 @@ func (x *executor) directStep(ctx context.Context, ch int, st *algorithms.Step, 
 		}
 		return nil
 	}
-	peerAddr := func(peer int, off int64) (int, uint64, error) {
+	// read copies the bytes from off of the peer's range Src into b.
+	read := func(peer int, off int64, b []byte) error {
 		d := descs[peer]
 		if d == nil {
-			return 0, 0, fmt.Errorf("gotree/backend: %v reads rank %d's memory before a Wait received where it is", st.Prim, peer)
+			return fmt.Errorf("gotree/backend: %v reads rank %d's memory before a Wait received where it is", st.Prim, peer)
 		}
 		a, err := x.peerRange(d, peer, st.Src, st.Count)
-		return d.pid, a + uint64(off), err
-	}
-	read := func(peer int, off int64, b []byte) error {
-		pid, a, err := peerAddr(peer, off)
 		if err != nil {
 			return err
 		}
-		if err := readPeerMemory(pid, a, b); err != nil {
+		pid := d.pid
+		if err := readPeerMemory(pid, a+uint64(off), b); err != nil {
 			if errors.Is(err, syscall.ESRCH) {
 				return &PeerError{Peer: peer, Channel: ch, Op: "read", Err: fmt.Errorf("its process %d has exited: %w", pid, ErrClosed)}
 			}
