@@ -196,3 +196,15 @@ func TestConnProbe(t *testing.T) {
 		})
 	}
 }
+
+// An operation whose caller waits for it yields longer before its waits
+// sleep, also under contexts derived from its own (several streams).
+func TestYieldPhase(t *testing.T) {
+	require.Equal(t, yieldSpin, yieldPhase(context.Background()))
+	ctx := context.WithValue(context.Background(), CallerWaitsKey, true)
+	require.Equal(t, callerYieldSpin, yieldPhase(ctx))
+	derived, cancel := context.WithCancel(ctx)
+	defer cancel()
+	require.Equal(t, callerYieldSpin, yieldPhase(derived))
+	require.Greater(t, callerYieldSpin, yieldSpin)
+}

@@ -398,7 +398,7 @@ func (s *shmConn) wait(ctx context.Context, ready func() bool, w, flag *uint32) 
 	if pol.BusyPoll > 0 && busyPoll(ready, pol) {
 		return nil
 	}
-	if yieldUntil(ready, pol.YieldGoroutine) {
+	if yieldUntil(ready, pol.YieldGoroutine, yieldPhase(ctx)) {
 		return nil
 	}
 	deadline, hasDL := ctx.Deadline()
@@ -492,16 +492,16 @@ type WaitTuner interface {
 // SetWaitPolicy implements WaitTuner.
 func (s *shmConn) SetWaitPolicy(p WaitPolicy) { s.policy.Store(&p) }
 
-// yieldUntil yields the processor, then checks ready, for yieldSpin (and
-// at least 16 times); it reports whether ready came true. The thread
+// yieldUntil yields the processor, then checks ready, for spin (and at
+// least 16 times); it reports whether ready came true. The thread
 // yields; the goroutine too only with gosched (see WaitPolicy).
 // sched_yield is a raw system call: it never blocks, and through Syscall
 // the runtime's monitor would see the P sitting in system calls, take it
 // away and wake another thread to run it (4 ranks on 2 CPUs, 64 MiB: 47 ms
 // against 34 ms as a raw call). Shared-memory waits and the TCP receiver
 // (readableSoon) both go through it before they sleep.
-func yieldUntil(ready func() bool, gosched bool) bool {
-	until := time.Now().Add(yieldSpin)
+func yieldUntil(ready func() bool, gosched bool, spin time.Duration) bool {
+	until := time.Now().Add(spin)
 	for i := 0; i < 16 || time.Now().Before(until); i++ {
 		if gosched {
 			runtime.Gosched()
@@ -519,7 +519,38 @@ func yieldUntil(ready func() bool, gosched bool) bool {
 // it costs little when the machine is oversubscribed; sleeping instead
 // lets the (virtual) CPU go idle, and waking it again costs tens of
 // microseconds, more than a small message's whole round trip.
+//
+// 50 µs suits waits of work that runs beside the caller's own (an
+// asynchronous collective under a DDP backward pass): yielding longer
+// there takes CPU time from the computation (4 ranks on 2 CPUs, DDP steps
+// 7–15% slower with 1 ms).
 var yieldSpin = 50 * time.Microsecond
+
+// callerYieldSpin is the yield phase of waits on the thread of a caller
+// that blocks until the operation ends (CallerWaitsKey): that thread has
+// nothing else to run, and between back-to-back small calls a peer is
+// often more than yieldSpin away only because its caller is still busy
+// between calls (4 ranks on 2 CPUs through torch: a 4-byte allreduce took
+// 230–350 µs with 50 µs, 100–170 µs with 1 ms, as sleeping lets the
+// virtual CPUs halt and each wake costs tens of microseconds).
+var callerYieldSpin = time.Millisecond
+
+// CallerWaitsKey, as a key of an operation's context with any non-nil
+// value, says that the operation runs on the thread of a caller that
+// blocks until it ends (a synchronous call): its shared-memory waits yield
+// the processor for callerYieldSpin instead of yieldSpin before they
+// sleep.
+var CallerWaitsKey any = callerWaitsKey{}
+
+type callerWaitsKey struct{}
+
+// yieldPhase is how long a wait of ctx's operation yields before it sleeps.
+func yieldPhase(ctx context.Context) time.Duration {
+	if ctx.Value(CallerWaitsKey) != nil {
+		return callerYieldSpin
+	}
+	return yieldSpin
+}
 
 func (s *shmConn) Send(ctx context.Context, tag uint32, p []byte) error {
 	buf, err := s.Acquire(ctx, len(p))

@@ -562,7 +562,7 @@ func readableSoon(fd int32) bool {
 		n, _, errno := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, uintptr(unsafe.Pointer(&zero)), 0, 0, 0)
 		return errno == 0 && n > 0
 	}
-	return readable() || yieldUntil(readable, false)
+	return readable() || yieldUntil(readable, false, yieldSpin)
 }
 
 // spinning: a receiver of this process is in readableSoon.

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/gotree/gotree/backend"
 )
 
 // opCtx is one operation's context: the communicator's (cancelled when it
@@ -17,6 +19,9 @@ import (
 type opCtx struct {
 	parent   context.Context
 	deadline time.Time
+	// callerWaits answers backend.CallerWaitsKey: the operation runs on
+	// the goroutine of a caller that blocks until it ends.
+	callerWaits bool
 
 	mu     sync.Mutex
 	timed  atomic.Pointer[timedCtx]
@@ -71,6 +76,9 @@ func (c *opCtx) Err() error {
 // context package recognises it as a cancel context (AfterFunc and
 // WithCancel then need no goroutine of their own).
 func (c *opCtx) Value(k any) any {
+	if k == backend.CallerWaitsKey && c.callerWaits {
+		return true
+	}
 	if t := c.timed.Load(); t != nil {
 		return t.ctx.Value(k)
 	}

@@ -26,6 +26,9 @@ type Request struct {
 	comm    *Comm
 	claimed atomic.Bool
 	prev    atomic.Pointer[Request] // queued just before; nil once finished
+	// byCaller: the operation runs on its waiter's goroutine (runHere), so
+	// its waits may yield longer before they sleep (backend.CallerWaitsKey).
+	byCaller bool
 }
 
 func newRequest(desc string, timeout time.Duration, op func(*Comm) error) *Request {
@@ -76,6 +79,7 @@ func (r *Request) runHere() bool {
 	c.wg.Add(1) // Destroy waits for it like for the worker
 	c.mu.Unlock()
 	defer c.wg.Done()
+	r.byCaller = true
 	c.runQueued(r)
 	return true
 }

@@ -2,6 +2,7 @@ package pg
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -105,4 +106,52 @@ func TestWillWaitBrokenPromise(t *testing.T) {
 	require.NoError(t, <-errs)
 	require.NoError(t, a.Wait(time.Second))
 	require.NoError(t, b.Wait(time.Second))
+}
+
+// A small call run on its waiter's goroutine has its waits yield longer
+// (backend.CallerWaitsKey); one run by the worker, or above
+// callerYieldMaxBytes, does not.
+func TestCallerWaitsMarksSmallSyncCalls(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[int64][]bool{} // count -> callerWaits of each rank's call
+	t.Cleanup(func() { testHookRunColl = nil })
+	testHookRunColl = func(a collArgs, callerWaits bool) {
+		mu.Lock()
+		seen[a.count] = append(seen[a.count], callerWaits)
+		mu.Unlock()
+	}
+	comms := startComms(t, 2, nil, testConfig())
+	call := func(count int64, sync bool) {
+		reqs := make([]*Request, len(comms))
+		for r, c := range comms {
+			if sync {
+				c.WillWait(true)
+			}
+			b := make([]byte, count*8)
+			q, err := c.AllReduce(b, b, count, algorithms.Int64, algorithms.Sum)
+			require.NoError(t, err)
+			reqs[r] = q
+		}
+		// A wait with a time limit never runs the call itself.
+		timeout := time.Duration(-1)
+		if !sync {
+			timeout = time.Minute
+		}
+		errs := make(chan error, len(reqs))
+		for _, q := range reqs {
+			go func(q *Request) { errs <- q.Wait(timeout) }(q)
+		}
+		for range reqs {
+			require.NoError(t, <-errs)
+		}
+	}
+	big := int64(callerYieldMaxBytes/8 + 1)
+	call(3, true)
+	call(5, false)
+	call(big, true)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []bool{true, true}, seen[3], "small call waited for by its caller")
+	require.Equal(t, []bool{false, false}, seen[5], "small call run by the worker")
+	require.Equal(t, []bool{false, false}, seen[big], "call above callerYieldMaxBytes")
 }
