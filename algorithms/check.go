@@ -120,7 +120,7 @@ func checkStep(s *Step, rank, n int, inN, outN int64) error {
 		sh = shape{1, n, 0, true, true}
 	case RecvCopySend:
 		sh = shape{1, 1, 1, false, true}
-	case Copy, ReadReduceCopy, ReadCopy:
+	case Copy, ReadReduceCopy:
 		sh = shape{0, 0, 0, true, true}
 	case Notify:
 		sh = shape{0, 0, 1, false, false}
@@ -130,8 +130,8 @@ func checkStep(s *Step, rank, n int, inN, outN int64) error {
 		return fmt.Errorf("unknown primitive %d", s.Prim)
 	}
 	switch s.Prim {
-	case ReadReduceCopy, ReadCopy:
-		if len(s.ReadFrom) < 1 || (s.Prim == ReadCopy && len(s.ReadFrom) > 1) {
+	case ReadReduceCopy:
+		if len(s.ReadFrom) < 1 {
 			return fmt.Errorf("reads from %d peers", len(s.ReadFrom))
 		}
 	case Notify, Wait:
@@ -144,13 +144,16 @@ func checkStep(s *Step, rank, n int, inN, outN int64) error {
 			return fmt.Errorf("reads from peers %v but is no read step", s.ReadFrom)
 		}
 	}
+	if len(s.WriteTo) > 0 && s.Prim != ReadReduceCopy {
+		return fmt.Errorf("writes to peers %v but is no ReadReduceCopy", s.WriteTo)
+	}
 	if len(s.RecvFrom) < sh.minFrom || len(s.RecvFrom) > sh.maxFrom {
 		return fmt.Errorf("receives from %d peers", len(s.RecvFrom))
 	}
 	if len(s.SendTo) < sh.minTo || (sh.minTo == 0 && s.Prim != RecvReduceCopySend && len(s.SendTo) > 0) {
 		return fmt.Errorf("sends to %d peers", len(s.SendTo))
 	}
-	for _, ps := range [][]int{s.RecvFrom, s.SendTo, s.ReadFrom} {
+	for _, ps := range [][]int{s.RecvFrom, s.SendTo, s.ReadFrom, s.WriteTo} {
 		seen := map[int]bool{}
 		for _, q := range ps {
 			if q < 0 || q >= n || q == rank {
@@ -218,7 +221,7 @@ type simulator struct {
 	queues  map[simConn][]*simMsg
 	streams []*simStream
 	exec    simExec
-	race    *raceCheck // nil: no race check (plans without Read* steps)
+	race    *raceCheck // nil: no race check (plans that touch no peer's memory)
 }
 
 // simCap is the number of messages a connection holds.

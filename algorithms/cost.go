@@ -439,9 +439,10 @@ type Shape struct {
 //     not a power of two p; a rank moves 2(p−1)/p of the message (plus
 //     twice the message through a fold), so ratio = 1 / that — the
 //     ring's n/(2(n−1)) when n is a power of two.
-//   - direct: three rounds of notifications (direct.go), each one hop;
-//     a rank reads 2(n−1)/n of the message from its peers: the ring's
-//     ratio, at the transport's direct bandwidth.
+//   - direct: two rounds of notifications (direct.go), each one hop;
+//     a rank reads (n−1)/n of the message from its peers and writes
+//     (n−1)/n into theirs: the ring's ratio, at the transport's direct
+//     bandwidth.
 func ShapeOf(coll Collective, a Algorithm, topo CostTopo) Shape {
 	n := topo.NRanks
 	if n <= 1 {

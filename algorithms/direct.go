@@ -1,31 +1,33 @@
 package algorithms
 
 // Direct (single-copy) allreduce for ranks that share a host and can read
-// each other's memory (on Linux: process_vm_readv, or plain loads between
-// ranks of one process). The message is cut into one slice per rank; rank
-// r owns slice r. Per rank:
+// and write each other's memory (on Linux: process_vm_readv and
+// process_vm_writev, or plain loads and stores between ranks of one
+// process). The message is cut into one slice per rank; rank r owns slice
+// r. Per rank:
 //
 //  1. Notify every peer (my buffers are ready), Wait for every peer.
 //  2. ReadReduceCopy: my slice of my input, reduced with the same slice of
-//     every peer's input read in place, into my output.
-//  3. Notify / Wait: every slice is final and nobody reads inputs any more.
-//  4. ReadCopy every other slice from its owner's output into mine.
-//  5. Notify / Wait: nobody reads my output any more; the call may return.
+//     every peer's input read in place, into my output and into the same
+//     slice of every peer's output (WriteTo).
+//  3. Notify / Wait: nobody reads or writes my buffers any more; the call
+//     may return.
 //
-// A rank reads (n−1)/n of the message to reduce and (n−1)/n to gather and
-// writes it once: 2(n−1)/n of the message moves per rank, as in the ring,
-// but each byte is copied once (no FIFO in between) and there are three
-// rounds of small messages instead of 2(n−1) dependent steps, which keeps
-// oversubscribed ranks (more ranks than cores) from waiting on each
-// other's time slices. In place, step 4 overwrites input slices that peers
-// read in step 2; the round of step 3 orders them.
+// A rank reads (n−1)/n of the message from its peers and writes (n−1)/n
+// to them: 2(n−1)/n of the message moves per rank, as in the ring, but
+// each byte is copied once (no FIFO in between), from where it was just
+// computed, and there are two rounds of small messages instead of 2(n−1)
+// dependent steps, which keeps oversubscribed ranks (more ranks than
+// cores) from waiting on each other's time slices. In place, the write
+// of slice r into a peer's output overwrites the peer's input slice r,
+// which only rank r reads, and only before it writes.
 //
 // Peers are visited starting after the rank itself (r+1, r+2, …) so that
 // the ranks do not all read rank 0 first. Everything runs on channel 0 in
 // one stream; the links used are every pair of ranks.
 
 // directRounds is the number of notification rounds of a direct plan.
-const directRounds = 3
+const directRounds = 2
 
 // directSlice is rank r's slice of count elements among n ranks: the first
 // count mod n ranks get one element more.
@@ -52,12 +54,7 @@ func (b *planBuilder) directAllReduce(n int, count int64) {
 		}
 		round()
 		off, cnt := directSlice(count, n, r)
-		b.add(r, 0, 0, Step{Prim: ReadReduceCopy, ReadFrom: peers, Src: Ref{Input, off}, Dst: Ref{Output, off}, Count: cnt})
-		round()
-		for _, j := range peers {
-			off, cnt := directSlice(count, n, j)
-			b.add(r, 0, 0, Step{Prim: ReadCopy, ReadFrom: []int{j}, Src: Ref{Output, off}, Dst: Ref{Output, off}, Count: cnt})
-		}
+		b.add(r, 0, 0, Step{Prim: ReadReduceCopy, ReadFrom: peers, WriteTo: peers, Src: Ref{Input, off}, Dst: Ref{Output, off}, Count: cnt})
 		round()
 	}
 }

@@ -18,8 +18,8 @@ func directPlan(t *testing.T, n int, count int64) *Plan {
 	return p
 }
 
-// Each rank reduces its slice once, reading every other rank; copies every
-// other slice once; the slices tile the message; three rounds.
+// Each rank reduces its slice once, reading every other rank, and writes
+// it to every other rank; the slices tile the message; two rounds.
 func TestDirectPlanShape(t *testing.T) {
 	for _, n := range []int{2, 3, 4, 5, 7} {
 		for _, count := range []int64{1, 2, 5, 13, 1031} {
@@ -33,7 +33,7 @@ func TestDirectPlanShape(t *testing.T) {
 					if len(p.Ranks[r].Channels) != 1 || len(p.Ranks[r].Channels[0].Streams) != 1 {
 						t.Fatalf("rank %d: %d channels, want one stream on channel 0", r, len(p.Ranks[r].Channels))
 					}
-					rounds, copies := 0, int64(0)
+					rounds := 0
 					for _, st := range p.Ranks[r].Channels[0].Streams[0] {
 						switch st.Prim {
 						case Notify:
@@ -43,25 +43,20 @@ func TestDirectPlanShape(t *testing.T) {
 							for k := 1; k < n; k++ {
 								want = append(want, (r+k)%n)
 							}
-							if !slices.Equal(st.ReadFrom, want) {
-								t.Errorf("rank %d reads %v, want %v", r, st.ReadFrom, want)
+							if !slices.Equal(st.ReadFrom, want) || !slices.Equal(st.WriteTo, want) {
+								t.Errorf("rank %d reads %v and writes %v, want %v", r, st.ReadFrom, st.WriteTo, want)
 							}
 							for i := st.Dst.Off; i < st.Dst.Off+st.Count; i++ {
 								covered[i]++
 							}
-						case ReadCopy:
-							copies += st.Count
 						}
 					}
 					if rounds != directRounds {
 						t.Errorf("rank %d: %d rounds", r, rounds)
 					}
 					_, own := directSlice(count, n, r)
-					if copies != count-own {
-						t.Errorf("rank %d copies %d elements, want %d", r, copies, count-own)
-					}
-					if s := p.Stats(r); s.ReadPeer != int64(n-1)*own+count-own {
-						t.Errorf("rank %d reads %d peer elements, want %d", r, s.ReadPeer, int64(n-1)*own+count-own)
+					if s := p.Stats(r); s.ReadPeer != int64(n-1)*own || s.WritePeer != int64(n-1)*own {
+						t.Errorf("rank %d reads %d and writes %d peer elements, want %d each", r, s.ReadPeer, s.WritePeer, int64(n-1)*own)
 					}
 				}
 				for i, c := range covered {
@@ -74,8 +69,8 @@ func TestDirectPlanShape(t *testing.T) {
 	}
 }
 
-// Without any one of the three rounds a rank reads memory that its owner
-// (or the owner's caller) may be writing: the race check says so.
+// Without either round a rank reads or writes memory that its owner's
+// caller may be writing: the race check says so.
 func TestDirectRoundsAreNeeded(t *testing.T) {
 	for round := 0; round < directRounds; round++ {
 		p := directPlan(t, 3, 10)
@@ -129,10 +124,11 @@ func TestDirectRefusals(t *testing.T) {
 		}
 	}
 	bad("a read on a notify", func(st Stream) { st[0].ReadFrom = []int{0} })
-	bad("copy from two peers", func(st Stream) {
+	bad("a write on a wait", func(st Stream) { st[1].WriteTo = []int{0} })
+	bad("write to itself", func(st Stream) {
 		for i := range st {
-			if st[i].Prim == ReadCopy {
-				st[i].ReadFrom = []int{0, 2}
+			if st[i].Prim == ReadReduceCopy {
+				st[i].WriteTo = []int{2, 1}
 			}
 		}
 	})

@@ -19,8 +19,8 @@ import "fmt"
 //   - Notify / Wait: a message without data to / from each peer.
 //   - ReadReduceCopy: start from a copy of Src, reduce into it the same
 //     range of each ReadFrom peer's buffers as they are at that moment,
-//     in list order, and write it to Dst.
-//   - ReadCopy: copy the range Src of ReadFrom[0]'s buffers to Dst.
+//     in list order, and write it to Dst, and to the range Dst of each
+//     WriteTo peer's buffers.
 //
 // Plans reduce Avg and PremulSum as Sum. After all steps, an executor calls
 // Finalize(output, dtype, op, NRanks) once on each rank's output that holds
@@ -116,9 +116,9 @@ func RunOracle(p *Plan, inputs [][]byte, inPlace bool) ([][]byte, error) {
 				ReduceInto(acc, slice(peer, st.Src, st.Count), p.DType, p.Op)
 			}
 			copy(slice(ss.rank, st.Dst, st.Count), acc)
-			return nil, nil
-		case ReadCopy:
-			copy(slice(ss.rank, st.Dst, st.Count), slice(st.ReadFrom[0], st.Src, st.Count))
+			for _, peer := range st.WriteTo {
+				copy(slice(peer, st.Dst, st.Count), acc)
+			}
 			return nil, nil
 		case RecvReduceSend, RecvReduceCopySend:
 			acc := append([]byte(nil), slice(ss.rank, st.Src, st.Count)...)

@@ -33,15 +33,14 @@ const (
 	Wait
 	// ReadReduceCopy reduces Src with the same range (Src's buffer and
 	// offset) of the buffers of every peer in ReadFrom, in list order,
-	// and writes the result to Dst. The peers' descriptors must have
-	// arrived by a Wait before.
+	// and writes the result to Dst, and to the same range (Dst's buffer
+	// and offset) of the buffers of every peer in WriteTo. The peers'
+	// descriptors must have arrived by a Wait before.
 	ReadReduceCopy
-	// ReadCopy copies the range Src of ReadFrom[0]'s buffers to Dst.
-	ReadCopy
 )
 
 var primNames = [...]string{"Send", "Recv", "RecvReduceSend", "RecvReduceCopySend", "RecvCopySend", "Copy",
-	"Notify", "Wait", "ReadReduceCopy", "ReadCopy"}
+	"Notify", "Wait", "ReadReduceCopy"}
 
 func (p Prim) String() string {
 	if int(p) < len(primNames) {
@@ -83,12 +82,15 @@ type Step struct {
 	Prim     Prim
 	RecvFrom []int
 	SendTo   []int
-	Src      Ref // local operand (Send, reduce steps, Copy); for Read* also the range read from each peer
+	Src      Ref // local operand (Send, reduce steps, Copy); for ReadReduceCopy also the range read from each peer
 	Dst      Ref // where the result is written (Recv, *Copy*)
 	Count    int64
-	// ReadFrom lists the peers whose memory a Read* step reads (no
+	// ReadFrom lists the peers whose memory a ReadReduceCopy reads (no
 	// message passes).
 	ReadFrom []int
+	// WriteTo lists the peers whose memory a ReadReduceCopy also writes
+	// its result to.
+	WriteTo []int
 }
 
 // Stream is an ordered list of steps run one after another. A channel may

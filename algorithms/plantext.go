@@ -59,6 +59,9 @@ func (s Step) String() string {
 	if len(s.ReadFrom) > 0 {
 		parts = append(parts, "read "+joinRanks(s.ReadFrom))
 	}
+	if len(s.WriteTo) > 0 {
+		parts = append(parts, "write "+joinRanks(s.WriteTo))
+	}
 	if s.Src.Buf != NoBuf {
 		parts = append(parts, fmt.Sprintf("src %v[%d]", s.Src.Buf, s.Src.Off))
 	}
@@ -76,7 +79,8 @@ type PlanStats struct {
 	Received  int64
 	Reduced   int64 // elements combined by a reduction (one per received message)
 	ReadLocal int64 // elements read from the rank's own buffers
-	ReadPeer  int64 // elements read from peers' buffers (Read* steps)
+	ReadPeer  int64 // elements read from peers' buffers (ReadReduceCopy's ReadFrom)
+	WritePeer int64 // elements written to peers' buffers (ReadReduceCopy's WriteTo)
 	Written   int64 // elements written to the rank's own buffers
 }
 
@@ -92,6 +96,7 @@ func (p *Plan) Stats(r int) PlanStats {
 					continue // one descriptor message per peer, no elements
 				}
 				s.ReadPeer += n * int64(len(step.ReadFrom))
+				s.WritePeer += n * int64(len(step.WriteTo))
 				if step.Prim == ReadReduceCopy {
 					s.Reduced += n * int64(len(step.ReadFrom))
 				}
@@ -100,7 +105,7 @@ func (p *Plan) Stats(r int) PlanStats {
 				if step.Prim == RecvReduceSend || step.Prim == RecvReduceCopySend {
 					s.Reduced += n * int64(len(step.RecvFrom))
 				}
-				if step.Src.Buf != NoBuf && step.Prim != ReadCopy {
+				if step.Src.Buf != NoBuf {
 					s.ReadLocal += n
 				}
 				if step.Dst.Buf != NoBuf {

@@ -2,17 +2,18 @@ package algorithms
 
 import "fmt"
 
-// This file checks plans whose ranks read each other's memory (Read*
-// steps, direct.go) for data races, with vector clocks over the same
-// simulation that checks the messages. Every stream keeps a clock; a
-// message carries its sender's; a step's reads of a peer's buffers and
-// its writes to its own are events stamped with the clock of the step.
-// A read of a peer's range and a write of that range by the peer must be
-// ordered one way or the other by the messages: otherwise the read may
-// see some of the write's bytes. Besides the plan's own writes, the
+// This file checks plans whose ranks read or write each other's memory
+// (ReadReduceCopy's ReadFrom and WriteTo; direct.go) for data races, with vector clocks
+// over the same simulation that checks the messages. Every stream keeps a
+// clock; a message carries its sender's; a step's reads of peers' buffers
+// and its writes to its own and to peers' are events stamped with the
+// clock of the step. A read and a write of the same range, or two writes
+// of it, by different ranks must be ordered one way or the other by the
+// messages: otherwise the read may see some of the write's bytes, or the
+// range end with a mix of both writes. Besides the plan's own writes, the
 // caller writes each rank's buffers before the call (its inputs, the
 // output's old contents) and may write them again once its call returns:
-// a peer may read them only between the two. In-place calls are checked
+// a peer may read or write them only between the two. In-place calls are checked
 // with the input and the output as the same memory.
 
 // memEvent is a read or write of [off, off+count) of one rank's buffer.
@@ -38,7 +39,7 @@ func hasReads(p *Plan) bool {
 		for _, cp := range rp.Channels {
 			for _, st := range cp.Streams {
 				for _, s := range st {
-					if len(s.ReadFrom) > 0 {
+					if len(s.ReadFrom) > 0 || len(s.WriteTo) > 0 {
 						return true
 					}
 				}
@@ -60,17 +61,23 @@ func (rc *raceCheck) overlap(a, b *memEvent) bool {
 func before(a, b *memEvent) bool { return a.clock[a.stream] <= b.clock[a.stream] }
 
 func (rc *raceCheck) check() error {
-	for i := range rc.reads {
-		r := &rc.reads[i]
-		for j := range rc.writes {
-			w := &rc.writes[j]
-			if rc.overlap(r, w) && !before(w, r) && !before(r, w) {
-				mode := "out of place"
-				if rc.inPlace {
-					mode = "in place"
-				}
+	mode := "out of place"
+	if rc.inPlace {
+		mode = "in place"
+	}
+	unordered := func(a, b *memEvent) bool { return rc.overlap(a, b) && !before(a, b) && !before(b, a) }
+	for i := range rc.writes {
+		w := &rc.writes[i]
+		for j := range rc.reads {
+			if r := &rc.reads[j]; unordered(r, w) {
 				return planErr("race (%s): %s reads rank %d's %v[%d:%d] while %s writes %v[%d:%d], and no message orders them",
 					mode, r.where, r.rank, r.buf, r.off, r.off+r.count, w.where, w.buf, w.off, w.off+w.count)
+			}
+		}
+		for j := range rc.writes[:i] {
+			if v := &rc.writes[j]; unordered(v, w) {
+				return planErr("race (%s): %s and %s both write rank %d's memory (%v[%d:%d], %v[%d:%d]), and no message orders them",
+					mode, v.where, w.where, w.rank, v.buf, v.off, v.off+v.count, w.buf, w.off, w.off+w.count)
 			}
 		}
 	}
@@ -105,6 +112,8 @@ func (s *simulator) raceStep(ss *simStream, idx int, st *Step, got []*simMsg) {
 		s.race.reads = append(s.race.reads, memEvent{rank: peer, buf: st.Src.Buf, off: st.Src.Off, count: st.Count, stream: idx, clock: clock, where: where})
 	}
 	if st.Dst.Buf != NoBuf {
-		s.race.writes = append(s.race.writes, memEvent{rank: ss.rank, buf: st.Dst.Buf, off: st.Dst.Off, count: st.Count, stream: idx, clock: clock, where: where})
+		for _, r := range append([]int{ss.rank}, st.WriteTo...) {
+			s.race.writes = append(s.race.writes, memEvent{rank: r, buf: st.Dst.Buf, off: st.Dst.Off, count: st.Count, stream: idx, clock: clock, where: where})
+		}
 	}
 }

@@ -41,10 +41,8 @@ func stepTraffic(p *Plan, rank int, s Step, inPlace bool) int64 {
 		return 0
 	}
 	switch s.Prim {
-	case ReadCopy: // the peer's range read, ours written
-		return 2 * s.Count
-	case ReadReduceCopy: // ours and every peer's range read, ours written
-		return int64(2+len(s.ReadFrom)) * s.Count
+	case ReadReduceCopy: // ours and every peer's range read, ours and WriteTo's written
+		return int64(2+len(s.ReadFrom)+len(s.WriteTo)) * s.Count
 	case Notify, Wait:
 		return 0
 	}

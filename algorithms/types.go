@@ -184,7 +184,7 @@ const (
 	HalvingDoubling
 	// Direct is single-copy allreduce for ranks that share a host
 	// (direct.go): each rank reduces its slice reading the others'
-	// buffers in place, then copies the other slices from their owners.
+	// buffers in place and writes the result into theirs.
 	// Not one of NCCL's for the CPU; its GPU cousins are NCCL's P2P
 	// direct pointers.
 	Direct

@@ -19,11 +19,22 @@ import (
 // kernel, no shared segment). It also reads this process's own memory
 // (ranks that are goroutines of one process).
 func readPeerMemory(pid int, addr uint64, dst []byte) error {
-	for done := 0; done < len(dst); {
-		local := []unix.Iovec{{Base: &dst[done]}}
-		local[0].SetLen(len(dst) - done)
-		remote := []unix.RemoteIovec{{Base: uintptr(addr) + uintptr(done), Len: len(dst) - done}}
-		n, err := unix.ProcessVMReadv(pid, local, remote, 0)
+	return peerMemory(unix.ProcessVMReadv, "process_vm_readv", pid, addr, dst)
+}
+
+// writePeerMemory copies src to addr in process pid with
+// process_vm_writev, as readPeerMemory reads.
+func writePeerMemory(pid int, addr uint64, src []byte) error {
+	return peerMemory(unix.ProcessVMWritev, "process_vm_writev", pid, addr, src)
+}
+
+// peerMemory runs a cross-memory-attach call until all of b has moved.
+func peerMemory(call func(int, []unix.Iovec, []unix.RemoteIovec, uint) (int, error), name string, pid int, addr uint64, b []byte) error {
+	for done := 0; done < len(b); {
+		local := []unix.Iovec{{Base: &b[done]}}
+		local[0].SetLen(len(b) - done)
+		remote := []unix.RemoteIovec{{Base: uintptr(addr) + uintptr(done), Len: len(b) - done}}
+		n, err := call(pid, local, remote, 0)
 		if errors.Is(err, syscall.EINTR) {
 			continue
 		}
@@ -31,17 +42,18 @@ func readPeerMemory(pid int, addr uint64, dst []byte) error {
 			return err
 		}
 		if n == 0 {
-			return fmt.Errorf("process_vm_readv read nothing at %#x (%d bytes left)", addr+uint64(done), len(dst)-done)
+			return fmt.Errorf("%s moved nothing at %#x (%d bytes left)", name, addr+uint64(done), len(b)-done)
 		}
 		done += n
 	}
 	return nil
 }
 
-// CMAUsable says whether this process can read the memory of other
-// processes of the same user with process_vm_readv, and why not. It reads
-// its own memory through the call (a seccomp filter, as in some container
-// runtimes, refuses it), and checks Yama's ptrace_scope: 0 allows it, 1
+// CMAUsable says whether this process can read and write the memory of
+// other processes of the same user with process_vm_readv and
+// process_vm_writev, and why not. It reads and writes its own memory
+// through the calls (a seccomp filter, as in some container runtimes,
+// refuses them), and checks Yama's ptrace_scope: 0 allows it, 1
 // allows it once the process has said any process may trace it (which
 // this function does, as Open MPI does), 2 only with CAP_SYS_PTRACE, 3
 // never. Ranks use direct (single-copy) plans only when every rank of the
@@ -57,6 +69,13 @@ func cmaUsable() (bool, string) {
 	}
 	if string(got) != string(probe) {
 		return false, "process_vm_readv on this process read the wrong bytes"
+	}
+	back := make([]byte, len(probe))
+	if err := writePeerMemory(os.Getpid(), addrOf(back), probe); err != nil {
+		return false, fmt.Sprintf("process_vm_writev on this process failed: %v", err)
+	}
+	if string(back) != string(probe) {
+		return false, "process_vm_writev on this process wrote the wrong bytes"
 	}
 	b, err := os.ReadFile("/proc/sys/kernel/yama/ptrace_scope")
 	if err != nil {

@@ -94,14 +94,16 @@ type msg struct {
 }
 
 type fifo struct {
-	free     chan []byte
-	ready    chan msg
-	done     chan struct{} // closed when the link fails or closes
-	failOnce sync.Once
-	err      error  // set before done is closed
-	cur      []byte // slot borrowed by the consumer
-	peeked   *msg   // taken from ready by probe, not yet returned by recv
-	curCap   []byte
+	// live and writing: the guard words of the link's sender (guard.go).
+	live, writing uint64
+	free          chan []byte
+	ready         chan msg
+	done          chan struct{} // closed when the link fails or closes
+	failOnce      sync.Once
+	err           error  // set before done is closed
+	cur           []byte // slot borrowed by the consumer
+	peeked        *msg   // taken from ready by probe, not yet returned by recv
+	curCap        []byte
 }
 
 func newFIFO(slots, slotBytes int) *fifo {

@@ -16,8 +16,8 @@ import (
 
 // This file runs the steps of direct (single-copy) plans: Notify and Wait
 // exchange buffer descriptors as small messages over the links;
-// ReadReduceCopy and ReadCopy read the peers' buffers in place
-// (readPeerMemory).
+// ReadReduceCopy reads the peers' buffers in place (readPeerMemory) and
+// writes its result into theirs (writePeerMemory).
 
 // memDesc is where a rank's buffers are: what Notify sends and Wait
 // receives. The cookie (this process's processCookie: its address and
@@ -86,12 +86,37 @@ func (x *executor) peerRange(d *memDesc, peer int, r algorithms.Ref, count int64
 	}
 	lo, hi := r.Off*x.esize, (r.Off+count)*x.esize
 	if lo < 0 || hi > size {
-		return 0, fmt.Errorf("gotree/backend: the plan reads [%d,%d) bytes of rank %d's %v buffer, which has %d", lo, hi, peer, r.Buf, size)
+		return 0, fmt.Errorf("gotree/backend: the plan touches [%d,%d) bytes of rank %d's %v buffer, which has %d", lo, hi, peer, r.Buf, size)
 	}
 	return base + uint64(lo), nil
 }
 
-// directStep runs a Notify, Wait, ReadReduceCopy or ReadCopy step. descs
+// peerAccess moves b to or from off bytes into the peer's range ref of a
+// step (write: writePeerMemory, else readPeerMemory), and names the peer
+// and the remedy in errors.
+func (x *executor) peerAccess(st *algorithms.Step, descs map[int]*memDesc, ch, peer int, ref algorithms.Ref, off int64, b []byte, write bool) error {
+	d := descs[peer]
+	if d == nil {
+		return fmt.Errorf("gotree/backend: %v touches rank %d's memory before a Wait received where it is", st.Prim, peer)
+	}
+	a, err := x.peerRange(d, peer, ref, st.Count)
+	if err != nil {
+		return err
+	}
+	move, op, what := readPeerMemory, "read", "reading"
+	if write {
+		move, op, what = writePeerMemory, "write", "writing"
+	}
+	if err := move(d.pid, a+uint64(off), b); err != nil {
+		if errors.Is(err, syscall.ESRCH) {
+			return &PeerError{Peer: peer, Channel: ch, Op: op, Err: fmt.Errorf("its process %d has exited: %w", d.pid, ErrClosed)}
+		}
+		return &PeerError{Peer: peer, Channel: ch, Op: op, Err: fmt.Errorf("%s %d bytes of its memory (process %d): %w; set GOTREE_CMA_DISABLE=1 (or GOTREE_ALGO=^direct) to use the FIFO plans", what, len(b), d.pid, err)}
+	}
+	return nil
+}
+
+// directStep runs a Notify, Wait or ReadReduceCopy step. descs
 // holds the descriptors the stream's Waits received, by peer.
 func (x *executor) directStep(ctx context.Context, ch int, st *algorithms.Step, src, dst []byte, descs map[int]*memDesc, scratch **[]byte) error {
 	switch st.Prim {
@@ -130,62 +155,36 @@ func (x *executor) directStep(ctx context.Context, ch int, st *algorithms.Step, 
 		}
 		return nil
 	}
-	// read copies the bytes from off of the peer's range Src into b.
-	read := func(peer int, off int64, b []byte) error {
-		d := descs[peer]
-		if d == nil {
-			return fmt.Errorf("gotree/backend: %v reads rank %d's memory before a Wait received where it is", st.Prim, peer)
-		}
-		a, err := x.peerRange(d, peer, st.Src, st.Count)
-		if err != nil {
-			return err
-		}
-		pid := d.pid
-		if err := readPeerMemory(pid, a+uint64(off), b); err != nil {
-			if errors.Is(err, syscall.ESRCH) {
-				return &PeerError{Peer: peer, Channel: ch, Op: "read", Err: fmt.Errorf("its process %d has exited: %w", pid, ErrClosed)}
-			}
-			return &PeerError{Peer: peer, Channel: ch, Op: "read", Err: fmt.Errorf("reading %d bytes of its memory (process %d): %w; set GOTREE_CMA_DISABLE=1 (or GOTREE_ALGO=^direct) to use the FIFO plans", len(b), pid, err)}
-		}
-		return nil
-	}
-	total := st.Count * x.esize
-	fb := x.frag * x.esize
-	if st.Prim == algorithms.ReadCopy {
-		if !x.stream {
-			// The kernel copies straight into the output: one pass.
-			return read(st.ReadFrom[0], 0, dst)
-		}
-		// A large cold output: through a cached fragment, then streamed
-		// out (StreamOutputBytes), which saves reading every output line
-		// before it is overwritten.
-		tmp := scratchFor(scratch, min(fb, total))
-		for off := int64(0); off < total; off += fb {
-			end := min(off+fb, total)
-			if err := read(st.ReadFrom[0], off, tmp[:end-off]); err != nil {
-				return err
-			}
-			reduce.CopyStream(dst[off:end], tmp[:end-off])
-		}
-		return nil
-	}
 	if st.Prim != algorithms.ReadReduceCopy {
 		return fmt.Errorf("gotree/backend: unknown primitive %v", st.Prim)
 	}
+	total := st.Count * x.esize
+	fb := x.frag * x.esize
 	// Fragment by fragment, so that the peers' data and the result stay in
-	// cache: read each peer's fragment into scratch and reduce it in.
+	// cache: read each peer's fragment into scratch and reduce it in, then
+	// copy the finished fragment into the peers' outputs from the cache.
 	tmp := scratchFor(scratch, min(fb, total))
 	for off := int64(0); off < total; off += fb {
 		end := min(off+fb, total)
 		t := tmp[:end-off]
 		for k, peer := range st.ReadFrom {
-			if err := read(peer, off, t); err != nil {
+			if err := x.peerAccess(st, descs, ch, peer, st.Src, off, t, false); err != nil {
 				return err
 			}
 			if k == 0 {
 				reduce.Into3(dst[off:end], src[off:end], t, x.p.DType, x.p.Op)
 			} else {
 				reduce.Into(dst[off:end], t, x.p.DType, x.p.Op)
+			}
+		}
+		for _, peer := range st.WriteTo {
+			if err := x.guard.beginWrite(peer, ch); err != nil {
+				return err
+			}
+			err := x.peerAccess(st, descs, ch, peer, st.Dst, off, dst[off:end], true)
+			x.guard.endWrite(peer)
+			if err != nil {
+				return err
 			}
 		}
 	}

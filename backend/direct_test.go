@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -118,14 +120,17 @@ func TestExecDirectAllReduce(t *testing.T) {
 	}
 }
 
-// A peer that announces a buffer shorter than the plan reads fails the
-// read with the range and the rank; a read of memory that is not there
-// fails with the system's error and says how to turn direct plans off.
+// A peer that announces a buffer shorter than the plan reads or writes
+// fails the step with the range and the rank; a read or write of memory
+// that is not there fails with the system's error and says how to turn
+// direct plans off.
 func TestExecDirectBadPeer(t *testing.T) {
 	if ok, why := CMAUsable(); !ok {
 		t.Skip(why)
 	}
 	p := directTestPlan(t, 2, 64, algorithms.Int32)
+	peerIn := make([]byte, 256)
+	defer runtime.KeepAlive(peerIn)
 	// own fills in this process's identity.
 	own := func(d memDesc) memDesc {
 		var x executor
@@ -137,15 +142,23 @@ func TestExecDirectBadPeer(t *testing.T) {
 		name string
 		desc memDesc
 		want string
+		live bool // rank 1 says it is in the call (guard.go), so writes into it may start
 	}{
-		{"short", own(memDesc{in: 4096, inLen: 16, out: 4096, outLen: 16}), "rank 1's in buffer, which has 16"},
-		{"unmapped", own(memDesc{in: 4096, inLen: 256, out: 4096, outLen: 256}), "GOTREE_CMA_DISABLE=1"},
-		{"another process", func() memDesc { d := own(memDesc{in: 4096, inLen: 256, out: 4096, outLen: 256}); d.cookie++; return d }(), "not rank 1's process"},
+		{"short", own(memDesc{in: 4096, inLen: 16, out: 4096, outLen: 16}), "rank 1's in buffer, which has 16", false},
+		{"unmapped", own(memDesc{in: 4096, inLen: 256, out: 4096, outLen: 256}), "GOTREE_CMA_DISABLE=1", false},
+		{"another process", func() memDesc { d := own(memDesc{in: 4096, inLen: 256, out: 4096, outLen: 256}); d.cookie++; return d }(), "not rank 1's process", false},
+		// Reads of rank 1's input succeed; the write of the result into
+		// its output fails.
+		{"short output", own(memDesc{in: addrOf(peerIn), inLen: 256, out: addrOf(peerIn), outLen: 16}), "rank 1's out buffer, which has 16", true},
+		{"unmapped output", own(memDesc{in: addrOf(peerIn), inLen: 256, out: 4096, outLen: 256}), "writing 128 bytes of its memory", true},
+		// A peer that has left the call (or never said it was in it) is
+		// not written.
+		{"peer left", own(memDesc{in: addrOf(peerIn), inLen: 256, out: addrOf(peerIn), outLen: 256}), "it has left the call", false},
 		{"no such process", func() memDesc {
 			d := own(memDesc{in: 4096, inLen: 256, out: 4096, outLen: 256})
 			d.pid = 1 << 30 // above pid_max
 			return d
-		}(), "not rank 1's process"},
+		}(), "not rank 1's process", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mesh := newMemMesh(t, 2)
@@ -153,6 +166,12 @@ func TestExecDirectBadPeer(t *testing.T) {
 			defer cancel()
 			// Rank 1 is played by hand: it announces tc.desc, then waits.
 			go func() {
+				if tc.live {
+					g, release, ok := mesh[1][0].(guarded).guard()
+					require.True(t, ok)
+					defer release()
+					atomic.StoreUint64(g.myLive, guardToken(0xd2))
+				}
 				var msg [memDescBytes]byte
 				tc.desc.encode(msg[:])
 				mesh[1][0].Send(ctx, 0xd2, msg[:])

@@ -2,6 +2,7 @@ package backend
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"unsafe"
@@ -52,6 +53,21 @@ func Exec(ctx context.Context, p *algorithms.Plan, rank int, conns Conns, in, ou
 	}
 	x := executor{p: p, conns: conns, in: in, out: out, esize: int64(esize), frag: fragElems, tag: tag,
 		stream: len(out) >= StreamOutputBytes && !sameMemory(in, out)}
+	cg, err := x.enterCall(rank)
+	if err != nil {
+		return err
+	}
+	x.guard = cg
+	err = x.run(ctx, rp, nstreams)
+	if lerr := cg.leave(); lerr != nil {
+		err = errors.Join(err, lerr)
+	}
+	return err
+}
+
+// run runs the rank's streams: the only one on this goroutine, several in
+// goroutines of their own.
+func (x *executor) run(ctx context.Context, rp *algorithms.RankPlan, nstreams int) error {
 	if nstreams == 1 {
 		// Common small case: no goroutine.
 		for _, ch := range rp.Channels {
@@ -82,7 +98,8 @@ type executor struct {
 	esize   int64
 	frag    int64
 	tag     uint32
-	stream  bool // write results to out with non-temporal stores (StreamOutputBytes)
+	stream  bool       // write results to out with non-temporal stores (StreamOutputBytes)
+	guard   *callGuard // writes into peers' buffers (direct plans); nil: none
 }
 
 // StreamOutputBytes is the output size from which an out-of-place call
@@ -189,7 +206,7 @@ func (x *executor) runStream(ctx context.Context, ch int, steps algorithms.Strea
 			continue
 		}
 		switch st.Prim {
-		case algorithms.Notify, algorithms.Wait, algorithms.ReadReduceCopy, algorithms.ReadCopy:
+		case algorithms.Notify, algorithms.Wait, algorithms.ReadReduceCopy:
 			if descs == nil {
 				descs = map[int]*memDesc{}
 			}

@@ -32,6 +32,11 @@ func NewMemPair(ra, rb, ch, slots, slotBytes int) (a, b Conn) {
 
 func (m *memConn) MaxMessage() int { return m.maxMsg }
 
+// guard implements guarded: the words sit in the two FIFOs.
+func (m *memConn) guard() (guardWords, func(), bool) {
+	return guardWords{myLive: &m.tx.live, myWriting: &m.tx.writing, peerLive: &m.rx.live, peerWriting: &m.rx.writing}, func() {}, true
+}
+
 func (m *memConn) Send(ctx context.Context, tag uint32, p []byte) error {
 	if len(p) > m.maxMsg {
 		return &PeerError{m.peer, m.channel, "send", fmt.Errorf("message of %d bytes exceeds the %d-byte slot", len(p), m.maxMsg)}

@@ -32,7 +32,11 @@ const ShmDir = "/dev/shm"
 //	128  head      uint64  messages consumed by the receiver
 //	256  rxWait    uint32  1 while the receiver sleeps on tail
 //	384  txWait    uint32  1 while the sender sleeps on head
-//	512  sizes     [slots]uint32
+//	512  live      uint64  the sender's call token while it is in a call
+//	                       whose peers write into its buffers (guard.go)
+//	640  writing   uint64  the sender's call token while it writes into the
+//	                       receiver's buffers
+//	768  sizes     [slots]uint32
 //	     tags      [slots]uint32
 //	hdr  data      [slots][slotBytes]byte, hdr rounded up to 4 KiB
 //
@@ -44,7 +48,9 @@ const (
 	offHead   = 128
 	offRxWait = 256
 	offTxWait = 384
-	offSizes  = 512
+	offLive   = 512
+	offWrite  = 640
+	offSizes  = 768
 )
 
 func shmHeaderBytes(slots int) int { return (offSizes + 8*slots + 4095) &^ 4095 }
@@ -382,6 +388,20 @@ func (s *shmConn) unmapLocked() {
 }
 
 func (s *shmConn) MaxMessage() int { return s.maxMsg }
+
+// guard implements guarded: the words live in the segment, which stays
+// mapped until release. The peer is gone once its control socket closed
+// (its process exited).
+func (s *shmConn) guard() (guardWords, func(), bool) {
+	if !s.enter() {
+		return guardWords{}, nil, false
+	}
+	gone := func() bool {
+		p := s.failErr.Load()
+		return p != nil && errors.Is(*p, ErrClosed)
+	}
+	return guardWords{s.tx.u64(offLive), s.tx.u64(offWrite), s.rx.u64(offLive), s.rx.u64(offWrite), gone}, s.exit, true
+}
 
 // wait blocks until ready() holds, spinning, then yielding, then sleeping
 // on the futex word w (whose sleeper flag is flag).

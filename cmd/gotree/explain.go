@@ -611,11 +611,11 @@ func explainCost(w io.Writer, tu *algorithms.Tuning, topo algorithms.CostTopo, m
 	}
 	if _, err := tu.Choose(algorithms.AllReduce, topo, 1<<20, algorithms.Constraints{Algos: 1 << algorithms.Direct}); err == nil {
 		algos = append(algos, algorithms.Direct)
-		fmt.Fprintf(w, "On one node whose ranks may read each other's memory (Linux process_vm_readv; GOTREE_CMA_DISABLE=1\n")
-		fmt.Fprintf(w, "turns it off) there is also direct, single-copy allreduce: each rank owns 1/%d of the message,\n", n)
-		fmt.Fprintf(w, "reduces it reading the other ranks' buffers in place, then copies the other ranks' finished parts\n")
-		fmt.Fprintf(w, "from their buffers. No data goes through a FIFO: 3 rounds of small messages (buffers ready, parts\n")
-		fmt.Fprintf(w, "final, reading done) instead of the ring's %d dependent steps. Each round is a message to every\n", 2*(n-1))
+		fmt.Fprintf(w, "On one node whose ranks may read and write each other's memory (Linux process_vm_readv and\n")
+		fmt.Fprintf(w, "process_vm_writev; GOTREE_CMA_DISABLE=1 turns it off) there is also direct, single-copy allreduce:\n")
+		fmt.Fprintf(w, "each rank owns 1/%d of the message, reduces it reading the other ranks' buffers in place, and\n", n)
+		fmt.Fprintf(w, "writes the finished part into theirs. No data goes through a FIFO: %v rounds of small messages\n", algorithms.ShapeOf(algorithms.AllReduce, algorithms.Direct, topo).IntraHops)
+		fmt.Fprintf(w, "(buffers ready, done) instead of the ring's %d dependent steps. Each round is a message to every\n", 2*(n-1))
 		fmt.Fprintf(w, "other rank, so it costs more than a ring step; direct wins where the ring's hand-offs and copies\n")
 		fmt.Fprintf(w, "cost most: mid-sized to large messages on ranks that share cores.\n")
 	}
