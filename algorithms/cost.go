@@ -318,7 +318,7 @@ var (
 
 // DefaultTuning is the calibration used without a tuning file: NCCL's
 // constants for NVLink, PCI and Net, and gotree's built-in measurements
-// for shm and tcp on a 2-core machine, with shm calibrated for 3 and 4
+// for shm and tcp on a 2-core machine, with shm calibrated for 2, 3 and 4
 // ranks sharing 2 cores (builtin_tuning.go, used only where Cores is 2;
 // callers set Cores to the machine's).
 func DefaultTuning() *Tuning {

@@ -36,6 +36,7 @@ import (
 	"math/bits"
 	"os"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -162,6 +163,7 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 	host, _ := os.Hostname()
 	var fromRuns map[string]tuneRun // "k/algo" -> the sweep's pooled medians
 	var written []algorithms.Transport
+	var fitted2 []algorithms.Transport // transports fitted here on 2 ranks
 	if *from != "" {
 		// Fit shm from a sweep's raw.csv; everything else (base, tcp) comes
 		// from the starting tuning file.
@@ -256,6 +258,7 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 		if jb.k == 2 {
 			tu.Transports[t] = tc
 			written = append([]algorithms.Transport{t}, written...)
+			fitted2 = append(fitted2, t)
 		} else {
 			tu.Local = append(tu.Local, algorithms.LocalCost{Transport: t, RanksPerNode: jb.k, Cost: tc})
 		}
@@ -272,7 +275,15 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return fail(err)
 		}
-		src, err := algorithms.BuiltinTuningSource(tu, keep)
+		// The 2-rank fit, the file's main entry, is built in as a local
+		// entry like 3 and 4 ranks: it holds only where the cores are
+		// this machine's count, not for 2 ranks anywhere.
+		bt := *tu
+		bt.Local = slices.Clone(tu.Local)
+		for _, t := range fitted2 {
+			bt.Local = append([]algorithms.LocalCost{{Transport: t, RanksPerNode: 2, Cost: tu.Transports[t]}}, bt.Local...)
+		}
+		src, err := algorithms.BuiltinTuningSource(&bt, keep)
 		if err == nil {
 			err = os.WriteFile(*builtin, src, 0o644)
 		}
