@@ -33,7 +33,7 @@ func CheckPlan(p *Plan) error {
 	if err := validatePlan(p); err != nil {
 		return err
 	}
-	if !hasReads(p) {
+	if !touchesPeers(p) {
 		return newSim(p, nil).run()
 	}
 	// Reads of peers' memory: race-free both with separate input and

@@ -133,7 +133,7 @@ func RunOracle(p *Plan, inputs [][]byte, inPlace bool) ([][]byte, error) {
 		return nil, planErr("rank %d: unknown primitive %v", ss.rank, st.Prim)
 	}
 	sim := newSim(p, exec)
-	if hasReads(p) {
+	if touchesPeers(p) {
 		sim.race = &raceCheck{inPlace: inPlace}
 	}
 	if err := sim.run(); err != nil {

@@ -3,9 +3,9 @@ package algorithms
 import "fmt"
 
 // This file checks plans whose ranks read or write each other's memory
-// (ReadReduceCopy's ReadFrom and WriteTo; direct.go) for data races, with vector clocks
-// over the same simulation that checks the messages. Every stream keeps a
-// clock; a message carries its sender's; a step's reads of peers' buffers
+// (ReadReduceCopy's ReadFrom and WriteTo; direct.go) for data races, with
+// vector clocks over the same simulation that checks the messages. Every
+// stream keeps a clock; a message carries its sender's; a step's reads of peers' buffers
 // and its writes to its own and to peers' are events stamped with the
 // clock of the step. A read and a write of the same range, or two writes
 // of it, by different ranks must be ordered one way or the other by the
@@ -13,8 +13,8 @@ import "fmt"
 // range end with a mix of both writes. Besides the plan's own writes, the
 // caller writes each rank's buffers before the call (its inputs, the
 // output's old contents) and may write them again once its call returns:
-// a peer may read or write them only between the two. In-place calls are checked
-// with the input and the output as the same memory.
+// a peer may read or write them only between the two. In-place calls are
+// checked with the input and the output as the same memory.
 
 // memEvent is a read or write of [off, off+count) of one rank's buffer.
 type memEvent struct {
@@ -33,8 +33,9 @@ type raceCheck struct {
 	writes  []memEvent
 }
 
-// hasReads reports whether p has steps that read peers' memory.
-func hasReads(p *Plan) bool {
+// touchesPeers reports whether p has steps that read or write peers'
+// memory.
+func touchesPeers(p *Plan) bool {
 	for _, rp := range p.Ranks {
 		for _, cp := range rp.Channels {
 			for _, st := range cp.Streams {
