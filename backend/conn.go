@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 )
 
 // Sentinel errors. Errors returned by Conns wrap one of these where it
@@ -61,6 +62,14 @@ type DirectSender interface {
 // Probe is a receive-side call: it must not run concurrently with Recv.
 type Prober interface {
 	Probe(ctx context.Context) error
+}
+
+// failureReporter is a Conn that says why it failed: failure waits up to
+// d for the link to fail (its peer aborted, giving a reason, or closed)
+// and returns the reason, nil if it still works. An executor that finds a
+// peer's process gone asks it for the reason the peer left.
+type failureReporter interface {
+	failure(d time.Duration) error
 }
 
 // RemoteAbortError is the reason a peer gave when it aborted.

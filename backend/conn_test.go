@@ -208,3 +208,19 @@ func TestYieldPhase(t *testing.T) {
 	require.Equal(t, callerYieldSpin, yieldPhase(derived))
 	require.Greater(t, callerYieldSpin, yieldSpin)
 }
+
+// A shm link reports why it failed (failureReporter): nothing while the
+// peer is there, the peer's reason once it aborts.
+func TestShmFailureReason(t *testing.T) {
+	a, b := shmPair(t, 4, 4096)
+	f, ok := a.(failureReporter)
+	require.True(t, ok)
+	start := time.Now()
+	require.NoError(t, f.failure(20*time.Millisecond))
+	require.GreaterOrEqual(t, time.Since(start), 20*time.Millisecond)
+	b.Abort("rank 1 gave up: rank 2 is gone")
+	err := f.failure(5 * time.Second)
+	var ra *RemoteAbortError
+	require.ErrorAs(t, err, &ra)
+	require.Equal(t, "rank 1 gave up: rank 2 is gone", ra.Reason)
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/gotree/gotree/algorithms"
@@ -62,17 +63,58 @@ func (x *executor) ownDesc() memDesc {
 // checkPeer reads the cookie a peer announced from the process its pid
 // names: another value means another process (ranks in different PID
 // namespaces), whose memory must not be read.
-func checkPeer(d *memDesc, peer, ch int) error {
+func (x *executor) checkPeer(d *memDesc, peer, ch int) error {
 	var got [8]byte
 	err := readPeerMemory(d.pid, d.cookieAddr, got[:])
 	if err == nil && binary.LittleEndian.Uint64(got[:]) == d.cookie {
 		return nil
+	}
+	if errors.Is(err, syscall.ESRCH) {
+		// No such process: it announced itself a moment ago, so it aborted
+		// and exited since (and said why), or its pid is another
+		// namespace's.
+		if ab := x.abortReason(ch, peer, "read"); ab != nil {
+			return ab
+		}
 	}
 	why := "it holds another value"
 	if err != nil {
 		why = err.Error()
 	}
 	return &PeerError{Peer: peer, Channel: ch, Op: "read", Err: fmt.Errorf("process %d here is not rank %d's process (reading its identity: %s): are the ranks in different PID namespaces? Set GOTREE_CMA_DISABLE=1 (or GOTREE_ALGO=^direct) to use the FIFO plans", d.pid, peer, why)}
+}
+
+// peerGoneWait bounds how long peerGone waits for a vanished peer's
+// abort reason.
+const peerGoneWait = 250 * time.Millisecond
+
+// peerGone is the error for a peer whose process has exited: the reason it
+// gave when it aborted, if its link delivers one soon (a rank that failed
+// first exits at once, and its error names the rank that caused it), else
+// that it exited.
+func (x *executor) peerGone(ch, peer int, op string, pid int) error {
+	if ab := x.abortReason(ch, peer, op); ab != nil {
+		return ab
+	}
+	return &PeerError{Peer: peer, Channel: ch, Op: op, Err: fmt.Errorf("its process %d has exited: %w", pid, ErrClosed)}
+}
+
+// abortReason is the reason peer gave for aborting, as its link delivers
+// it within peerGoneWait; nil if it gives none.
+func (x *executor) abortReason(ch, peer int, op string) error {
+	c, err := x.conn(ch, peer)
+	if err != nil {
+		return nil
+	}
+	f, ok := c.(failureReporter)
+	if !ok {
+		return nil
+	}
+	var ra *RemoteAbortError
+	if why := f.failure(peerGoneWait); errors.As(why, &ra) {
+		return &PeerError{Peer: peer, Channel: ch, Op: op, Err: ra}
+	}
+	return nil
 }
 
 func addrOf(b []byte) uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b)))) }
@@ -109,7 +151,7 @@ func (x *executor) peerAccess(st *algorithms.Step, descs map[int]*memDesc, ch, p
 	}
 	if err := move(d.pid, a+uint64(off), b); err != nil {
 		if errors.Is(err, syscall.ESRCH) {
-			return &PeerError{Peer: peer, Channel: ch, Op: op, Err: fmt.Errorf("its process %d has exited: %w", d.pid, ErrClosed)}
+			return x.peerGone(ch, peer, op, d.pid)
 		}
 		return &PeerError{Peer: peer, Channel: ch, Op: op, Err: fmt.Errorf("%s %d bytes of its memory (process %d): %w; set GOTREE_CMA_DISABLE=1 (or GOTREE_ALGO=^direct) to use the FIFO plans", what, len(b), d.pid, err)}
 	}
@@ -148,7 +190,7 @@ func (x *executor) directStep(ctx context.Context, ch int, st *algorithms.Step, 
 			if prev := descs[peer]; prev != nil && *prev == d {
 				continue // a later round: the same buffers, already checked
 			}
-			if err := checkPeer(&d, peer, ch); err != nil {
+			if err := x.checkPeer(&d, peer, ch); err != nil {
 				return err
 			}
 			descs[peer] = &d

@@ -347,6 +347,19 @@ func (s *shmConn) fail(err error) {
 	}
 }
 
+// failure implements failureReporter: the link's failure, polled until d
+// has passed.
+func (s *shmConn) failure(d time.Duration) error {
+	for end := time.Now().Add(d); ; time.Sleep(time.Millisecond) {
+		if p := s.failErr.Load(); p != nil {
+			return *p
+		}
+		if time.Now().After(end) {
+			return nil
+		}
+	}
+}
+
 func (s *shmConn) err(op string) error {
 	e := ErrClosed
 	if p := s.failErr.Load(); p != nil {
