@@ -98,19 +98,33 @@ type TransportCost struct {
 	// tree correction factors it captures what a straight line cannot
 	// (pipeline fill, wake-ups); `gotree tune` fits it from measured times.
 	// Buckets without a value take the nearest bucket's.
-	Correction [NumAlgorithms][NumProtocols][CorrectionBuckets]float64
+	Correction CorrectionTable
+	// InPlace multiplies the time of a call whose output is its input
+	// (every allreduce torch issues), per algorithm, protocol and size
+	// bucket like Correction; no table: 1. The algorithms touch memory
+	// differently in place: the direct allreduce writes each sum over
+	// lines it has just read, where out of place it also pulls the output
+	// buffers through the caches, so on a CPU node its lead over the ring
+	// at large sizes exists only in place. `gotree tune -from` fits it as
+	// the measured ratio of in-place to out-of-place time.
+	InPlace CorrectionTable
 }
 
 // CorrectionBuckets is the number of log2 size buckets of a correction
 // table (1 B .. 2^40 B).
 const CorrectionBuckets = 41
 
-// correction returns the factor for (a, p) at bytes, 1 without a table.
-func (tc *TransportCost) correction(a Algorithm, p Protocol, bytes int64) float64 {
+// CorrectionTable holds a time factor per algorithm, protocol and log2
+// size bucket; 0 marks a bucket without a value.
+type CorrectionTable [NumAlgorithms][NumProtocols][CorrectionBuckets]float64
+
+// At returns the factor for (a, p) at bytes: the bucket's, else the
+// nearest bucket's that has one, 1 without any.
+func (c *CorrectionTable) At(a Algorithm, p Protocol, bytes int64) float64 {
 	if a < 0 || int(a) >= NumAlgorithms || p < 0 || int(p) >= NumProtocols {
 		return 1
 	}
-	tab := &tc.Correction[a][p]
+	tab := &c[a][p]
 	k := min(log2Floor(int(max(bytes, 1))), CorrectionBuckets-1)
 	for d := 0; d < CorrectionBuckets; d++ {
 		if k-d >= 0 && tab[k-d] > 0 {
@@ -121,6 +135,16 @@ func (tc *TransportCost) correction(a Algorithm, p Protocol, bytes int64) float6
 		}
 	}
 	return 1
+}
+
+// correction returns the factor of a call's time for (a, p) at bytes,
+// in place or not.
+func (tc *TransportCost) correction(a Algorithm, p Protocol, bytes int64, inPlace bool) float64 {
+	f := tc.Correction.At(a, p, bytes)
+	if inPlace {
+		f *= tc.InPlace.At(a, p, bytes)
+	}
+	return f
 }
 
 // LocalCost is a transport calibrated for one number of ranks per node
@@ -376,6 +400,7 @@ type Prediction struct {
 	Proto     Protocol
 	Channels  int
 	Bytes     int64   // nccl-tests size: the buffer (allgather/reducescatter: all ranks' blocks)
+	InPlace   bool    // predicted for a call whose output is its input
 	Hops      float64 // intra-node hops plus inter-node hops on the critical path
 	LatencyUs float64
 	BusGBps   float64
@@ -474,12 +499,18 @@ func ShapeOf(coll Collective, a Algorithm, topo CostTopo) Shape {
 	return sh
 }
 
-// Predict returns the model's time for one call of coll moving bytes
-// (nccl-tests size) with algorithm a and protocol p on channels channels
-// (0: as many as the partition rule gives for topo.Channels). It fails for
-// combinations the topology's transports do not support (bandwidth 0) and
-// for tree on anything but allreduce.
+// Predict returns the model's time for one out-of-place call of coll
+// moving bytes (nccl-tests size) with algorithm a and protocol p on
+// channels channels (0: as many as the partition rule gives for
+// topo.Channels). It fails for combinations the topology's transports do
+// not support (bandwidth 0) and for tree on anything but allreduce.
 func (t *Tuning) Predict(coll Collective, a Algorithm, p Protocol, topo CostTopo, bytes int64, channels int) (Prediction, error) {
+	return t.PredictPlaced(coll, a, p, topo, bytes, channels, false)
+}
+
+// PredictPlaced is Predict for a call in place (output = input) or not:
+// an in-place call takes the transport's InPlace factors as well.
+func (t *Tuning) PredictPlaced(coll Collective, a Algorithm, p Protocol, topo CostTopo, bytes int64, channels int, inPlace bool) (Prediction, error) {
 	if err := topo.check(); err != nil {
 		return Prediction{}, err
 	}
@@ -495,7 +526,7 @@ func (t *Tuning) Predict(coll Collective, a Algorithm, p Protocol, topo CostTopo
 	if channels <= 0 {
 		channels = ChannelsFor(a, p, topo.NRanks, bytes, topo.Channels)
 	}
-	pr := Prediction{Coll: coll, Algo: a, Proto: p, Channels: channels, Bytes: bytes}
+	pr := Prediction{Coll: coll, Algo: a, Proto: p, Channels: channels, Bytes: bytes, InPlace: inPlace}
 	intra, intraLocal := t.costOf(topo.Intra, topo.RanksPerNode, topo.NNodes, a, p)
 	inter, interLocal := t.costOf(topo.Inter, topo.RanksPerNode, topo.NNodes, a, p)
 	multiNode := topo.NNodes > 1
@@ -553,9 +584,9 @@ func (t *Tuning) Predict(coll Collective, a Algorithm, p Protocol, topo CostTopo
 	// Per-size corrections of a single-transport topology.
 	switch {
 	case !multiNode:
-		pr.TimeUs *= intra.correction(a, p, bytes)
+		pr.TimeUs *= intra.correction(a, p, bytes, inPlace)
 	case singleRankNodes:
-		pr.TimeUs *= inter.correction(a, p, bytes)
+		pr.TimeUs *= inter.correction(a, p, bytes, inPlace)
 	}
 	return pr, nil
 }
@@ -586,13 +617,14 @@ func (s AlgoSet) Only() (Algorithm, bool) {
 }
 
 // Constraints limit the automatic choice (GOTREE_ALGO, GOTREE_PROTO,
-// GOTREE_MIN_NCHANNELS, GOTREE_MAX_NCHANNELS). The zero value allows
-// everything.
+// GOTREE_MIN_NCHANNELS, GOTREE_MAX_NCHANNELS) and say whether the call is
+// in place. The zero value allows everything for an out-of-place call.
 type Constraints struct {
 	Algos       AlgoSet  // 0: all
 	Protos      ProtoSet // 0: all
 	MinChannels int      // 0: 1
 	MaxChannels int      // 0: topo.Channels
+	InPlace     bool     // the call's output is its input (PredictPlaced)
 }
 
 // ErrNoChoice is returned when the constraints leave nothing to run.
@@ -627,7 +659,7 @@ func (t *Tuning) Choose(coll Collective, topo CostTopo, bytes int64, c Constrain
 			}
 			ch := ChannelsFor(a, p, topo.NRanks, bytes, maxCh)
 			ch = max(ch, minCh)
-			pr, err := t.Predict(coll, a, p, topo, bytes, ch)
+			pr, err := t.PredictPlaced(coll, a, p, topo, bytes, ch, c.InPlace)
 			if err != nil {
 				continue
 			}

@@ -31,7 +31,8 @@ import (
 //	  "measurements": [...]
 //	}
 //
-// "correction" maps log2(bytes) buckets to time factors; "local" entries
+// "correction" maps log2(bytes) buckets to time factors and "in_place"
+// (same shape) to the further factors of in-place calls; "local" entries
 // calibrate a transport for one number of ranks per node (see LocalCost).
 // "measurements" (any JSON) keeps the raw data the fit came from; the
 // library ignores it.
@@ -90,13 +91,13 @@ func (j algoProtoJSON) toTable(what string) (AlgoProto, error) {
 }
 
 type transportJSON struct {
-	BaseUs     algoProtoJSON `json:"base_us"`
-	HopUs      algoProtoJSON `json:"hop_us"`
-	BusGBps    algoProtoJSON `json:"bus_gbps"`
-	PerChannel bool          `json:"per_channel,omitempty"`
-	SharesCPU  bool          `json:"shares_cpu,omitempty"`
-	// Correction: algorithm -> protocol -> log2(bytes) -> factor.
-	Correction map[string]map[string]map[string]float64 `json:"correction,omitempty"`
+	BaseUs     algoProtoJSON  `json:"base_us"`
+	HopUs      algoProtoJSON  `json:"hop_us"`
+	BusGBps    algoProtoJSON  `json:"bus_gbps"`
+	PerChannel bool           `json:"per_channel,omitempty"`
+	SharesCPU  bool           `json:"shares_cpu,omitempty"`
+	Correction correctionJSON `json:"correction,omitempty"`
+	InPlace    correctionJSON `json:"in_place,omitempty"`
 }
 
 type localJSON struct {
@@ -108,28 +109,64 @@ type localJSON struct {
 }
 
 func transportToJSON(tc *TransportCost) transportJSON {
-	j := transportJSON{BaseUs: tc.BaseUs.toJSON(), HopUs: tc.HopUs.toJSON(), BusGBps: tc.BusGBps.toJSON(), PerChannel: tc.PerChannel, SharesCPU: tc.SharesCPU}
+	return transportJSON{BaseUs: tc.BaseUs.toJSON(), HopUs: tc.HopUs.toJSON(), BusGBps: tc.BusGBps.toJSON(), PerChannel: tc.PerChannel, SharesCPU: tc.SharesCPU,
+		Correction: tc.Correction.toJSON(), InPlace: tc.InPlace.toJSON()}
+}
+
+// correctionJSON is a CorrectionTable in a file: algorithm -> protocol ->
+// log2(bytes) -> factor, buckets without a value left out.
+type correctionJSON map[string]map[string]map[string]float64
+
+func (c *CorrectionTable) toJSON() correctionJSON {
+	var j correctionJSON
 	for a := 0; a < NumAlgorithms; a++ {
 		for p := 0; p < NumProtocols; p++ {
-			for k, v := range tc.Correction[a][p] {
+			for k, v := range c[a][p] {
 				if v == 0 {
 					continue
 				}
-				if j.Correction == nil {
-					j.Correction = map[string]map[string]map[string]float64{}
+				if j == nil {
+					j = correctionJSON{}
 				}
 				an, pn := Algorithm(a).String(), Protocol(p).String()
-				if j.Correction[an] == nil {
-					j.Correction[an] = map[string]map[string]float64{}
+				if j[an] == nil {
+					j[an] = map[string]map[string]float64{}
 				}
-				if j.Correction[an][pn] == nil {
-					j.Correction[an][pn] = map[string]float64{}
+				if j[an][pn] == nil {
+					j[an][pn] = map[string]float64{}
 				}
-				j.Correction[an][pn][fmt.Sprint(k)] = v
+				j[an][pn][fmt.Sprint(k)] = v
 			}
 		}
 	}
 	return j
+}
+
+func (j correctionJSON) toTable(what string) (CorrectionTable, error) {
+	var c CorrectionTable
+	for an, protos := range j {
+		a := indexOf(an, NumAlgorithms, func(i int) string { return Algorithm(i).String() })
+		if a < 0 {
+			return c, fmt.Errorf("%s: unknown algorithm %q", what, an)
+		}
+		for pn, buckets := range protos {
+			p := indexOf(pn, NumProtocols, func(i int) string { return Protocol(i).String() })
+			if p < 0 {
+				return c, fmt.Errorf("%s: unknown protocol %q", what, pn)
+			}
+			for ks, v := range buckets {
+				var k int
+				if _, err := fmt.Sscan(ks, &k); err != nil || k < 0 || k >= CorrectionBuckets || fmt.Sprint(k) != ks {
+					return c, fmt.Errorf("%s: bucket %q is not an integer in [0, %d)", what, ks, CorrectionBuckets)
+				}
+				if !(v > 0) {
+					return c, fmt.Errorf("%s: %s/%s/%s = %v is not positive", what, an, pn, ks, v)
+				}
+				c[a][p][k] = v
+			}
+		}
+	}
+	return c, nil
 }
 
 func transportFromJSON(tj transportJSON, what string) (TransportCost, error) {
@@ -145,27 +182,11 @@ func transportFromJSON(tj transportJSON, what string) (TransportCost, error) {
 		return tc, err
 	}
 	tc.PerChannel, tc.SharesCPU = tj.PerChannel, tj.SharesCPU
-	for an, protos := range tj.Correction {
-		a := indexOf(an, NumAlgorithms, func(i int) string { return Algorithm(i).String() })
-		if a < 0 {
-			return tc, fmt.Errorf("%s.correction: unknown algorithm %q", what, an)
-		}
-		for pn, buckets := range protos {
-			p := indexOf(pn, NumProtocols, func(i int) string { return Protocol(i).String() })
-			if p < 0 {
-				return tc, fmt.Errorf("%s.correction: unknown protocol %q", what, pn)
-			}
-			for ks, v := range buckets {
-				var k int
-				if _, err := fmt.Sscan(ks, &k); err != nil || k < 0 || k >= CorrectionBuckets || fmt.Sprint(k) != ks {
-					return tc, fmt.Errorf("%s.correction: bucket %q is not an integer in [0, %d)", what, ks, CorrectionBuckets)
-				}
-				if !(v > 0) {
-					return tc, fmt.Errorf("%s.correction: %s/%s/%s = %v is not positive", what, an, pn, ks, v)
-				}
-				tc.Correction[a][p][k] = v
-			}
-		}
+	if tc.Correction, err = tj.Correction.toTable(what + ".correction"); err != nil {
+		return tc, err
+	}
+	if tc.InPlace, err = tj.InPlace.toTable(what + ".in_place"); err != nil {
+		return tc, err
 	}
 	return tc, nil
 }
@@ -316,7 +337,8 @@ func BuiltinTuningSource(t *Tuning, keep AlgoSet) ([]byte, error) {
 		tc := &c.Local[i].Cost
 		for a := Algorithm(0); int(a) < NumAlgorithms; a++ {
 			if !keep.Has(a) {
-				tc.BaseUs[a], tc.HopUs[a], tc.BusGBps[a], tc.Correction[a] = [NumProtocols]float64{}, [NumProtocols]float64{}, [NumProtocols]float64{}, [NumProtocols][CorrectionBuckets]float64{}
+				tc.BaseUs[a], tc.HopUs[a], tc.BusGBps[a] = [NumProtocols]float64{}, [NumProtocols]float64{}, [NumProtocols]float64{}
+				tc.Correction[a], tc.InPlace[a] = [NumProtocols][CorrectionBuckets]float64{}, [NumProtocols][CorrectionBuckets]float64{}
 			}
 		}
 	}

@@ -182,7 +182,7 @@ func TestBuiltinLocalCores(t *testing.T) {
 	require.NoError(t, err)
 	lc, ok := tu.cost(Shm, 4, 1)
 	require.True(t, ok)
-	wantLocal := (lc.BaseUs[Ring][Simple] + 6*lc.HopUs[Ring][Simple] + 1048576/(1e3*lc.BusGBps[Ring][Simple]*4/6.0)) * lc.correction(Ring, Simple, 1<<20)
+	wantLocal := (lc.BaseUs[Ring][Simple] + 6*lc.HopUs[Ring][Simple] + 1048576/(1e3*lc.BusGBps[Ring][Simple]*4/6.0)) * lc.Correction.At(Ring, Simple, 1<<20)
 	require.InDelta(t, wantLocal, local.TimeUs, 1e-9)
 	// The built-in entries calibrate ring and hd only: the tree keeps the
 	// main shm entry, oversubscription included (4 ranks on 2 cores).
@@ -272,6 +272,7 @@ func TestTuningFileRoundTrip(t *testing.T) {
 	tu.Transports[Shm].Correction[Tree][Simple][12] = 1.25
 	local := tu.Transports[Shm]
 	local.HopUs[Ring][Simple] = 40
+	local.InPlace[Direct][Simple][23] = 0.6
 	net3 := tu.Transports[TCP]
 	net3.HopUs[Ring][Simple] = 120
 	tu.Local = []LocalCost{{Transport: Shm, RanksPerNode: 4, Cost: local}, {Transport: TCP, RanksPerNode: 1, Nodes: 3, Cost: net3}}
@@ -298,6 +299,8 @@ func TestTuningFileRoundTrip(t *testing.T) {
 		`{"version": 1, "bogus": 1}`,
 		`{"version": 1, "transports": {"shm": {"correction": {"ring": {"Simple": {"x": 1}}}}}}`,
 		`{"version": 1, "transports": {"shm": {"correction": {"ring": {"Simple": {"3": 0}}}}}}`,
+		`{"version": 1, "transports": {"shm": {"in_place": {"direct": {"Simple": {"41": 1}}}}}}`,
+		`{"version": 1, "transports": {"shm": {"in_place": {"fast": {"Simple": {"3": 1}}}}}}`,
 		`{"version": 1, "transports": {}, "local": [{"transport": "shm", "ranks_per_node": 0}]}`,
 		`{"version": 1, "transports": {}, "local": [{"transport": "tcp", "ranks_per_node": 1, "nodes": -1}]}`,
 		`not json`,
@@ -335,6 +338,46 @@ func TestCorrectionAndLocal(t *testing.T) {
 			t.Errorf("%d B: %.4f us, want %.4f", tc.bytes, got.TimeUs, tc.want)
 		}
 	}
+	// In place the InPlace factor multiplies as well, with its own
+	// nearest bucket; an algorithm without one is placed alike.
+	tu.Local[0].Cost.InPlace[Ring][Simple][22] = 0.8
+	for _, tc := range []struct {
+		bytes   int64
+		inPlace bool
+		want    float64
+	}{
+		{1024, false, 2 * (10 + 6*5 + 1024/(1e3*1*4/6.0))},
+		{1024, true, 0.8 * 2 * (10 + 6*5 + 1024/(1e3*1*4/6.0))},
+		{1 << 30, true, 0.8 * 0.5 * (10 + 6*5 + (1<<30)/(1e3*1*4/6.0))},
+	} {
+		got, err := tu.PredictPlaced(AllReduce, Ring, Simple, shm4, tc.bytes, 1, tc.inPlace)
+		require.NoError(t, err)
+		require.Equal(t, tc.inPlace, got.InPlace)
+		if !near(got.TimeUs, tc.want) {
+			t.Errorf("%d B in place %v: %.4f us, want %.4f", tc.bytes, tc.inPlace, got.TimeUs, tc.want)
+		}
+	}
+	tree, err := tu.Predict(AllReduce, Tree, Simple, shm4, 1<<20, 1)
+	require.NoError(t, err)
+	treeIn, err := tu.PredictPlaced(AllReduce, Tree, Simple, shm4, 1<<20, 1, true)
+	require.NoError(t, err)
+	require.Equal(t, tree.TimeUs, treeIn.TimeUs)
+	// Choose follows the placement: an in-place factor that cuts the
+	// tree's time at 1 MiB makes it the choice in place only.
+	tu.Local[0].Cost.InPlace[Tree][Simple][20] = 0.2
+	only := Constraints{Algos: 1<<Ring | 1<<Tree, Protos: 1 << Simple}
+	ring, err := tu.Predict(AllReduce, Ring, Simple, shm4, 1<<20, 1)
+	require.NoError(t, err)
+	require.Less(t, ring.TimeUs, tree.TimeUs)
+	require.Less(t, 0.2*tree.TimeUs, 0.8*ring.TimeUs, "the test's premise")
+	out, err := tu.Choose(AllReduce, shm4, 1<<20, only)
+	require.NoError(t, err)
+	require.Equal(t, Ring, out.Algo)
+	only.InPlace = true
+	in, err := tu.Choose(AllReduce, shm4, 1<<20, only)
+	require.NoError(t, err)
+	require.Equal(t, Tree, in.Algo)
+	require.True(t, in.InPlace)
 	// 3 ranks per node: no local entry, the oversubscribed default.
 	shm3 := CostTopo{NRanks: 3, NNodes: 1, RanksPerNode: 3, Intra: Shm, Inter: TCP, Channels: 2}
 	got, _ := tu.Predict(AllReduce, Ring, Simple, shm3, 1<<20, 1)

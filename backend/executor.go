@@ -52,7 +52,7 @@ func Exec(ctx context.Context, p *algorithms.Plan, rank int, conns Conns, in, ou
 		}
 	}
 	x := executor{p: p, conns: conns, in: in, out: out, esize: int64(esize), frag: fragElems, tag: tag,
-		stream: len(out) >= StreamOutputBytes && !sameMemory(in, out)}
+		stream: len(out) >= StreamOutputBytes && !SameMemory(in, out)}
 	cg, err := x.enterCall(rank)
 	if err != nil {
 		return err
@@ -200,7 +200,7 @@ func (x *executor) runStream(ctx context.Context, ch int, steps algorithms.Strea
 			}
 		}
 		if st.Prim == algorithms.Copy {
-			if !sameMemory(src, dst) {
+			if !SameMemory(src, dst) {
 				copy(dst, src)
 			}
 			continue
@@ -353,7 +353,7 @@ func (x *executor) recvExact(ctx context.Context, c Conn, peer, ch int, n int64)
 	return b, nil
 }
 
-// sameMemory reports whether a and b are the same bytes.
-func sameMemory(a, b []byte) bool {
+// SameMemory reports whether a and b are the same bytes (an in-place call).
+func SameMemory(a, b []byte) bool {
 	return len(a) == len(b) && (len(a) == 0 || unsafe.SliceData(a) == unsafe.SliceData(b))
 }

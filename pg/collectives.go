@@ -28,7 +28,7 @@ func (c *Comm) AllReduce(send, recv []byte, count int64, dt algorithms.DType, op
 	if err := checkLen("allreduce", "recvbuf", recv, count, dt); err != nil {
 		return nil, err
 	}
-	return c.enqueue(collArgs{coll: algorithms.AllReduce, count: count, dt: dt, op: op, in: send, out: recv})
+	return c.enqueue(collArgs{coll: algorithms.AllReduce, count: count, dt: dt, op: op, in: send, out: recv, inPlace: backend.SameMemory(send, recv)})
 }
 
 // Broadcast copies root's send into every rank's recv.
@@ -130,10 +130,21 @@ type collArgs struct {
 	plan    *algorithms.Plan // a prepared (point-to-point) plan
 	tag     uint32           // names this call on the wire (opTag)
 	seq     uint64           // the call's sequence number on the communicator
+	inPlace bool             // in and out are the same memory (the cost model's choice depends on it)
+	algo    uint8            // the algorithm of its ring or tree plan + 1, once planned (the ring check compares it); 0: none
 
 	// all-to-all: elements sent to / expected from each rank (the
 	// agreement check compares them pairwise)
 	sendCounts, recvCounts []int64
+}
+
+// planTag is the data tag of a call that runs a plan of algorithm algo:
+// the call's tag for the ring, mixed with the algorithm for the others, so
+// that ranks whose cost models chose differently (in place on some ranks
+// only, different GOTREE_ALGO) fail on each other's first message instead
+// of exchanging data that fits by chance.
+func planTag(tag uint32, algo algorithms.Algorithm) uint32 {
+	return tag ^ uint32(algo)*0x9e3779b1
 }
 
 // opTag hashes what every rank must agree on for one operation (FNV-1a):
@@ -242,8 +253,9 @@ func (c *Comm) modelBytes(coll algorithms.Collective, count int64, dt algorithms
 // choiceKey caches the cost model's choice per collective and size in the
 // plan cache.
 type choiceKey struct {
-	coll  algorithms.Collective
-	bytes int64
+	coll    algorithms.Collective
+	bytes   int64
+	inPlace bool
 }
 
 // choice is the cost model's prediction (algorithm, protocol, channels)
@@ -253,7 +265,7 @@ type choiceKey struct {
 // Simple protocol, so a GOTREE_PROTO without Simple is ignored here.
 func (c *Comm) choice(a collArgs) algorithms.Prediction {
 	bytes := c.modelBytes(a.coll, a.count, a.dt)
-	v, err := c.plans.get(choiceKey{a.coll, bytes}, func() (any, error) {
+	v, err := c.plans.get(choiceKey{a.coll, bytes, a.inPlace}, func() (any, error) {
 		tu := c.tuning
 		algos, err := algorithms.ParseAlgoSpec(c.cfg.Algo, a.coll)
 		if err != nil {
@@ -267,7 +279,7 @@ func (c *Comm) choice(a collArgs) algorithms.Prediction {
 		}
 		topo := algorithms.TopoOfGraph(c.graph, algorithms.Shm, algorithms.TCP)
 		cons := algorithms.Constraints{Algos: algos, Protos: 1 << algorithms.Simple,
-			MinChannels: c.cfg.MinChannels, MaxChannels: c.cfg.MaxChannels}
+			MinChannels: c.cfg.MinChannels, MaxChannels: c.cfg.MaxChannels, InPlace: a.inPlace}
 		pr, err := algorithms.Prediction{}, algorithms.ErrNoChoice
 		if algos != 0 { // (0 would mean "all" to Choose)
 			pr, err = tu.Choose(a.coll, topo, bytes, cons)
@@ -282,7 +294,7 @@ func (c *Comm) choice(a collArgs) algorithms.Prediction {
 			pr, err = tu.Choose(a.coll, topo, bytes, cons)
 		}
 		if err == nil {
-			c.log.Infof("TUNING", "%v %d bytes: %v/%v on %d channels, predicted %.1f us", a.coll, bytes, pr.Algo, pr.Proto, pr.Channels, pr.TimeUs)
+			c.log.Infof("TUNING", "%v %d bytes%s: %v/%v on %d channels, predicted %.1f us", a.coll, bytes, map[bool]string{true: " in place"}[a.inPlace], pr.Algo, pr.Proto, pr.Channels, pr.TimeUs)
 		}
 		return pr, err
 	})
@@ -320,7 +332,7 @@ func (c *Comm) runColl(a collArgs, desc fmt.Stringer, byCaller bool) error {
 	if a.plan != nil {
 		// The whole ring check first: the links of the split check and
 		// the data are made (or waited for) only once all issued this.
-		if _, err := c.ringAgree(ctx, a, func(int) bool { return true }); err != nil {
+		if _, err := c.ringAgree(ctx, a, false, func(int) bool { return true }); err != nil {
 			return c.collFailed(desc, err)
 		}
 		var peers []p2pPeer
@@ -338,14 +350,22 @@ func (c *Comm) runColl(a collArgs, desc fmt.Stringer, byCaller bool) error {
 		}
 		return nil
 	}
-	plan, err := c.planFor(a)
+	plan, placed, err := c.planFor(a)
 	if err != nil {
 		return fmt.Errorf("%w: rank %d: %s: no plan: %v", ErrInvalidArgument, c.rank, desc, err)
 	}
 	if c.log.Enabled(LevelInfo, "COLL") {
 		c.log.Infof("COLL", "%s: %v/%v, %d channels", desc, plan.Algo, plan.Proto, plan.Channels)
 	}
-	later, err := c.ringAgree(ctx, a, func(peer int) bool { return recvsOnChannel(plan, c.rank, 0, peer) })
+	a.algo = uint8(plan.Algo) + 1
+	a.tag = planTag(a.tag, plan.Algo)
+	dataFrom := func(peer int) bool { return recvsOnChannel(plan, c.rank, 0, peer) }
+	if placed {
+		// The peers' plans may differ from this one: every header
+		// before any data.
+		dataFrom = func(int) bool { return true }
+	}
+	later, err := c.ringAgree(ctx, a, placed, dataFrom)
 	if err != nil {
 		return c.collFailed(desc, err)
 	}
@@ -362,31 +382,42 @@ func (c *Comm) runColl(a collArgs, desc fmt.Stringer, byCaller bool) error {
 }
 
 // planFor is the plan of a ring or tree collective (cached per request):
-// the cost model's algorithm and channel count for its size.
-func (c *Comm) planFor(a collArgs) (*algorithms.Plan, error) {
-	key := lastPlanKey{a.coll, a.count, a.dt, a.op, a.root}
+// the cost model's algorithm and channel count for its size. placed says
+// that the model chooses another algorithm for the other placement (in
+// place or not) of the same call: the ranks must then check that they
+// agree on it before the data (see mismatch.go).
+func (c *Comm) planFor(a collArgs) (plan *algorithms.Plan, placed bool, err error) {
+	key := lastPlanKey{a.coll, a.count, a.dt, a.op, a.root, a.inPlace}
 	if lp := c.lastPlan.Load(); lp != nil && lp.key == key {
-		return lp.plan, nil // a training loop repeats its calls: skip the cache's locks and hashing
+		return lp.plan, lp.placed, nil // a training loop repeats its calls: skip the cache's locks and hashing
 	}
-	plan, err := c.buildPlanFor(a)
-	if err == nil {
-		c.lastPlan.Store(&lastPlan{key, plan})
+	plan, err = c.buildPlanFor(a)
+	if err != nil {
+		return nil, false, err
 	}
-	return plan, err
+	if a.coll == algorithms.AllReduce {
+		other := a
+		other.inPlace = !a.inPlace
+		placed = c.choice(other).Algo != plan.Algo
+	}
+	c.lastPlan.Store(&lastPlan{key, plan, placed})
+	return plan, placed, nil
 }
 
 // lastPlan is the most recent call's plan, by what selects it.
 type lastPlan struct {
-	key  lastPlanKey
-	plan *algorithms.Plan
+	key    lastPlanKey
+	plan   *algorithms.Plan
+	placed bool
 }
 
 type lastPlanKey struct {
-	coll  algorithms.Collective
-	count int64
-	dt    algorithms.DType
-	op    algorithms.Op
-	root  int
+	coll    algorithms.Collective
+	count   int64
+	dt      algorithms.DType
+	op      algorithms.Op
+	root    int
+	inPlace bool
 }
 
 func (c *Comm) buildPlanFor(a collArgs) (*algorithms.Plan, error) {
@@ -410,13 +441,15 @@ func (c *Comm) buildPlanFor(a collArgs) (*algorithms.Plan, error) {
 
 // PlanOf returns the plan that a call of allreduce, broadcast, reduce,
 // allgather or reducescatter with these arguments runs on this
-// communicator (the same on every rank), for tools that explain or bound a
-// run (gotree perf's memory-traffic column). It issues nothing.
-func (c *Comm) PlanOf(coll algorithms.Collective, count int64, dt algorithms.DType, op algorithms.Op, root int) (*algorithms.Plan, error) {
+// communicator (the same on every rank), in place (an allreduce whose
+// send and receive buffers are the same memory) or not, for tools that
+// explain or bound a run (gotree perf's memory-traffic column). It issues
+// nothing.
+func (c *Comm) PlanOf(coll algorithms.Collective, count int64, dt algorithms.DType, op algorithms.Op, root int, inPlace bool) (*algorithms.Plan, error) {
 	if coll > algorithms.ReduceScatter {
 		return nil, fmt.Errorf("%w: %v has no ring or tree plan", ErrInvalidArgument, coll)
 	}
-	p, err := c.planFor(collArgs{coll: coll, count: count, dt: dt, op: op, root: root})
+	p, _, err := c.planFor(collArgs{coll: coll, count: count, dt: dt, op: op, root: root, inPlace: inPlace && coll == algorithms.AllReduce})
 	if err != nil {
 		return nil, fmt.Errorf("%w: rank %d: %v: no plan: %v", ErrInvalidArgument, c.rank, coll, err)
 	}

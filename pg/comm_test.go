@@ -157,7 +157,7 @@ func TestCollectivesAcrossWorldSizes(t *testing.T) {
 			cfg.SlotBytes = 4096 // many fragments and FIFO wrap-arounds at small sizes
 			comms := startComms(t, tc.n, tc.hosts, cfg)
 			if tc.algo == "hd" || tc.algo == "direct" { // the plan that runs: on one host the one asked for, else the ring
-				p, err := comms[0].PlanOf(algorithms.AllReduce, 1031, algorithms.Int64, algorithms.Sum, 0)
+				p, err := comms[0].PlanOf(algorithms.AllReduce, 1031, algorithms.Int64, algorithms.Sum, 0, false)
 				require.NoError(t, err)
 				want, _ := algorithms.ParseAlgorithm(tc.algo)
 				if tc.hosts != nil {
@@ -340,7 +340,7 @@ func TestDirectNeedsEveryRank(t *testing.T) {
 		comms := startCommsEach(t, 3, cfg, func(r int, c *Config) { c.CMADisable = r == 2 })
 		for _, count := range []int64{1031, 1 << 18} {
 			for _, c := range comms {
-				p, err := c.PlanOf(algorithms.AllReduce, count, algorithms.Int64, algorithms.Sum, 0)
+				p, err := c.PlanOf(algorithms.AllReduce, count, algorithms.Int64, algorithms.Sum, 0, false)
 				require.NoError(t, err)
 				require.NotEqual(t, algorithms.Direct, p.Algo, "algo %q count %d rank %d", algo, count, c.Rank())
 			}
@@ -351,7 +351,7 @@ func TestDirectNeedsEveryRank(t *testing.T) {
 	cfg := testConfig()
 	cfg.Algo = "direct"
 	comms := startComms(t, 3, nil, cfg)
-	p, err := comms[1].PlanOf(algorithms.AllReduce, 1031, algorithms.Int64, algorithms.Sum, 0)
+	p, err := comms[1].PlanOf(algorithms.AllReduce, 1031, algorithms.Int64, algorithms.Sum, 0, false)
 	require.NoError(t, err)
 	require.Equal(t, algorithms.Direct, p.Algo)
 }

@@ -74,6 +74,16 @@ func TestAlgorithmChoice(t *testing.T) {
 	require.Equal(t, algorithms.Tree, c3.algorithm(large))
 	c4 := comm(Config{Tuning: tu, Algo: "hd"}.withDefaults())
 	require.Equal(t, algorithms.HalvingDoubling, c4.algorithm(large))
+	// An in-place factor makes hd the choice for in-place calls only; the
+	// two placements are cached apart.
+	tu.Transports[algorithms.Shm].InPlace[algorithms.HalvingDoubling][algorithms.Simple][24] = 0.01
+	c5 := comm(cfg)
+	require.Equal(t, algorithms.Ring, c5.algorithm(large))
+	inPlace := large
+	inPlace.inPlace = true
+	require.Equal(t, algorithms.HalvingDoubling, c5.algorithm(inPlace))
+	require.True(t, c5.choice(inPlace).InPlace)
+	require.Equal(t, algorithms.Ring, c5.algorithm(large))
 }
 
 // Without a tuning file the built-in calibration takes the cores of the

@@ -2,6 +2,7 @@ package pg
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,6 +53,98 @@ func TestMismatchedCollectivesFailEveryRank(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Ranks whose settings make them choose different algorithms for the
+// same allreduce (GOTREE_ALGO differs) fail quickly on each other's data
+// tags, and name the two algorithms. (Settings that differ so that one
+// rank runs the tree and another the ring can still leave them waiting
+// until the timeout: each waits on a link the other never writes.)
+func TestRanksThatChooseDifferentAlgorithmsFail(t *testing.T) {
+	for _, odd := range []string{"direct", "hd"} {
+		t.Run(odd, func(t *testing.T) {
+			cfg := testConfig()
+			cfg.Timeout = 30 * time.Second
+			cfg.MaxChannels = 2
+			comms := startCommsEach(t, 3, cfg, func(r int, c *Config) {
+				c.Algo = "ring"
+				if r == 1 {
+					c.Algo = odd
+				}
+			})
+			errs := allReduceEach(t, comms, 1000, func(int) bool { return true })
+			named := false
+			for _, err := range errs {
+				named = named || strings.Contains(err.Error(), "run with the "+odd+" algorithm, which rank 1 chose where this rank chose ring") ||
+					strings.Contains(err.Error(), "run with the ring algorithm, which rank 0 chose where this rank chose "+odd) ||
+					strings.Contains(err.Error(), "run with the ring algorithm, which rank 2 chose where this rank chose "+odd)
+			}
+			require.True(t, named, "no rank named the two algorithms")
+		})
+	}
+}
+
+// The cost model may choose by placement (TransportCost.InPlace): a size
+// where it does runs the ring check first, so that ranks of which some
+// call in place and some not fail at once, naming both algorithms — not
+// wait on each other's plans (here the tree in place, the ring out of
+// place) until the timeout. Where all ranks agree, the call runs the
+// placement's algorithm and sums exactly.
+func TestPlacementChoiceAgreement(t *testing.T) {
+	tu := algorithms.DefaultTuning()
+	tu.Local = nil
+	for k := range algorithms.CorrectionBuckets {
+		tu.Transports[algorithms.Shm].InPlace[algorithms.Tree][algorithms.Simple][k] = 0.001
+	}
+	cfg := testConfig()
+	cfg.Timeout = 30 * time.Second
+	cfg.MaxChannels = 2
+	cfg.Tuning = tu
+	cfg.Algo = "ring,tree"
+	comms := startComms(t, 3, nil, cfg)
+	const count = 1000
+	out, err := comms[0].PlanOf(algorithms.AllReduce, count, algorithms.Int64, algorithms.Sum, 0, false)
+	require.NoError(t, err)
+	in, err := comms[0].PlanOf(algorithms.AllReduce, count, algorithms.Int64, algorithms.Sum, 0, true)
+	require.NoError(t, err)
+	require.Equal(t, algorithms.Ring, out.Algo)
+	require.Equal(t, algorithms.Tree, in.Algo)
+	for _, inplace := range []bool{true, false, true} {
+		checkAllReduceInt64(t, comms, count, inplace)
+	}
+	errs := allReduceEach(t, comms, count, func(r int) bool { return r == 1 })
+	named := false
+	for _, err := range errs {
+		named = named || strings.Contains(err.Error(), "with the tree algorithm where this rank runs ring") ||
+			strings.Contains(err.Error(), "with the ring algorithm where this rank runs tree")
+	}
+	require.True(t, named, "no rank named the two algorithms")
+}
+
+// allReduceEach issues an int64 sum of count elements on every rank (in
+// place where inPlace says), expects every rank to fail well before the
+// communicators' timeout, and returns the errors.
+func allReduceEach(t *testing.T, comms []*Comm, count int64, inPlace func(r int) bool) []error {
+	t.Helper()
+	start := time.Now()
+	reqs := make([]*Request, len(comms))
+	for r, c := range comms {
+		buf, out := make([]byte, 8*count), make([]byte, 8*count)
+		if inPlace(r) {
+			out = buf
+		}
+		var err error
+		reqs[r], err = c.AllReduce(buf, out, count, algorithms.Int64, algorithms.Sum)
+		require.NoError(t, err)
+	}
+	errs := make([]error, len(reqs))
+	for r, q := range reqs {
+		errs[r] = q.Wait(-1)
+		require.Error(t, errs[r], "rank %d got no error", r)
+		t.Logf("rank %d: %v", r, errs[r])
+	}
+	require.Less(t, time.Since(start), 10*time.Second, "errors came from the timeout, not from detection")
+	return errs
 }
 
 // One rank times out waiting for a peer that never issues the collective;

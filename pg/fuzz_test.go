@@ -58,7 +58,7 @@ func FuzzBootstrapFrame(f *testing.F) {
 	})
 }
 
-// Agreement-check headers come from the wire: any 56 bytes (or any other
+// Agreement-check headers come from the wire: any hdrLen bytes (or any other
 // length) must decode or be refused, and comparing and describing what
 // decodes must not panic, whatever collective, dtype, op or counts it
 // claims.

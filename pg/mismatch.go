@@ -40,6 +40,16 @@ import (
 //     channel-0 data is read after the data (the root of a broadcast
 //     sends at once); all others come first on their link and are read
 //     before the data.
+//   - allreduce at a size where the cost model picks another algorithm in
+//     place than out of place (Comm.planFor's placed; the same on every
+//     rank, as it does not depend on the rank's own placement): the ring
+//     check too, every header read before the data, since ranks that
+//     disagree on the placement run different plans, and two plans can
+//     leave each rank waiting on a link the other never writes. The
+//     header carries the plan's algorithm, and the check compares it.
+//     Every allreduce also mixes its plan's algorithm into its data tag
+//     (planTag), so that ranks whose settings differ (GOTREE_ALGO) fail on
+//     the first foreign message they read.
 //   - all-to-all, after the ring check: every pair exchanges headers on
 //     the point-to-point links carrying what each sends to and expects
 //     from the other; each rank then sends a verdict to every peer it
@@ -59,7 +69,7 @@ import (
 const hdrTag uint32 = 0x63687467 // "gthc"
 
 const (
-	hdrLen   = 56
+	hdrLen   = 64
 	hdrMagic = 0x63685467 // "gThc"
 )
 
@@ -85,10 +95,11 @@ type header struct {
 	root       int64
 	send, recv int64 // all-to-all: elements the sender sends to / expects from the receiver
 	round      int64 // ring check: the round
+	algo       uint8 // the algorithm of the sender's plan + 1; 0: not compared (see collArgs.algo)
 }
 
 func (a collArgs) header(kind hdrKind) header {
-	return header{kind: kind, coll: a.coll, dt: a.dt, op: a.op, seq: a.seq, count: a.count, root: int64(a.root)}
+	return header{kind: kind, coll: a.coll, dt: a.dt, op: a.op, seq: a.seq, count: a.count, root: int64(a.root), algo: a.algo}
 }
 
 func (h header) encode() []byte {
@@ -102,6 +113,7 @@ func (h header) encode() []byte {
 	le.PutUint64(b[32:], uint64(h.send))
 	le.PutUint64(b[40:], uint64(h.recv))
 	le.PutUint64(b[48:], uint64(h.round))
+	b[56] = h.algo
 	return b
 }
 
@@ -114,6 +126,7 @@ func decodeHeader(b []byte) (header, bool) {
 		kind: hdrKind(b[0]), coll: algorithms.Collective(b[1]), dt: algorithms.DType(b[2]), op: algorithms.Op(b[3]),
 		seq: le.Uint64(b[8:]), count: int64(le.Uint64(b[16:])), root: int64(le.Uint64(b[24:])),
 		send: int64(le.Uint64(b[32:])), recv: int64(le.Uint64(b[40:])), round: int64(le.Uint64(b[48:])),
+		algo: b[56],
 	}, true
 }
 
@@ -217,6 +230,11 @@ func (c *Comm) compareView(a collArgs, peer int, h header) error {
 		return fmt.Errorf("rank %d issued %s where this rank issued %s (%s %s): %w",
 			peer, h.args().describe(), a.describe(), strings.Join(diff, ", "), verb, errMismatch)
 	}
+	if h.algo != 0 && a.algo != 0 && h.algo != a.algo {
+		// Same call, different plans: each rank's cost model chose alone.
+		return fmt.Errorf("rank %d runs %s with the %v algorithm where this rank runs %v: the ranks' choices differ (in place on some ranks and out of place on others, or different GOTREE_ALGO, GOTREE_TUNING_FILE or channel settings): %w",
+			peer, a.describe(), algorithms.Algorithm(h.algo-1), algorithms.Algorithm(a.algo-1), errMismatch)
+	}
 	return nil
 }
 
@@ -243,9 +261,10 @@ func (c *Comm) compareSplits(a collArgs, peer int, h header) error {
 // it (the root of a broadcast sends at once); the headers from a
 // neighbour that does send data are read before it, as they come first on
 // that link. ringAgree returns the neighbours left for ringAgreeAfter.
-func (c *Comm) ringAgree(ctx context.Context, a collArgs, dataFrom func(peer int) bool) ([]int, error) {
+// always runs it for a call that needsRingCheck lets go without.
+func (c *Comm) ringAgree(ctx context.Context, a collArgs, always bool, dataFrom func(peer int) bool) ([]int, error) {
 	n := c.nranks
-	if n < 2 || !needsRingCheck(a) {
+	if n < 2 || !always && !needsRingCheck(a) {
 		return nil, nil
 	}
 	order := ringOrder(c.graph, 0)
@@ -448,7 +467,20 @@ func (c *Comm) explainTag(a collArgs, peer int, got uint32) string {
 	}
 	base := a
 	base.name = ""
-	match := func(b collArgs) bool { return opTag(b.coll, b.seq, b.count, b.dt, b.op, b.root) == got }
+	mine := algorithms.Algorithm(max(int(a.algo), 1) - 1)
+	for al := algorithms.Ring; int(al) < algorithms.NumAlgorithms; al++ {
+		if al != mine && a.algo != 0 && planTag(opTag(a.coll, a.seq, a.count, a.dt, a.op, a.root), al) == got {
+			return fmt.Sprintf("; the tag is that of the same call run with the %v algorithm, which rank %d chose where this rank chose %v (in place on some ranks and out of place on others, or different GOTREE_ALGO, GOTREE_TUNING_FILE or channel settings)", al, peer, mine)
+		}
+	}
+	match := func(b collArgs) bool {
+		for al := algorithms.Ring; int(al) < algorithms.NumAlgorithms; al++ {
+			if planTag(opTag(b.coll, b.seq, b.count, b.dt, b.op, b.root), al) == got {
+				return true
+			}
+		}
+		return false
+	}
 	say := func(b collArgs) string {
 		return fmt.Sprintf("; the tag is that of %s, which is what rank %d issued", b.describe(), peer)
 	}

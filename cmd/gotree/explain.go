@@ -19,6 +19,7 @@ import (
 	"math/bits"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 
 	"github.com/gotree/gotree/algorithms"
@@ -676,5 +677,15 @@ func explainCost(w io.Writer, tu *algorithms.Tuning, topo algorithms.CostTopo, m
 		fmt.Fprintln(w, ".")
 	default:
 		fmt.Fprintf(w, "\nPredicted crossover: %s.\n", strings.Join(cross, "; "))
+	}
+	// In place the calibration may time the algorithms differently.
+	if inXs, err := tu.Crossovers(algorithms.AllReduce, topo, fine, algorithms.Constraints{InPlace: true}); err == nil && !slices.Equal(inXs, xs) {
+		fmt.Fprintf(w, "\nIn place (output = input, as in every allreduce torch issues) the calibration times the\n")
+		fmt.Fprintf(w, "algorithms differently (its in-place factors), and the choice becomes:\n")
+		for _, x := range inXs {
+			fmt.Fprintf(w, "  %8s .. %-8s %v/%v\n", fmtBytes(x.From), fmtBytes(x.To), x.Algo, x.Proto)
+		}
+		fmt.Fprintf(w, "(The direct allreduce gains most: in place it writes each sum over lines it has just read,\n")
+		fmt.Fprintf(w, "where out of place it also pulls the output buffers through the caches.)\n")
 	}
 }

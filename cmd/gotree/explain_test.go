@@ -288,3 +288,30 @@ func TestExplainCPUChannels(t *testing.T) {
 	assert.NotContains(t, s, "The CPU executor runs at most")
 	assert.Contains(t, rows(s), "ch=4")
 }
+
+// A calibration whose in-place factors change the choice makes explain
+// list the in-place choice as well; without them it says nothing more.
+func TestExplainInPlace(t *testing.T) {
+	tu := algorithms.DefaultTuning()
+	tu.Local = nil
+	path := filepath.Join(t.TempDir(), "tuning.json")
+	write := func() {
+		data, err := algorithms.MarshalTuning(tu, nil, nil)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(path, data, 0o644))
+	}
+	run := func() string {
+		var out, errb bytes.Buffer
+		require.Equal(t, 0, runExplain([]string{"--nranks", "4", "--links", "cpu", "-e", "1M", "--tuning", path}, &out, &errb), errb.String())
+		return out.String()
+	}
+	write()
+	require.NotContains(t, run(), "In place")
+	for k := range algorithms.CorrectionBuckets {
+		tu.Transports[algorithms.Shm].InPlace[algorithms.Tree][algorithms.Simple][k] = 0.001
+	}
+	write()
+	s := run()
+	require.Contains(t, s, "In place (output = input, as in every allreduce torch issues)")
+	require.Contains(t, s, "         4 .. 1M       tree/Simple")
+}

@@ -312,7 +312,8 @@ type perfRow struct {
 	OutOfBound float64 `json:"bound_fraction"`
 	InOfBound  float64 `json:"inplace_bound_fraction"`
 	// The plan the communicator runs at this size (what auto chose, or
-	// the forced algorithm) and its number of channels.
+	// the forced algorithm; "out|in" where the in-place call runs another
+	// algorithm) and its number of channels.
 	PlanAlgo     string `json:"plan_algo"`
 	PlanChannels int    `json:"plan_channels"`
 }
@@ -496,11 +497,18 @@ func perfSize(comm *pg.Comm, o perfOpts, count int64, mem perfMem, inplace bool)
 // median, out of place and in place. It holds for ranks that share one
 // host's memory (shm); across hosts the network, not memory, bounds.
 func memBound(comm *pg.Comm, o perfOpts, count int64, send, recv []byte, row *perfRow) error {
-	plan, err := comm.PlanOf(o.coll, count, o.dtype, o.op, 0)
+	plan, err := comm.PlanOf(o.coll, count, o.dtype, o.op, 0, false)
+	if err != nil {
+		return err
+	}
+	inPlan, err := comm.PlanOf(o.coll, count, o.dtype, o.op, 0, true)
 	if err != nil {
 		return err
 	}
 	row.PlanAlgo, row.PlanChannels = plan.Algo.String(), plan.Channels
+	if inPlan.Algo != plan.Algo {
+		row.PlanAlgo += "|" + inPlan.Algo.String()
+	}
 	nb := int(count) * o.dtype.Size()
 	src, dst := send[:nb], recv[:nb]
 	r, err := comm.Barrier()
@@ -533,7 +541,7 @@ func memBound(comm *pg.Comm, o perfOpts, count int64, send, recv []byte, row *pe
 	row.CopyBW = rate
 	row.BoundUs = float64(plan.Traffic(false)) / (rate * 1e3)
 	row.OutOfBound = row.BoundUs / row.OutTime
-	row.InOfBound = float64(plan.Traffic(true)) / (rate * 1e3) / row.InTime
+	row.InOfBound = float64(inPlan.Traffic(true)) / (rate * 1e3) / row.InTime
 	return nil
 }
 

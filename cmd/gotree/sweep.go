@@ -137,7 +137,8 @@ func runSweep(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "gotree sweep: %v\n", err)
 		return 2
 	}
-	rep := analyseSweep(samples, sweepAuto(cfg))
+	rep := analyseSweep(samples, sweepAuto(cfg, false), false)
+	rep.placed = analyseSweep(samples, sweepAuto(cfg, true), true)
 	rep.cmdline = cmdline
 	rep.when = time.Now().UTC().Format("2006-01-02 15:04 MST")
 	if o.from != "" {
@@ -159,8 +160,10 @@ func runSweep(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
-	rep.writeIntervals(stdout)
-	rep.writeAutoCheck(stdout)
+	for _, r := range []*sweepReport{rep, rep.placed} {
+		r.writeIntervals(stdout)
+		r.writeAutoCheck(stdout)
+	}
 	if rep.wrong != 0 {
 		fmt.Fprintf(stderr, "gotree sweep: %d wrong elements\n", rep.wrong)
 		return 1

@@ -82,9 +82,9 @@ type sweepPoint struct {
 // sweepAutoFunc returns the algorithm auto picks for N local ranks and a size.
 type sweepAutoFunc func(n int, bytes int64) string
 
-// sweepAuto is the choice pg makes for local ranks under cfg: the same
-// graph (one node, cfg's channels) and the same cost model.
-func sweepAuto(cfg pg.Config) sweepAutoFunc {
+// sweepAuto is the choice pg makes for local ranks under cfg, in place or
+// not: the same graph (one node, cfg's channels) and the same cost model.
+func sweepAuto(cfg pg.Config, inPlace bool) sweepAutoFunc {
 	tu := cfg.TuningFor(runtime.NumCPU()) // as pg.Init on this host
 	return func(n int, bytes int64) string {
 		maxCh, minCh := cfg.MaxChannels, cfg.MinChannels
@@ -101,7 +101,7 @@ func sweepAuto(cfg pg.Config) sweepAutoFunc {
 			return "?"
 		}
 		pr, err := tu.Choose(algorithms.AllReduce, algorithms.TopoOfGraph(g, algorithms.Shm, algorithms.TCP), bytes,
-			algorithms.Constraints{Algos: algos, Protos: 1 << algorithms.Simple, MinChannels: minCh, MaxChannels: maxCh})
+			algorithms.Constraints{Algos: algos, Protos: 1 << algorithms.Simple, MinChannels: minCh, MaxChannels: maxCh, InPlace: inPlace})
 		if err != nil {
 			return "?"
 		}
@@ -117,21 +117,25 @@ type sweepReport struct {
 	sizes   map[int][]int64
 	points  map[int]map[string]map[int64]sweepPoint // N -> algo -> bytes
 	auto    sweepAutoFunc
+	inPlace bool         // the report judges the in-place rows (else the out-of-place ones)
+	placed  *sweepReport // the in-place report that writeMarkdown appends, if any
 	wrong   int64
 	cmdline string
 	when    string
 	machine string
 }
 
-func analyseSweep(ss []sweepSample, auto sweepAutoFunc) *sweepReport {
-	r := &sweepReport{groups: sweepGroups(ss), sizes: map[int][]int64{}, points: map[int]map[string]map[int64]sweepPoint{}, auto: auto}
+// analyseSweep judges the samples of one placement (in place or out of
+// place); #wrong counts both.
+func analyseSweep(ss []sweepSample, auto sweepAutoFunc, inPlace bool) *sweepReport {
+	r := &sweepReport{groups: sweepGroups(ss), sizes: map[int][]int64{}, points: map[int]map[string]map[int64]sweepPoint{}, auto: auto, inPlace: inPlace}
 	pool := map[int]map[string]map[int64][]float64{}
 	cvs := map[int]map[string]map[int64]float64{}
 	runs := map[int]map[string]map[int64]int{}
 	seenN, seenA := map[int]bool{}, map[string]bool{}
 	for _, g := range r.groups {
 		r.wrong += g.Wrong
-		if g.InPlace {
+		if g.InPlace != inPlace {
 			continue
 		}
 		if !seenN[g.N] {
@@ -317,8 +321,16 @@ func fmtBytes(b int64) string {
 	return strconv.FormatInt(b, 10)
 }
 
+// placement names the calls the report judges.
+func (r *sweepReport) placement() string {
+	if r.inPlace {
+		return "in place"
+	}
+	return "out of place"
+}
+
 func (r *sweepReport) writeIntervals(w io.Writer) {
-	fmt.Fprintf(w, "# crossover intervals (tie: |loser/winner - 1| < %.0f%%)\n", 100*sweepTie)
+	fmt.Fprintf(w, "# crossover intervals, %s (tie: |loser/winner - 1| < %.0f%%)\n", r.placement(), 100*sweepTie)
 	fmt.Fprintf(w, "| N | winner | interval | points | median margin | max margin |\n|---|---|---|---|---|---|\n")
 	for _, iv := range r.intervals() {
 		fmt.Fprintf(w, "| %d | %s | %s – %s | %d | %.1f%% | %.1f%% |\n", iv.N, iv.Winner, fmtBytes(iv.From), fmtBytes(iv.To), iv.Points, 100*iv.MedMargin, 100*iv.MaxMargin)
@@ -343,7 +355,7 @@ func (r *sweepReport) writeAutoCheck(w io.Writer) {
 			worst[a.N] = a
 		}
 	}
-	fmt.Fprintf(w, "\n# auto check: auto within %.0f%% of the best forced algorithm at %d of %d sizes\n", 100*sweepAutoTol, len(rows)-fails, len(rows))
+	fmt.Fprintf(w, "\n# auto check, %s: auto within %.0f%% of the best forced algorithm at %d of %d sizes\n", r.placement(), 100*sweepAutoTol, len(rows)-fails, len(rows))
 	fmt.Fprintf(w, "| N | sizes | failures | worst size | auto | best | auto slower by |\n|---|---|---|---|---|---|---|\n")
 	for _, n := range r.ns {
 		k, f := 0, 0
@@ -426,11 +438,22 @@ func (r *sweepReport) writeMarkdown(w io.Writer) error {
 	}
 	fmt.Fprintf(w, "- groups with CV > %.0f%%: %d (out-of-place); re-measured groups: %d (kept next to the first measurement)\n", 100*sweepMaxCV, nNoisy, nRe)
 	fmt.Fprintf(w, "- #wrong over every checked row: %d\n\n", r.wrong)
-	fmt.Fprintf(w, "Times are out-of-place medians of cycle medians pooled over both mirrored passes and any re-measurement; ")
-	fmt.Fprintf(w, "the auto column is the algorithm the cost model (the tuning in use) picks for that size.\n\n")
+	fmt.Fprintf(w, "Times are medians of cycle medians pooled over both mirrored passes and any re-measurement (out-of-place groups only are re-measured); ")
+	fmt.Fprintf(w, "the auto column is the algorithm the cost model (the tuning in use) picks for that size and placement. ")
+	fmt.Fprintf(w, "Out of place comes first; in place (every allreduce torch issues) follows.\n\n")
+	r.writeBody(w)
+	if r.placed != nil {
+		fmt.Fprintf(w, "\n")
+		r.placed.writeBody(w)
+	}
+	return nil
+}
+
+// writeBody writes the intervals, the auto check and the per-size table.
+func (r *sweepReport) writeBody(w io.Writer) {
 	r.writeIntervals(w)
 	r.writeAutoCheck(w)
-	fmt.Fprintf(w, "\n# per size\n| N | size | ")
+	fmt.Fprintf(w, "\n# per size, %s\n| N | size | ", r.placement())
 	for _, a := range r.algos {
 		fmt.Fprintf(w, "%s µs (max CV) | ", a)
 	}
@@ -453,7 +476,6 @@ func (r *sweepReport) writeMarkdown(w io.Writer) error {
 			fmt.Fprintf(w, "%s | %.1f%% | %s |\n", win, 100*m, r.auto(n, b))
 		}
 	}
-	return nil
 }
 
 // busbw of a point in GB/s.

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // synthSamples makes out-of-place and in-place cycles of constant times.
@@ -45,7 +47,7 @@ func TestSweepIntervalsAndAuto(t *testing.T) {
 		}
 		return "ring"
 	}
-	r := analyseSweep(ss, auto)
+	r := analyseSweep(ss, auto, false)
 	iv := r.intervals()
 	if len(iv) != 3 {
 		t.Fatalf("intervals %+v", iv)
@@ -71,7 +73,7 @@ func TestSweepIntervalsAndAuto(t *testing.T) {
 			t.Errorf("auto fails at %d: %+v", a.Bytes, a)
 		}
 	}
-	bad := analyseSweep(ss, func(int, int64) string { return "tree" })
+	bad := analyseSweep(ss, func(int, int64) string { return "tree" }, false)
 	fails := 0
 	for _, a := range bad.autoRows() {
 		if !a.Pass {
@@ -98,7 +100,7 @@ func TestSweepAutoMeasuredChoice(t *testing.T) {
 	autoT := map[int64]float64{4: 10.2, 8: 11, 16: 20}
 	ss := append(synthSamples("A", 3, "ring", ring, 2), synthSamples("A", 3, "tree", tree, 2)...)
 	ss = append(ss, synthSamples("A", 3, "auto", autoT, 2)...)
-	r := analyseSweep(ss, func(int, int64) string { return "ring" })
+	r := analyseSweep(ss, func(int, int64) string { return "ring" }, false)
 	type want struct {
 		pass, choicePass bool
 		excess, choice   float64
@@ -199,7 +201,7 @@ func TestSweepGroupsCV(t *testing.T) {
 func TestSweepPNG(t *testing.T) {
 	ss := append(synthSamples("A", 2, "ring", map[int64]float64{4: 10, 64: 11, 1024: 20}, 1),
 		synthSamples("A", 2, "tree", map[int64]float64{4: 12, 64: 11, 1024: 18}, 1)...)
-	r := analyseSweep(ss, func(int, int64) string { return "ring" })
+	r := analyseSweep(ss, func(int, int64) string { return "ring" }, false)
 	var buf bytes.Buffer
 	if err := r.writePNG(&buf); err != nil {
 		t.Fatal(err)
@@ -218,5 +220,49 @@ func TestFmtBytes(t *testing.T) {
 		if got := fmtBytes(b); got != want {
 			t.Errorf("fmtBytes(%d) = %q, want %q", b, got, want)
 		}
+	}
+}
+
+// Each placement is judged on its own rows: here the direct allreduce
+// loses out of place and wins in place, and the markdown shows both.
+func TestSweepJudgesEachPlacement(t *testing.T) {
+	var ss []sweepSample
+	for _, x := range []struct {
+		algo    string
+		inPlace bool
+		us      float64
+	}{{"ring", false, 10}, {"direct", false, 20}, {"ring", true, 9}, {"direct", true, 4}} {
+		for c := 0; c < 3; c++ {
+			ss = append(ss, sweepSample{Run: "A", Seq: 1, N: 3, Algo: x.algo, Bytes: 1 << 20, Cycle: c, InPlace: x.inPlace, Times: []float64{x.us, x.us, x.us}})
+		}
+	}
+	ss[0].Wrong = 2 // out of place; both reports count it
+	auto := func(inPlace bool) sweepAutoFunc {
+		return func(int, int64) string { return map[bool]string{false: "ring", true: "direct"}[inPlace] }
+	}
+	out, in := analyseSweep(ss, auto(false), false), analyseSweep(ss, auto(true), true)
+	for _, c := range []struct {
+		r      *sweepReport
+		winner string
+		best   float64
+	}{{out, "ring", 10}, {in, "direct", 4}} {
+		w, best, _, ok := c.r.verdict(3, 1<<20)
+		require.True(t, ok)
+		require.Equal(t, c.winner, w, c.r.placement())
+		require.Equal(t, c.best, best, c.r.placement())
+		rows := c.r.autoRows()
+		require.Len(t, rows, 1)
+		require.True(t, rows[0].Pass, c.r.placement())
+		require.Equal(t, int64(2), c.r.wrong)
+	}
+	out.placed = in
+	var md bytes.Buffer
+	require.NoError(t, out.writeMarkdown(&md))
+	for _, s := range []string{
+		"# crossover intervals, out of place", "| 3 | ring | 1M – 1M | 1 | 100.0% | 100.0% |",
+		"# crossover intervals, in place", "| 3 | direct | 1M – 1M | 1 | 125.0% | 125.0% |",
+		"# auto check, in place: auto within 5% of the best forced algorithm at 1 of 1 sizes",
+	} {
+		require.Contains(t, md.String(), s)
 	}
 }

@@ -56,6 +56,8 @@ type tuneRun struct {
 	Algo      string    `json:"algo"`
 	Bytes     []int64   `json:"bytes"`
 	MedianUs  []float64 `json:"median_us"`
+	// InPlaceUs is the in-place median per size, 0 where not measured.
+	InPlaceUs []float64 `json:"inplace_median_us,omitempty"`
 	Wrong     int64     `json:"wrong"`
 }
 
@@ -128,21 +130,20 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 			return tuneRun{}, fmt.Errorf("%s N=%d %s: %w", tr, n, algo, err)
 		}
 		run := tuneRun{Transport: tr, NRanks: n, Algo: algo}
-		meds := map[int64][]float64{}
+		meds := map[bool]map[int64][]float64{false: {}, true: {}}
 		for _, c := range res.Cycles {
-			if c.InPlace {
-				continue
-			}
 			m, _, _ := stats(c.Times)
-			meds[c.Bytes] = append(meds[c.Bytes], m)
+			meds[c.InPlace][c.Bytes] = append(meds[c.InPlace][c.Bytes], m)
 			if c.Wrong > 0 {
 				run.Wrong += c.Wrong
 			}
 		}
 		for _, s := range sizes {
-			m, _, _ := stats(meds[s])
+			m, _, _ := stats(meds[false][s])
+			in, _, _ := stats(meds[true][s])
 			run.Bytes = append(run.Bytes, s)
 			run.MedianUs = append(run.MedianUs, m)
+			run.InPlaceUs = append(run.InPlaceUs, in)
 		}
 		fmt.Fprintf(stdout, "# measured %s N=%d %s in %.1f s\n", tr, n, algo, time.Since(t0).Seconds())
 		return run, nil
@@ -176,7 +177,8 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			return fail(err)
 		}
-		rep := analyseSweep(samples, func(int, int64) string { return "" })
+		rep := analyseSweep(samples, func(int, int64) string { return "" }, false)
+		in := analyseSweep(samples, func(int, int64) string { return "" }, true)
 		fromRuns = map[string]tuneRun{}
 		for _, n := range rep.ns {
 			for _, a := range rep.forced(n) {
@@ -185,6 +187,7 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 					if p, ok := rep.points[n][a][b]; ok {
 						run.Bytes = append(run.Bytes, b)
 						run.MedianUs = append(run.MedianUs, p.Median)
+						run.InPlaceUs = append(run.InPlaceUs, in.points[n][a][b].Median) // 0 where not measured
 					}
 				}
 				fromRuns[fmt.Sprintf("%d/%s", n, a)] = run
@@ -253,8 +256,10 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 			tc.HopUs[a][algorithms.Simple] = round3(f.HopUs)
 			tc.BusGBps[a][algorithms.Simple] = round3(f.BusGBps)
 		}
-		// Corrections: measured over the α-β prediction of this fit.
+		// Corrections: measured over the α-β prediction of this fit, and
+		// in place over out of place.
 		fitCorrections(&tc, tu.Cores, entry, topo, measured)
+		fitInPlace(&tc, measured)
 		if jb.k == 2 {
 			tu.Transports[t] = tc
 			written = append([]algorithms.Transport{t}, written...)
@@ -415,6 +420,36 @@ func localTopo(k int, tr algorithms.Transport) algorithms.CostTopo {
 // nodesTopo is the topology of n nodes of one rank each, joined by tr.
 func nodesTopo(n int, tr algorithms.Transport) algorithms.CostTopo {
 	return algorithms.CostTopo{NRanks: n, NNodes: n, RanksPerNode: 1, Intra: algorithms.Shm, Inter: tr, Channels: 2}
+}
+
+// inPlaceMinBytes is the smallest size whose in-place factor tune fits.
+// Below it a call's buffers stay in the caches and its placement does not
+// change what it costs; the ratios measured there (0.87–1.05 in the
+// 2-core sweeps, for every algorithm alike) are noise, which would only
+// flip choices, so those buckets get 1.
+const inPlaceMinBytes = 256 << 10
+
+// fitInPlace sets tc's in-place factors for the algorithms of measured:
+// from inPlaceMinBytes up, the in-place median over the out-of-place one
+// per size bucket, smoothed like the corrections; 1 below.
+func fitInPlace(tc *algorithms.TransportCost, measured map[algorithms.Algorithm]tuneRun) {
+	for a, run := range measured {
+		tab := &tc.InPlace[a][algorithms.Simple]
+		fitted := false
+		for i, b := range run.Bytes {
+			if b >= inPlaceMinBytes && i < len(run.InPlaceUs) && run.InPlaceUs[i] > 0 && run.MedianUs[i] > 0 {
+				tab[bits.Len64(uint64(b))-1] = run.InPlaceUs[i] / run.MedianUs[i]
+				fitted = true
+			}
+		}
+		if !fitted {
+			continue
+		}
+		smoothCorrections(tab)
+		for k := 0; k < bits.Len64(inPlaceMinBytes)-1; k++ {
+			tab[k] = 1
+		}
+	}
 }
 
 // fitCorrections sets tc's per-size corrections for the algorithms of

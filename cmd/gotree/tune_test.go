@@ -45,3 +45,28 @@ func TestSmoothCorrections(t *testing.T) {
 		t.Errorf("smoothed %v", c[:11])
 	}
 }
+
+// The in-place factors are the measured in-place over out-of-place
+// medians per size bucket from inPlaceMinBytes up, smoothed, and 1 below;
+// sizes without an in-place time get none, and an algorithm without
+// in-place times keeps an empty table.
+func TestFitInPlace(t *testing.T) {
+	var tc algorithms.TransportCost
+	fitInPlace(&tc, map[algorithms.Algorithm]tuneRun{
+		algorithms.Direct: {Bytes: []int64{4096, 1 << 20, 2 << 20, 4 << 20, 8 << 20}, MedianUs: []float64{10, 100, 200, 400, 800}, InPlaceUs: []float64{5, 90, 100, 0, 400}},
+		algorithms.Ring:   {Bytes: []int64{1 << 20}, MedianUs: []float64{100}},
+	})
+	d := tc.InPlace[algorithms.Direct][algorithms.Simple]
+	// raw 0.9, 0.5, -, 0.5: bucket 20 = median(0.9, 0.5), 21 = median(0.9, 0.5), 23 alone
+	if d[20] != 0.7 || d[21] != 0.7 || d[22] != 0 || d[23] != 0.5 || d[19] != 0 {
+		t.Errorf("direct in place %v", d[18:25])
+	}
+	for k := 0; k < 18; k++ {
+		if d[k] != 1 {
+			t.Errorf("bucket %d below 256 KiB: %v, want 1", k, d[k])
+		}
+	}
+	if tc.InPlace[algorithms.Ring][algorithms.Simple] != [algorithms.CorrectionBuckets]float64{} {
+		t.Errorf("ring without in-place times got factors %v", tc.InPlace[algorithms.Ring][algorithms.Simple])
+	}
+}
