@@ -2,10 +2,10 @@
 
 package algorithms
 
-// builtinTuningJSON is a tuning file with local entries only: gotree tune -from docs/crossover/fit-e/raw.csv,docs/crossover/fit-f/raw.csv on vm (shm refitted from the sweep; base and tcp from "docs/crossover/tuning.json"), 2026-12-01 17:52 UTC.
+// builtinTuningJSON is a tuning file with local entries only: gotree tune -from docs/crossover/fit-e/raw.csv,docs/crossover/fit-f/raw.csv on vm (shm refitted from the sweep; base and tcp from "docs/crossover/tuning.json"), 2026-12-01 18:27 UTC.
 const builtinTuningJSON = `{
   "version": 1,
-  "source": "gotree tune -from docs/crossover/fit-e/raw.csv,docs/crossover/fit-f/raw.csv on vm (shm refitted from the sweep; base and tcp from \"docs/crossover/tuning.json\"), 2026-12-01 17:52 UTC",
+  "source": "gotree tune -from docs/crossover/fit-e/raw.csv,docs/crossover/fit-f/raw.csv on vm (shm refitted from the sweep; base and tcp from \"docs/crossover/tuning.json\"), 2026-12-01 18:27 UTC",
   "cores": 2,
   "transports": {},
   "local": [
@@ -22,6 +22,9 @@ const builtinTuningJSON = `{
         },
         "ring": {
           "Simple": 0.462
+        },
+        "tree": {
+          "Simple": 0.462
         }
       },
       "hop_us": {
@@ -33,6 +36,9 @@ const builtinTuningJSON = `{
         },
         "ring": {
           "Simple": 1.08
+        },
+        "tree": {
+          "Simple": 1.11
         }
       },
       "bus_gbps": {
@@ -44,6 +50,9 @@ const builtinTuningJSON = `{
         },
         "ring": {
           "Simple": 4.39
+        },
+        "tree": {
+          "Simple": 5.58
         }
       },
       "shares_cpu": true,
@@ -133,6 +142,35 @@ const builtinTuningJSON = `{
             "7": 0.971,
             "8": 0.979,
             "9": 1.02
+          }
+        },
+        "tree": {
+          "Simple": {
+            "10": 1.01,
+            "11": 1.04,
+            "12": 1.04,
+            "13": 1.01,
+            "14": 0.956,
+            "15": 0.873,
+            "16": 0.873,
+            "17": 0.913,
+            "18": 1.29,
+            "19": 1.29,
+            "2": 1.02,
+            "20": 0.999,
+            "21": 0.907,
+            "22": 0.907,
+            "23": 0.948,
+            "24": 1.17,
+            "25": 1.19,
+            "26": 1.2,
+            "3": 0.996,
+            "4": 0.965,
+            "5": 0.933,
+            "6": 0.944,
+            "7": 0.944,
+            "8": 0.982,
+            "9": 0.982
           }
         }
       },
@@ -229,6 +267,37 @@ const builtinTuningJSON = `{
             "8": 1,
             "9": 1
           }
+        },
+        "tree": {
+          "Simple": {
+            "0": 1,
+            "1": 1,
+            "10": 1,
+            "11": 1,
+            "12": 1,
+            "13": 1,
+            "14": 1,
+            "15": 1,
+            "16": 1,
+            "17": 1,
+            "18": 0.918,
+            "19": 0.911,
+            "2": 1,
+            "20": 0.922,
+            "21": 0.903,
+            "22": 0.903,
+            "23": 0.898,
+            "24": 0.898,
+            "25": 0.964,
+            "26": 0.996,
+            "3": 1,
+            "4": 1,
+            "5": 1,
+            "6": 1,
+            "7": 1,
+            "8": 1,
+            "9": 1
+          }
         }
       }
     },
@@ -245,6 +314,9 @@ const builtinTuningJSON = `{
         },
         "ring": {
           "Simple": 0.462
+        },
+        "tree": {
+          "Simple": 0.462
         }
       },
       "hop_us": {
@@ -256,6 +328,9 @@ const builtinTuningJSON = `{
         },
         "ring": {
           "Simple": 2.23
+        },
+        "tree": {
+          "Simple": 3.03
         }
       },
       "bus_gbps": {
@@ -267,6 +342,9 @@ const builtinTuningJSON = `{
         },
         "ring": {
           "Simple": 2.08
+        },
+        "tree": {
+          "Simple": 2.65
         }
       },
       "shares_cpu": true,
@@ -356,6 +434,35 @@ const builtinTuningJSON = `{
             "7": 1.01,
             "8": 1.03,
             "9": 1.03
+          }
+        },
+        "tree": {
+          "Simple": {
+            "10": 0.872,
+            "11": 0.879,
+            "12": 0.879,
+            "13": 0.879,
+            "14": 0.852,
+            "15": 0.834,
+            "16": 0.834,
+            "17": 0.907,
+            "18": 1.33,
+            "19": 1.33,
+            "2": 1,
+            "20": 1.02,
+            "21": 0.833,
+            "22": 0.833,
+            "23": 0.937,
+            "24": 1.02,
+            "25": 1.02,
+            "26": 1.01,
+            "3": 1.01,
+            "4": 1.01,
+            "5": 1.03,
+            "6": 0.994,
+            "7": 0.994,
+            "8": 0.904,
+            "9": 0.904
           }
         }
       },
@@ -452,6 +559,37 @@ const builtinTuningJSON = `{
             "8": 1,
             "9": 1
           }
+        },
+        "tree": {
+          "Simple": {
+            "0": 1,
+            "1": 1,
+            "10": 1,
+            "11": 1,
+            "12": 1,
+            "13": 1,
+            "14": 1,
+            "15": 1,
+            "16": 1,
+            "17": 1,
+            "18": 0.939,
+            "19": 0.96,
+            "2": 1,
+            "20": 0.96,
+            "21": 0.903,
+            "22": 0.903,
+            "23": 0.881,
+            "24": 0.931,
+            "25": 1.02,
+            "26": 1.03,
+            "3": 1,
+            "4": 1,
+            "5": 1,
+            "6": 1,
+            "7": 1,
+            "8": 1,
+            "9": 1
+          }
         }
       }
     },
@@ -468,6 +606,9 @@ const builtinTuningJSON = `{
         },
         "ring": {
           "Simple": 0.462
+        },
+        "tree": {
+          "Simple": 0.462
         }
       },
       "hop_us": {
@@ -479,6 +620,9 @@ const builtinTuningJSON = `{
         },
         "ring": {
           "Simple": 2.82
+        },
+        "tree": {
+          "Simple": 3.6
         }
       },
       "bus_gbps": {
@@ -490,6 +634,9 @@ const builtinTuningJSON = `{
         },
         "ring": {
           "Simple": 1.71
+        },
+        "tree": {
+          "Simple": 1.82
         }
       },
       "shares_cpu": true,
@@ -580,6 +727,35 @@ const builtinTuningJSON = `{
             "8": 0.956,
             "9": 0.987
           }
+        },
+        "tree": {
+          "Simple": {
+            "10": 0.95,
+            "11": 0.95,
+            "12": 0.924,
+            "13": 0.888,
+            "14": 0.827,
+            "15": 0.827,
+            "16": 0.9,
+            "17": 1.09,
+            "18": 1.31,
+            "19": 1.31,
+            "2": 0.949,
+            "20": 0.999,
+            "21": 0.765,
+            "22": 0.765,
+            "23": 0.949,
+            "24": 1.07,
+            "25": 1.12,
+            "26": 1.09,
+            "3": 0.963,
+            "4": 0.999,
+            "5": 1.02,
+            "6": 0.999,
+            "7": 1.02,
+            "8": 0.978,
+            "9": 0.978
+          }
         }
       },
       "in_place": {
@@ -667,6 +843,37 @@ const builtinTuningJSON = `{
             "24": 0.929,
             "25": 0.954,
             "26": 1.01,
+            "3": 1,
+            "4": 1,
+            "5": 1,
+            "6": 1,
+            "7": 1,
+            "8": 1,
+            "9": 1
+          }
+        },
+        "tree": {
+          "Simple": {
+            "0": 1,
+            "1": 1,
+            "10": 1,
+            "11": 1,
+            "12": 1,
+            "13": 1,
+            "14": 1,
+            "15": 1,
+            "16": 1,
+            "17": 1,
+            "18": 0.872,
+            "19": 0.932,
+            "2": 1,
+            "20": 0.98,
+            "21": 0.98,
+            "22": 0.925,
+            "23": 0.925,
+            "24": 0.992,
+            "25": 1.06,
+            "26": 1.02,
             "3": 1,
             "4": 1,
             "5": 1,

@@ -184,10 +184,18 @@ func TestBuiltinLocalCores(t *testing.T) {
 	require.True(t, ok)
 	wantLocal := (lc.BaseUs[Ring][Simple] + 6*lc.HopUs[Ring][Simple] + 1048576/(1e3*lc.BusGBps[Ring][Simple]*4/6.0)) * lc.Correction.At(Ring, Simple, 1<<20)
 	require.InDelta(t, wantLocal, local.TimeUs, 1e-9)
-	// The built-in entries calibrate ring and hd only: the tree keeps the
-	// main shm entry, oversubscription included (4 ranks on 2 cores).
-	require.Zero(t, lc.BusGBps[Tree][Simple])
-	tree, err := tu.Predict(AllReduce, Tree, Simple, shm4, 1<<20, 1)
+	// The tree has its own built-in entry too: chain hops 2(k-1), half the
+	// bus bandwidth; in place its in-place factor as well.
+	require.Positive(t, lc.BusGBps[Tree][Simple])
+	tree, err := tu.PredictPlaced(AllReduce, Tree, Simple, shm4, 1<<20, 1, true)
+	require.NoError(t, err)
+	wantTree := (lc.BaseUs[Tree][Simple] + 6*lc.HopUs[Tree][Simple] + 1048576/(1e3*lc.BusGBps[Tree][Simple]*0.5)) *
+		lc.Correction.At(Tree, Simple, 1<<20) * lc.InPlace.At(Tree, Simple, 1<<20)
+	require.InDelta(t, wantTree, tree.TimeUs, 1e-9)
+	// Without the local tree, the tree keeps the main shm entry,
+	// oversubscription included (4 ranks on 2 cores).
+	lc.BusGBps[Tree] = [NumProtocols]float64{}
+	tree, err = tu.Predict(AllReduce, Tree, Simple, shm4, 1<<20, 1)
 	require.NoError(t, err)
 	require.InDelta(t, 0.5*2+2*3*2*2+1048576/(1e3*(3.5/2)*0.5), tree.TimeUs, 1e-9)
 	// A tuning file's local entries replace the built-in ones.

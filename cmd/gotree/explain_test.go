@@ -230,10 +230,16 @@ func TestExplainSources(t *testing.T) {
 
 // The cost section names the calibration it uses: a tuning file's entry
 // for exactly this many nodes, else the main entry (and the built-in
-// entry for 4 ranks per node on a 2-core node).
+// entry for 4 ranks per node on a 2-core node, here without its tree, which
+// leaves the tree to the main entry).
 func TestExplainCalibrationUsed(t *testing.T) {
 	tu := algorithms.DefaultTuning()
 	tu.Source = "test"
+	for i, l := range tu.Local {
+		if l.Transport == algorithms.Shm && l.RanksPerNode == 4 {
+			tu.Local[i].Cost.BusGBps[algorithms.Tree] = [algorithms.NumProtocols]float64{}
+		}
+	}
 	entry := tu.Transports[algorithms.TCP]
 	tu.Local = append(tu.Local, algorithms.LocalCost{Transport: algorithms.TCP, RanksPerNode: 1, Nodes: 3, Cost: entry})
 	data, err := algorithms.MarshalTuning(tu, []algorithms.Transport{algorithms.TCP}, nil)
