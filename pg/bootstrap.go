@@ -22,8 +22,9 @@ type rankInfo struct {
 	DataAddr  string `json:"addr"`
 	Pid       int    `json:"pid"`
 	TimeoutMS int64  `json:"timeout_ms"`
-	CPUs      int    `json:"cpus,omitempty"` // runtime.NumCPU() of the rank's process
-	CMA       bool   `json:"cma,omitempty"`  // may read and be read by the host's other ranks (backend.CMAUsable)
+	CPUs      int    `json:"cpus,omitempty"`   // runtime.NumCPU() of the rank's process
+	CMA       bool   `json:"cma,omitempty"`    // may read and be read by the host's other ranks (backend.CMAUsable)
+	Choice    string `json:"choice,omitempty"` // what decides its plans besides the call (choiceSettings)
 }
 
 type rootReply struct {

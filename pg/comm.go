@@ -2,6 +2,8 @@ package pg
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -143,7 +145,10 @@ func Init(id UniqueID, rank, nranks int, cfg Config) (*Comm, error) {
 	} else {
 		log.Infof("INIT", "direct (single-copy) allreduce off: %s", why)
 	}
-	table, err := joinRoot(uid, rankInfo{Rank: rank, NRanks: nranks, HostID: host, DataAddr: ln.Addr().String(), Pid: os.Getpid(), TimeoutMS: cfg.Timeout.Milliseconds(), CPUs: runtime.NumCPU(), CMA: cma}, cfg.Timeout)
+	table, err := joinRoot(uid, rankInfo{Rank: rank, NRanks: nranks, HostID: host, DataAddr: ln.Addr().String(), Pid: os.Getpid(), TimeoutMS: cfg.Timeout.Milliseconds(), CPUs: runtime.NumCPU(), CMA: cma, Choice: choiceSettings(cfg)}, cfg.Timeout)
+	if err == nil {
+		err = sameChoiceSettings(table)
+	}
 	if err != nil {
 		ln.Close()
 		return nil, err
@@ -182,6 +187,35 @@ func Init(id UniqueID, rank, nranks int, cfg Config) (*Comm, error) {
 	go c.acceptP2P(uid.Secret)
 	log.Infof("INIT", "comm rank %d nranks %d nnodes %d channels %d init done in %.1f ms", rank, nranks, c.graph.NNodes, c.graph.Channels, float64(time.Since(start).Microseconds())/1000)
 	return c, nil
+}
+
+// choiceSettings says in words what, besides the call itself, decides the
+// algorithm, protocol, channels and so the plan a rank runs. Every rank
+// must have the same: each chooses alone, and plans that do not fit each
+// other leave ranks waiting on links their peers never write.
+func choiceSettings(cfg Config) string {
+	tuning := "built-in"
+	if cfg.Tuning != nil {
+		tuning = "unreadable"
+		if b, err := algorithms.MarshalTuning(cfg.Tuning, nil, nil); err == nil {
+			sum := sha256.Sum256(b)
+			tuning = "sha256 " + hex.EncodeToString(sum[:6])
+		}
+	}
+	return fmt.Sprintf("GOTREE_ALGO=%q GOTREE_PROTO=%q GOTREE_MIN_NCHANNELS=%d GOTREE_MAX_NCHANNELS=%d tuning %s",
+		cfg.Algo, cfg.Proto, cfg.MinChannels, cfg.MaxChannels, tuning)
+}
+
+// sameChoiceSettings fails, on every rank alike, when a rank of the
+// bootstrap table has other choice settings than rank 0.
+func sameChoiceSettings(table []rankInfo) error {
+	for _, r := range table[1:] {
+		if r.Choice != table[0].Choice {
+			return fmt.Errorf("%w: rank %d has %s where rank 0 has %s: every rank must set the same GOTREE_ALGO, GOTREE_PROTO, GOTREE_MIN_NCHANNELS, GOTREE_MAX_NCHANNELS and GOTREE_TUNING_FILE contents, or the ranks choose different plans for the same call and wait on each other",
+				ErrInvalidArgument, r.Rank, r.Choice, table[0].Choice)
+		}
+	}
+	return nil
 }
 
 func defaultHostID() string {

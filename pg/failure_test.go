@@ -3,6 +3,7 @@ package pg
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -55,33 +56,70 @@ func TestMismatchedCollectivesFailEveryRank(t *testing.T) {
 	}
 }
 
-// Ranks whose settings make them choose different algorithms for the
-// same allreduce (GOTREE_ALGO differs) fail quickly on each other's data
-// tags, and name the two algorithms. (Settings that differ so that one
-// rank runs the tree and another the ring can still leave them waiting
-// until the timeout: each waits on a link the other never writes.)
-func TestRanksThatChooseDifferentAlgorithmsFail(t *testing.T) {
-	for _, odd := range []string{"direct", "hd"} {
-		t.Run(odd, func(t *testing.T) {
+// Ranks whose settings would make them choose different plans for the
+// same call (GOTREE_ALGO, channels, tuning) fail in Init, every one of
+// them, naming both settings, instead of waiting on each other later.
+func TestDifferentChoiceSettingsFailInit(t *testing.T) {
+	tu := algorithms.DefaultTuning()
+	tu.Transports[algorithms.Shm].HopUs[algorithms.Tree][algorithms.Simple] = 0.5
+	for _, tc := range []struct {
+		name string
+		set  func(c *Config)
+		want string
+	}{
+		{"algo", func(c *Config) { c.Algo = "direct" }, `GOTREE_ALGO="direct"`},
+		{"channels", func(c *Config) { c.MaxChannels = 1 }, "GOTREE_MAX_NCHANNELS=1"},
+		{"tuning", func(c *Config) { c.Tuning = tu }, "tuning sha256 "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig()
-			cfg.Timeout = 30 * time.Second
+			cfg.Timeout = 20 * time.Second
 			cfg.MaxChannels = 2
-			comms := startCommsEach(t, 3, cfg, func(r int, c *Config) {
-				c.Algo = "ring"
-				if r == 1 {
-					c.Algo = odd
-				}
-			})
-			errs := allReduceEach(t, comms, 1000, func(int) bool { return true })
-			named := false
-			for _, err := range errs {
-				named = named || strings.Contains(err.Error(), "run with the "+odd+" algorithm, which rank 1 chose where this rank chose ring") ||
-					strings.Contains(err.Error(), "run with the ring algorithm, which rank 0 chose where this rank chose "+odd) ||
-					strings.Contains(err.Error(), "run with the ring algorithm, which rank 2 chose where this rank chose "+odd)
+			uid, err := NewUniqueID(cfg)
+			require.NoError(t, err)
+			errs := make([]error, 3)
+			var wg sync.WaitGroup
+			for r := range errs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					c := cfg
+					if r == 1 {
+						tc.set(&c)
+					}
+					var comm *Comm
+					if comm, errs[r] = Init(uid, r, 3, c); comm != nil {
+						comm.Destroy()
+					}
+				}()
 			}
-			require.True(t, named, "no rank named the two algorithms")
+			wg.Wait()
+			for r, err := range errs {
+				require.ErrorIs(t, err, ErrInvalidArgument, "rank %d", r)
+				require.ErrorContains(t, err, "rank 1 has ", "rank %d", r)
+				require.ErrorContains(t, err, tc.want, "rank %d", r)
+				require.ErrorContains(t, err, "where rank 0 has ", "rank %d", r)
+			}
+			t.Logf("%v", errs[0])
 		})
 	}
+}
+
+// A data message of the same call run with another plan is named as such
+// (planTag): the ring's tag is the call's, the others' differ.
+func TestExplainTagNamesOtherPlan(t *testing.T) {
+	c := &Comm{rank: 0, nranks: 3}
+	a := collArgs{coll: algorithms.AllReduce, count: 1000, dt: algorithms.Int64, op: algorithms.Sum, seq: 4}
+	base := opTag(a.coll, a.seq, a.count, a.dt, a.op, a.root)
+	require.Equal(t, base, planTag(base, algorithms.Ring))
+	a.algo = uint8(algorithms.Ring) + 1
+	got := c.explainTag(a, 1, planTag(base, algorithms.Direct))
+	require.Contains(t, got, "the same call run with the direct algorithm, which rank 1 chose where this rank chose ring")
+	// Another call run with another plan is still found.
+	b := a
+	b.op = algorithms.Max
+	got = c.explainTag(a, 2, planTag(opTag(b.coll, b.seq, b.count, b.dt, b.op, b.root), algorithms.HalvingDoubling))
+	require.Contains(t, got, "allreduce #4 (1000 x int64, max), which is what rank 2 issued")
 }
 
 // The cost model may choose by placement (TransportCost.InPlace): a size
