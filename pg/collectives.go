@@ -359,13 +359,7 @@ func (c *Comm) runColl(a collArgs, desc fmt.Stringer, byCaller bool) error {
 	}
 	a.algo = uint8(plan.Algo) + 1
 	a.tag = planTag(a.tag, plan.Algo)
-	dataFrom := func(peer int) bool { return recvsOnChannel(plan, c.rank, 0, peer) }
-	if placed {
-		// The peers' plans may differ from this one: every header
-		// before any data.
-		dataFrom = func(int) bool { return true }
-	}
-	later, err := c.ringAgree(ctx, a, placed, dataFrom)
+	later, err := c.ringAgree(ctx, a, placed, func(peer int) bool { return recvsOnChannel(plan, c.rank, 0, peer) })
 	if err != nil {
 		return c.collFailed(desc, err)
 	}

@@ -48,8 +48,9 @@ import (
 //     leave each rank waiting on a link the other never writes. The
 //     header carries the plan's algorithm, and the check compares it.
 //     Every allreduce also mixes its plan's algorithm into its data tag
-//     (planTag), so that ranks whose settings differ (GOTREE_ALGO) fail on
-//     the first foreign message they read.
+//     (planTag), so that a rank that reads a message of another plan names
+//     it. (The settings that decide a plan besides the call are compared
+//     once, in Init: sameChoiceSettings.)
 //   - all-to-all, after the ring check: every pair exchanges headers on
 //     the point-to-point links carrying what each sends to and expects
 //     from the other; each rank then sends a verdict to every peer it
@@ -80,6 +81,9 @@ const (
 	hdrRound   hdrKind = 2 // ring round > 1: the sender's neighbours agreed in the rounds before
 	hdrVerdict hdrKind = 3 // all-to-all: the sender checked all its pairs; they agree
 )
+
+// whyChoicesDiffer says how ranks come to run different plans for one call.
+const whyChoicesDiffer = "in place on some ranks and out of place on others, or different GOTREE_ALGO, GOTREE_TUNING_FILE or channel settings"
 
 // errMismatch marks an agreement-check failure.
 var errMismatch = errors.New("the ranks issued different collectives, sizes, dtypes, ops or roots at this point")
@@ -232,8 +236,8 @@ func (c *Comm) compareView(a collArgs, peer int, h header) error {
 	}
 	if h.algo != 0 && a.algo != 0 && h.algo != a.algo {
 		// Same call, different plans: each rank's cost model chose alone.
-		return fmt.Errorf("rank %d runs %s with the %v algorithm where this rank runs %v: the ranks' choices differ (in place on some ranks and out of place on others, or different GOTREE_ALGO, GOTREE_TUNING_FILE or channel settings): %w",
-			peer, a.describe(), algorithms.Algorithm(h.algo-1), algorithms.Algorithm(a.algo-1), errMismatch)
+		return fmt.Errorf("rank %d runs %s with the %v algorithm where this rank runs %v: the ranks' choices differ (%s): %w",
+			peer, a.describe(), algorithms.Algorithm(h.algo-1), algorithms.Algorithm(a.algo-1), whyChoicesDiffer, errMismatch)
 	}
 	return nil
 }
@@ -261,11 +265,16 @@ func (c *Comm) compareSplits(a collArgs, peer int, h header) error {
 // it (the root of a broadcast sends at once); the headers from a
 // neighbour that does send data are read before it, as they come first on
 // that link. ringAgree returns the neighbours left for ringAgreeAfter.
-// always runs it for a call that needsRingCheck lets go without.
-func (c *Comm) ringAgree(ctx context.Context, a collArgs, always bool, dataFrom func(peer int) bool) ([]int, error) {
+// before runs it for a call that needsRingCheck lets go without, and
+// reads every header before the data: the peers' plans may differ from
+// this rank's, so dataFrom says nothing about them.
+func (c *Comm) ringAgree(ctx context.Context, a collArgs, before bool, dataFrom func(peer int) bool) ([]int, error) {
 	n := c.nranks
-	if n < 2 || !always && !needsRingCheck(a) {
+	if n < 2 || !before && !needsRingCheck(a) {
 		return nil, nil
+	}
+	if before {
+		dataFrom = func(int) bool { return true }
 	}
 	order := ringOrder(c.graph, 0)
 	pos := -1
@@ -467,10 +476,12 @@ func (c *Comm) explainTag(a collArgs, peer int, got uint32) string {
 	}
 	base := a
 	base.name = ""
-	mine := algorithms.Algorithm(max(int(a.algo), 1) - 1)
-	for al := algorithms.Ring; int(al) < algorithms.NumAlgorithms; al++ {
-		if al != mine && a.algo != 0 && planTag(opTag(a.coll, a.seq, a.count, a.dt, a.op, a.root), al) == got {
-			return fmt.Sprintf("; the tag is that of the same call run with the %v algorithm, which rank %d chose where this rank chose %v (in place on some ranks and out of place on others, or different GOTREE_ALGO, GOTREE_TUNING_FILE or channel settings)", al, peer, mine)
+	if a.algo != 0 {
+		mine, tag := algorithms.Algorithm(a.algo-1), opTag(a.coll, a.seq, a.count, a.dt, a.op, a.root)
+		for al := algorithms.Ring; int(al) < algorithms.NumAlgorithms; al++ {
+			if al != mine && planTag(tag, al) == got {
+				return fmt.Sprintf("; the tag is that of the same call run with the %v algorithm, which rank %d chose where this rank chose %v (%s)", al, peer, mine, whyChoicesDiffer)
+			}
 		}
 	}
 	match := func(b collArgs) bool {
