@@ -688,6 +688,11 @@ class GotreeWork : public c10d::Work {
       const Api& a = *g_api;
       bool user = timeout != ::kNoTimeout;
       auto deadline = user ? Clock::now() + timeout : deadline_;
+      // Past the operation's own deadline the completion thread's watchdog
+      // aborts the communicator and fails the work with the timeout; the
+      // requests then fail too ("connection closed"), and finishing from
+      // that status here would race the watchdog's message.
+      bool watchdogFinishes = false;
       for (auto r : reqs_) {
         gotree_status_t st;
         for (;;) {
@@ -722,11 +727,15 @@ class GotreeWork : public c10d::Work {
           break;
         }
         if (st != GOTREE_SUCCESS) {
-          finishFromStatus(st, r);
+          if (!user && Clock::now() >= deadline_) {
+            watchdogFinishes = true;  // waitCompleted() below waits for it
+          } else {
+            finishFromStatus(st, r);
+          }
           break;
         }
       }
-      if (!completedFlag_.load()) {
+      if (!completedFlag_.load() && !watchdogFinishes) {
         finishFromStatus(GOTREE_SUCCESS, 0);
       }
     }
