@@ -9,7 +9,8 @@
 #   cuda/build_kernels.sh --hash     print the source hash and exit (no nvcc)
 #
 # Environment: PYTHON (python3), CUDA_VENV (build/cuda-venv), NVCC (use this
-# nvcc instead of the wheels; its version is recorded in the hash).
+# nvcc instead of the wheels; its version is recorded in the hash),
+# NVCC_THREADS (architectures compiled at once; default: the CPU count).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -30,6 +31,9 @@ gencode=()
 for a in "${ARCHS[@]}"; do gencode+=("-gencode=arch=compute_$a,code=sm_$a"); done
 gencode+=("-gencode=arch=compute_$PTX_ARCH,code=compute_$PTX_ARCH")
 flags_line() { echo "${NVCC_FLAGS[*]} ${gencode[*]}"; }
+# nvcc compiles the architectures in parallel (--threads); the output does
+# not depend on it, so it stays out of the hashed flags line.
+NVCC_THREADS=${NVCC_THREADS:-$(nproc 2>/dev/null || echo 1)}
 
 mode=build
 case "${1:-}" in
@@ -93,7 +97,7 @@ write_hashfile() { # $1 = file to write
 }
 
 compile() { # $1 = output fatbin, $2 = ptxas log
-  nice "$NVCC" "${NVCC_FLAGS[@]}" "${gencode[@]}" -o "$1" "$here/kernels/gotree.cu" 2>"$2" || { cat "$2" >&2; return 1; }
+  nice "$NVCC" --threads "$NVCC_THREADS" "${NVCC_FLAGS[@]}" "${gencode[@]}" -o "$1" "$here/kernels/gotree.cu" 2>"$2" || { cat "$2" >&2; return 1; }
   if ! grep -qE ' 0 bytes spill stores, 0 bytes spill loads' "$2"; then
     echo "build_kernels: no ptxas -v report in $2" >&2
     return 1
