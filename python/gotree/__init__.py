@@ -33,7 +33,9 @@ Semantics (CPU tensors):
   any dtype (unknown ones as raw bytes). Integer AVG truncates toward zero.
 * point to point: tags are ignored (like NCCL): sends to one peer are
   matched with that peer's receives in issue order. dist.recv without src
-  (receive from any source) is not supported: the C ABI has none.
+  receives from any source (the first message to arrive) and returns the
+  sender's rank; a zero-element receive from any source is refused (such
+  sends put nothing on the wire): name src.
 * non-contiguous tensors are staged through a contiguous copy and copied
   back when the collective succeeds; tensors with overlapping memory (from
   expand()) are refused for output.
@@ -46,9 +48,10 @@ Semantics (CPU tensors):
   timed-out collective raises torch.distributed.DistBackendError (from
   Work.wait() and from the Work's future); a forked child that calls gotree
   gets a RuntimeError.
-* not offered: split_group / supports_splitting (create groups with
-  new_group; do not pass device_id= to init_process_group), sparse
-  allreduce.
+* groups: new_group, and split_group (supports_splitting, torch >= 2.9:
+  each split is a new communicator of the ranks listed, bootstrapped
+  through the parent's store; ranks left out get None).
+* not offered: sparse allreduce.
 * LD_BIND_NOW=1 is not supported (libgotree.so binds NVML lazily).
 * $GOTREE_LIBRARY overrides the path of libgotree.so.
 
