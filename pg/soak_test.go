@@ -17,11 +17,10 @@ import (
 // TestSoak runs many collectives of random sizes, ops, dtypes and
 // algorithms across 4 ranks with exact integer checks, and checks that
 // goroutines, open files and RSS stay flat. GOTREE_SOAK_N sets the count
-// (default 1500; the closing note of issue 8 reports a 100,000 run).
+// (default 1500, or 300 under the race detector, which makes it about
+// eight times slower: make test-go's second, detector-free run does the
+// full count; the closing note of issue 8 reports a 100,000 run).
 func TestSoak(t *testing.T) {
-	// The full soak runs without the race detector (make test-go's second
-	// run), where it takes a few seconds; under the detector, whose run
-	// is about eight times slower, a fifth of it covers the same paths.
 	total := 1500
 	if raceEnabled {
 		total = 300

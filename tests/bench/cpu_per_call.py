@@ -23,12 +23,6 @@ import os
 import time
 
 
-def parse_bytes(s):
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    s = s.strip().upper().rstrip("B")
-    return int(s[:-1]) * mult[s[-1]] if s and s[-1] in mult else int(s)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bytes", default="4M", help="bytes per buffer (K/M/G suffixes)")
@@ -41,11 +35,12 @@ def main():
     import torch.distributed as dist
 
     import gotree  # noqa: F401  (registers the backend)
+    from gotree.bench import parse_size
 
     torch.set_num_threads(1)
     dist.init_process_group(backend=a.backend)
     rank, n = dist.get_rank(), dist.get_world_size()
-    count = max(1, parse_bytes(a.bytes) // 4)
+    count = max(1, parse_size(a.bytes) // 4)
     src = (torch.arange(count, dtype=torch.int64) % 251).to(torch.float32)
     want = src * n
     bufs = [src.clone() for _ in range(a.buffers)]
