@@ -144,6 +144,9 @@ func checkStep(s *Step, rank, n int, inN, outN int64) error {
 			return fmt.Errorf("reads from peers %v but is no read step", s.ReadFrom)
 		}
 	}
+	if s.SrcAt != 0 && (s.Prim != RecvReduceSend && s.Prim != RecvReduceCopySend || s.SrcAt < 0 || s.SrcAt > len(s.RecvFrom)) {
+		return fmt.Errorf("source at fold position %d (want 0..%d, and only in a reduce step)", s.SrcAt, len(s.RecvFrom))
+	}
 	if len(s.WriteTo) > 0 && s.Prim != ReadReduceCopy {
 		return fmt.Errorf("writes to peers %v but is no ReadReduceCopy", s.WriteTo)
 	}

@@ -54,7 +54,7 @@ func ParseTransport(s string) (Transport, error) {
 
 // NumAlgorithms and NumProtocols size the per-(algorithm, protocol) tables.
 const (
-	NumAlgorithms = 4 // Ring, Tree, HalvingDoubling, Direct
+	NumAlgorithms = 5 // Ring, Tree, HalvingDoubling, Direct, OneShot
 	NumProtocols  = 3 // LL, LL128, Simple
 )
 
@@ -327,9 +327,9 @@ const (
 // across the nodes themselves).
 var (
 	defaultShm = TransportCost{
-		BaseUs:    AlgoProto{{0, 0, 0.5}, {0, 0, 0.5}, {0, 0, 0.5}, {0, 0, 0.5}},
-		HopUs:     AlgoProto{{0, 0, 1}, {0, 0, 2}, {0, 0, 1}, {0, 0, 2.2}},
-		BusGBps:   AlgoProto{{0, 0, 3}, {0, 0, 3.5}, {0, 0, 2.5}, {0, 0, 2.84}},
+		BaseUs:    AlgoProto{{0, 0, 0.5}, {0, 0, 0.5}, {0, 0, 0.5}, {0, 0, 0.5}, {0, 0, 0.5}},
+		HopUs:     AlgoProto{{0, 0, 1}, {0, 0, 2}, {0, 0, 1}, {0, 0, 2.2}, {0, 0, 2}},
+		BusGBps:   AlgoProto{{0, 0, 3}, {0, 0, 3.5}, {0, 0, 2.5}, {0, 0, 2.84}, {0, 0, 3}},
 		SharesCPU: true,
 	}
 	defaultTCP = TransportCost{
@@ -468,6 +468,8 @@ type Shape struct {
 //     a rank reads (n−1)/n of the message from its peers and writes
 //     (n−1)/n into theirs: the ring's ratio, at the transport's direct
 //     bandwidth.
+//   - one-shot: one hop; a rank sends its whole message to each of the
+//     n−1 others, ratio 1/(n−1).
 func ShapeOf(coll Collective, a Algorithm, topo CostTopo) Shape {
 	n := topo.NRanks
 	if n <= 1 {
@@ -487,6 +489,8 @@ func ShapeOf(coll Collective, a Algorithm, topo CostTopo) Shape {
 		return Shape{IntraHops: hops, Ratio: 1 / moved}
 	case Direct:
 		return Shape{IntraHops: directRounds, Ratio: float64(n) / float64(2*(n-1))}
+	case OneShot:
+		return Shape{IntraHops: 1, Ratio: 1 / float64(n-1)}
 	}
 	steps, nInter := ringSteps(coll, n, topo.NNodes)
 	sh := Shape{IntraHops: float64(steps - nInter), InterHops: float64(nInter), Ratio: 1}
@@ -522,6 +526,9 @@ func (t *Tuning) PredictPlaced(coll Collective, a Algorithm, p Protocol, topo Co
 	}
 	if (a == HalvingDoubling || a == Direct) && topo.NNodes > 1 {
 		return Prediction{}, fmt.Errorf("%w: %v runs within one node", ErrAlgoNotSupported, a)
+	}
+	if a == OneShot && !OneShotUsable(topo.NRanks, topo.NNodes, bytes) {
+		return Prediction{}, fmt.Errorf("%w: %v runs 2..%d ranks within one node, up to %d bytes", ErrAlgoNotSupported, a, maxOneShotRanks, OneShotMaxBytes)
 	}
 	if channels <= 0 {
 		channels = ChannelsFor(a, p, topo.NRanks, bytes, topo.Channels)
@@ -657,6 +664,9 @@ func (t *Tuning) Choose(coll Collective, topo CostTopo, bytes int64, c Constrain
 			if !protos.Has(p) {
 				continue
 			}
+			if a == OneShot && algos != 1<<OneShot && t.oneShotUnknown(topo, p) {
+				continue
+			}
 			ch := ChannelsFor(a, p, topo.NRanks, bytes, maxCh)
 			ch = max(ch, minCh)
 			pr, err := t.PredictPlaced(coll, a, p, topo, bytes, ch, c.InPlace)
@@ -672,6 +682,23 @@ func (t *Tuning) Choose(coll Collective, topo CostTopo, bytes int64, c Constrain
 		return Prediction{}, fmt.Errorf("%w for %v over %v/%v", ErrNoChoice, coll, topo.Intra, topo.Inter)
 	}
 	return best, nil
+}
+
+// oneShotUnknown says that the model cannot predict one-shot with
+// protocol p on topo: its ranks outnumber the cores they share and no
+// calibration for that many ranks has it. The other algorithms' hops
+// scale with the oversubscription (over in PredictPlaced); one-shot's
+// single round does not: on 2 cores `gotree tune -from` a sweep gave it a
+// hop of 1.5 µs at 2 ranks and 12.8–14.3 µs at 3 and 4, where that
+// scaling gives 2.3–3 (docs/crossover/README.md). Auto leaves it out there unless it is the only algorithm allowed
+// (GOTREE_ALGO=oneshot, a sweep forcing it).
+func (t *Tuning) oneShotUnknown(topo CostTopo, p Protocol) bool {
+	main := &t.Transports[topo.Intra]
+	if !main.SharesCPU || t.Cores <= 0 || topo.RanksPerNode <= t.Cores {
+		return false
+	}
+	tc, local := t.costOf(topo.Intra, topo.RanksPerNode, topo.NNodes, OneShot, p)
+	return !local || tc.BusGBps.At(OneShot, p) == 0
 }
 
 // Crossover is a size range with one predicted winner.

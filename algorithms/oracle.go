@@ -8,10 +8,11 @@ import "fmt"
 //
 //   - Send: send Src[0:Count] to every peer in SendTo.
 //   - Recv: write the message from RecvFrom[0] to Dst.
-//   - RecvReduceSend / RecvReduceCopySend: start from a copy of
-//     Src[0:Count], reduce into it the message of each peer in RecvFrom in
-//     list order with ReduceInto(acc, msg, dtype, op), then (…CopySend)
-//     write acc to Dst, and send acc to every peer in SendTo.
+//   - RecvReduceSend / RecvReduceCopySend: fold left to right with
+//     ReduceInto(acc, next, dtype, op) the messages of RecvFrom in list
+//     order with Src[0:Count] inserted at position SrcAt (0: start from a
+//     copy of Src), then (…CopySend) write acc to Dst, and send acc to
+//     every peer in SendTo.
 //   - RecvCopySend: write the message from RecvFrom[0] to Dst and forward
 //     the same bytes to SendTo.
 //   - Copy: copy Src to Dst (executors may skip it when both are the same
@@ -121,9 +122,23 @@ func RunOracle(p *Plan, inputs [][]byte, inPlace bool) ([][]byte, error) {
 			}
 			return nil, nil
 		case RecvReduceSend, RecvReduceCopySend:
-			acc := append([]byte(nil), slice(ss.rank, st.Src, st.Count)...)
-			for _, m := range got {
-				ReduceInto(acc, m.data, p.DType, p.Op)
+			src := slice(ss.rank, st.Src, st.Count)
+			var acc []byte
+			for i := 0; i <= len(got); i++ {
+				var next []byte
+				switch {
+				case i == st.SrcAt:
+					next = src
+				case i < st.SrcAt:
+					next = got[i].data
+				default:
+					next = got[i-1].data
+				}
+				if acc == nil {
+					acc = append([]byte(nil), next...)
+				} else {
+					ReduceInto(acc, next, p.DType, p.Op)
+				}
 			}
 			if st.Prim == RecvReduceCopySend {
 				copy(slice(ss.rank, st.Dst, st.Count), acc)

@@ -232,6 +232,9 @@ func TestOracleSmallCases(t *testing.T) {
 				algos := []Algorithm{Ring}
 				if coll == AllReduce {
 					algos = append(algos, Tree, HalvingDoubling, Direct)
+					if OneShotUsable(n, 1, count*4) {
+						algos = append(algos, OneShot)
+					}
 				}
 				for _, algo := range algos {
 					for _, inPlace := range []bool{false, true} {
@@ -270,6 +273,9 @@ func TestOracleProperties(t *testing.T) {
 			algo = Algorithm(rng.IntN(NumAlgorithms))
 			if algo == Direct && g.NNodes > 1 {
 				algo = Ring // direct reads memory: one host only
+			}
+			if algo == OneShot && !OneShotUsable(n, g.NNodes, 0) {
+				algo = Ring // one host, up to 8 ranks
 			}
 		}
 		ty := orTypes[rng.IntN(len(orTypes))]

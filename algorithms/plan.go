@@ -12,6 +12,8 @@ const (
 	Recv
 	// RecvReduceSend reduces Src with the data received from every peer in
 	// RecvFrom and sends the result to SendTo without writing it locally.
+	// The operands are folded left to right: the messages in RecvFrom
+	// order with Src inserted at position SrcAt (0: Src first).
 	RecvReduceSend
 	// RecvReduceCopySend reduces Src with the received data, writes the
 	// result to Dst and sends it to SendTo (which may be empty).
@@ -91,6 +93,11 @@ type Step struct {
 	// WriteTo lists the peers whose memory a ReadReduceCopy also writes
 	// its result to.
 	WriteTo []int
+	// SrcAt is where Src enters the fold of a RecvReduceSend or
+	// RecvReduceCopySend: after the messages of RecvFrom[:SrcAt]. Plans
+	// whose ranks each fold the same operands (OneShot) set it so that
+	// every rank reduces in rank order and gets the same bits.
+	SrcAt int
 }
 
 // Stream is an ordered list of steps run one after another. A channel may

@@ -44,6 +44,7 @@ func goldenPlans() []goldenPlan {
 		{"reducescatter_ring_1x3", UniformLayout(1, 3, 1, TreePattern), i32(ReduceScatter, Ring, 5), "rank r's result is the reduction of every input's block r"},
 		{"allreduce_ring_1rank", UniformLayout(1, 1, 1, TreePattern), i32(AllReduce, Ring, 7), "one rank: a copy"},
 		{"allreduce_tree_zero", UniformLayout(2, 1, 1, TreePattern), i32(AllReduce, Tree, 0), "zero elements: no steps"},
+		{"allreduce_oneshot_1x3", UniformLayout(1, 3, 1, TreePattern), i32(AllReduce, OneShot, 5), "every rank sends its input to the others and folds all three in rank order, its own at position r"},
 	}
 }
 

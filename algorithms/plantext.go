@@ -47,7 +47,8 @@ func joinRanks(rs []int) string {
 	return strings.Join(parts, ",")
 }
 
-// String prints one step: "RecvReduceSend from 3 to 1 src in[250] n=125".
+// String prints one step: "RecvReduceSend from 3 to 1 src in[250] n=125";
+// "src-at k" when the own operand is folded after the first k messages.
 func (s Step) String() string {
 	parts := []string{fmt.Sprintf("%-18s", s.Prim)}
 	if len(s.RecvFrom) > 0 {
@@ -64,6 +65,9 @@ func (s Step) String() string {
 	}
 	if s.Src.Buf != NoBuf {
 		parts = append(parts, fmt.Sprintf("src %v[%d]", s.Src.Buf, s.Src.Off))
+	}
+	if s.SrcAt != 0 {
+		parts = append(parts, fmt.Sprintf("src-at %d", s.SrcAt))
 	}
 	if s.Dst.Buf != NoBuf {
 		parts = append(parts, fmt.Sprintf("dst %v[%d]", s.Dst.Buf, s.Dst.Off))

@@ -83,6 +83,8 @@ func (p *Plan) BufferCounts() (in, out int64) { return BufferCounts(p.Coll, p.Co
 //     down (interior RecvCopySend from the parent to all children; leaf
 //     Recv). The root has one fused stream: RecvReduceCopySend from its
 //     children back to its children.
+//   - one-shot allreduce (oneshot.go): Send the input to every other
+//     rank; RecvReduceCopySend from all, folded in rank order.
 //   - ring broadcast from the root along Next: root Copy+Send, then
 //     RecvCopySend, the root's predecessor Recv.
 //   - ring reduce starting after the root: Send, RecvReduceSend, and the
@@ -158,6 +160,14 @@ func BuildPlan(g *Graph, req PlanRequest) (*Plan, error) {
 			return nil, fmt.Errorf("%w: %v runs within one host (the graph has %d)", ErrAlgoNotSupported, req.Algo, g.NNodes)
 		}
 		b.directAllReduce(n, req.Count)
+		return b.finish(1), nil
+	}
+	if req.Algo == OneShot {
+		if bytes := req.Count * int64(req.DType.Size()); !OneShotUsable(n, g.NNodes, bytes) {
+			return nil, fmt.Errorf("%w: %v runs 2..%d ranks of one host and messages up to %d bytes (%d ranks on %d hosts, %d bytes)",
+				ErrAlgoNotSupported, req.Algo, maxOneShotRanks, OneShotMaxBytes, n, g.NNodes, bytes)
+		}
+		b.oneShotAllReduce(n, req.Count)
 		return b.finish(1), nil
 	}
 	es := int64(req.DType.Size())

@@ -188,9 +188,14 @@ const (
 	// Not one of NCCL's for the CPU; its GPU cousins are NCCL's P2P
 	// direct pointers.
 	Direct
+	// OneShot is the small-message allreduce for ranks that share a host
+	// (oneshot.go): every rank sends its whole message to every other
+	// and reduces all of them itself, in rank order. One round instead of
+	// the ring's 2(n−1) dependent hand-offs. Not one of NCCL's.
+	OneShot
 )
 
-// ParseAlgorithm maps a name ("ring", "tree", "hd", "direct") to its Algorithm:
+// ParseAlgorithm maps a name ("ring", "tree", "hd", "direct", "oneshot") to its Algorithm:
 // the inverse of String.
 func ParseAlgorithm(name string) (Algorithm, error) {
 	for a := Algorithm(0); int(a) < NumAlgorithms; a++ {
@@ -198,7 +203,7 @@ func ParseAlgorithm(name string) (Algorithm, error) {
 			return a, nil
 		}
 	}
-	return 0, fmt.Errorf("unknown algorithm %q (want ring, tree, hd or direct)", name)
+	return 0, fmt.Errorf("unknown algorithm %q (want ring, tree, hd, direct or oneshot)", name)
 }
 
 func (a Algorithm) String() string {
@@ -211,6 +216,8 @@ func (a Algorithm) String() string {
 		return "hd"
 	case Direct:
 		return "direct"
+	case OneShot:
+		return "oneshot"
 	}
 	return fmt.Sprintf("algorithm(%d)", int(a))
 }

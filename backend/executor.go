@@ -42,6 +42,12 @@ func Exec(ctx context.Context, p *algorithms.Plan, rank int, conns Conns, in, ou
 	if fragElems <= 0 {
 		return fmt.Errorf("gotree/backend: fragment of %d bytes is smaller than one %v element", fragBytes, p.DType)
 	}
+	if p.Algo == algorithms.OneShot && p.Count > fragElems {
+		// Every rank sends before it receives: a message cut in more
+		// fragments than the links have free slots would wait forever.
+		return fmt.Errorf("gotree/backend: one-shot plan of %d bytes does not fit one %d-byte fragment (the links' slot size); one-shot runs messages up to %d bytes",
+			p.Count*int64(esize), fragElems*int64(esize), algorithms.OneShotMaxBytes)
+	}
 	rp := &p.Ranks[rank]
 	nstreams := 0
 	for _, ch := range rp.Channels {
@@ -277,14 +283,49 @@ func (x *executor) runStream(ctx context.Context, ch int, steps algorithms.Strea
 						return err
 					}
 				}
+				own := src[off:end]
+				copyOut := false
 				switch {
 				case direct != nil:
 				case st.Prim == algorithms.RecvReduceSend: // no output to reduce into
 					acc = scratchFor(&scratch, fb)[:end-off]
+				case st.SrcAt >= 2 && SameMemory(dst[off:end], own):
+					// In place, the first two messages' reduction would
+					// overwrite the own operand before its turn.
+					acc, copyOut = scratchFor(&scratch, fb)[:end-off], true
 				default:
 					acc = dst[off:end]
 				}
+				// Fold the operands left to right: the messages in
+				// RecvFrom order with own at position SrcAt. The first
+				// operand waits for the second (one Into3, no copy); a
+				// message is released once folded.
+				folded, first, held := 0, []byte(nil), Conn(nil)
+				add := func(b []byte, c Conn) {
+					switch folded {
+					case 0:
+						first, held = b, c
+					case 1:
+						reduce.Into3(acc, first, b, dt, op)
+						if held != nil {
+							held.Release()
+						}
+						held = nil
+						fallthrough
+					default:
+						if folded > 1 {
+							reduce.Into(acc, b, dt, op)
+						}
+						if c != nil {
+							c.Release()
+						}
+					}
+					folded++
+				}
 				for j, c := range recvs {
+					if j == st.SrcAt {
+						add(own, nil)
+					}
 					b, err := x.recvExact(ctx, c, st.RecvFrom[j], ch, end-off)
 					if err != nil {
 						if direct != nil {
@@ -292,15 +333,16 @@ func (x *executor) runStream(ctx context.Context, ch int, steps algorithms.Strea
 						}
 						return err
 					}
-					if j == 0 {
-						reduce.Into3(acc, src[off:end], b, dt, op)
-					} else {
-						reduce.Into(acc, b, dt, op)
-					}
-					c.Release()
+					add(b, c)
 				}
-				if len(recvs) == 0 {
-					copy(acc, src[off:end])
+				if st.SrcAt >= len(recvs) {
+					add(own, nil)
+				}
+				if folded == 1 {
+					copy(acc, first)
+				}
+				if copyOut {
+					copy(dst[off:end], acc)
 				}
 				if direct != nil {
 					if st.Prim == algorithms.RecvReduceCopySend {

@@ -277,6 +277,9 @@ func (c *Comm) choice(a collArgs) algorithms.Prediction {
 		if !c.direct {
 			algos &^= 1 << algorithms.Direct // other hosts, or memory nobody may read
 		}
+		if bytes > int64(c.cfg.SlotBytes) {
+			algos &^= 1 << algorithms.OneShot // a message must fit one slot (GOTREE_BUFFSIZE / 8)
+		}
 		topo := algorithms.TopoOfGraph(c.graph, algorithms.Shm, algorithms.TCP)
 		cons := algorithms.Constraints{Algos: algos, Protos: 1 << algorithms.Simple,
 			MinChannels: c.cfg.MinChannels, MaxChannels: c.cfg.MaxChannels, InPlace: a.inPlace}
@@ -288,7 +291,7 @@ func (c *Comm) choice(a collArgs) algorithms.Prediction {
 			// Only algorithms this communicator cannot run are allowed (hd
 			// across hosts): the ring, once said.
 			c.algoWarn.Do(func() {
-				c.log.Warnf("GOTREE_ALGO=%q allows nothing that runs here for %v (%d ranks on %d hosts; hd runs only within one host, direct only within one host whose ranks may read each other's memory): using the ring", c.cfg.Algo, a.coll, c.nranks, topo.NNodes)
+				c.log.Warnf("GOTREE_ALGO=%q allows nothing that runs here for %v (%d ranks on %d hosts; hd runs only within one host, direct only within one host whose ranks may read each other's memory, oneshot only within one host for up to 8 ranks and messages up to %d bytes and one FIFO slot): using the ring", c.cfg.Algo, a.coll, c.nranks, topo.NNodes, min(int64(c.cfg.SlotBytes), algorithms.OneShotMaxBytes))
 			})
 			cons.Algos = 1 << algorithms.Ring
 			pr, err = tu.Choose(a.coll, topo, bytes, cons)

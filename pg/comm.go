@@ -336,11 +336,12 @@ func directUsable(table []rankInfo) bool {
 // neighbours lists the (channel, peer) links this rank needs: ring and tree
 // neighbours of every channel, and on one host (unless GOTREE_ALGO rules
 // it out for allreduce) the partners of halving-doubling's exchanges and,
-// where direct plans may run, every other rank on channel 0.
+// where direct or one-shot plans may run, every other rank on channel 0.
 func (c *Comm) neighbours() []linkKey {
 	algos, _ := algorithms.ParseAlgoSpec(c.cfg.Algo, algorithms.AllReduce)
 	hd := c.graph.NNodes == 1 && algos.Has(algorithms.HalvingDoubling)
 	direct := c.direct && algos.Has(algorithms.Direct)
+	oneShot := algos.Has(algorithms.OneShot) && algorithms.OneShotUsable(c.nranks, c.graph.NNodes, 1)
 	seen := map[linkKey]bool{}
 	var out []linkKey
 	add := func(ch, p int) {
@@ -366,7 +367,7 @@ func (c *Comm) neighbours() []linkKey {
 				add(ch, p)
 			}
 		}
-		if direct && ch == 0 {
+		if (direct || oneShot) && ch == 0 {
 			for p := 0; p < c.nranks; p++ {
 				add(ch, p)
 			}

@@ -150,22 +150,35 @@ func TestCollectivesAcrossWorldSizes(t *testing.T) {
 		{3, nil, "direct"},
 		{5, nil, "direct"},
 		{4, []string{"a", "a", "b", "b"}, "direct"}, // across hosts: the ring instead
+		{2, nil, "oneshot"},
+		{3, nil, "oneshot"},
+		{4, nil, "oneshot"},
+		{4, []string{"a", "a", "b", "b"}, "oneshot"}, // across hosts: the ring instead
 	} {
 		t.Run(fmt.Sprintf("n%d_%v_%s", tc.n, tc.hosts, tc.algo), func(t *testing.T) {
 			cfg := testConfig()
 			cfg.Algo = tc.algo
 			cfg.SlotBytes = 4096 // many fragments and FIFO wrap-arounds at small sizes
 			comms := startComms(t, tc.n, tc.hosts, cfg)
-			if tc.algo == "hd" || tc.algo == "direct" { // the plan that runs: on one host the one asked for, else the ring
-				p, err := comms[0].PlanOf(algorithms.AllReduce, 1031, algorithms.Int64, algorithms.Sum, 0, false)
+			if tc.algo == "hd" || tc.algo == "direct" || tc.algo == "oneshot" { // the plan that runs: on one host the one asked for, else the ring
+				count := int64(1031)
+				if tc.algo == "oneshot" {
+					count = 101 // 808 bytes: one 4 KiB slot
+				}
+				p, err := comms[0].PlanOf(algorithms.AllReduce, count, algorithms.Int64, algorithms.Sum, 0, false)
 				require.NoError(t, err)
 				want, _ := algorithms.ParseAlgorithm(tc.algo)
 				if tc.hosts != nil {
 					want = algorithms.Ring
 				}
 				require.Equal(t, want, p.Algo)
+				if tc.algo == "oneshot" { // more than a slot: the ring
+					p, err := comms[0].PlanOf(algorithms.AllReduce, 1031, algorithms.Int64, algorithms.Sum, 0, false)
+					require.NoError(t, err)
+					require.Equal(t, algorithms.Ring, p.Algo)
+				}
 			}
-			for _, count := range []int64{0, 1, 7, 1031, 100003} {
+			for _, count := range []int64{0, 1, 7, 101, 1031, 100003} {
 				for _, inplace := range []bool{false, true} {
 					checkAllReduceInt64(t, comms, count, inplace)
 				}

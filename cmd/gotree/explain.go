@@ -620,6 +620,17 @@ func explainCost(w io.Writer, tu *algorithms.Tuning, topo algorithms.CostTopo, m
 		fmt.Fprintf(w, "other rank, so it costs more than a ring step; direct wins where the ring's hand-offs and copies\n")
 		fmt.Fprintf(w, "cost most: mid-sized to large messages on ranks that share cores.\n")
 	}
+	if _, err := tu.Choose(algorithms.AllReduce, topo, 4, algorithms.Constraints{Algos: 1 << algorithms.OneShot}); err == nil {
+		algos = append(algos, algorithms.OneShot)
+		fmt.Fprintf(w, "For small messages on one node there is also one-shot: every rank sends its whole message to\n")
+		fmt.Fprintf(w, "the %d others and adds up all %d itself, in rank order, so every rank gets the same bits. One step\n", n-1, n)
+		fmt.Fprintf(w, "instead of the ring's %d, but each rank sends %d times the message, so it runs only up to %s\n", 2*(n-1), n-1, fmtBytes(algorithms.OneShotMaxBytes))
+		fmt.Fprintf(w, "(one FIFO slot) and wins only where steps cost more than bytes.")
+		if p, err := tu.Choose(algorithms.AllReduce, topo, 4, algorithms.Constraints{Algos: 1<<algorithms.OneShot | 1<<algorithms.Ring}); err == nil && p.Algo != algorithms.OneShot && tu.Cores > 0 && topo.RanksPerNode > tu.Cores {
+			fmt.Fprintf(w, " With more ranks than\ncores its one step is not the others' steps scaled up (every rank must have run once): auto\nconsiders it only where a calibration for this many ranks measured it, and none has here.")
+		}
+		fmt.Fprintln(w)
+	}
 	fmt.Fprintln(w)
 	var sizes []int64
 	for b := int64(4); b <= maxB; b *= 4 {

@@ -22,6 +22,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -102,6 +103,10 @@ func runSweep(args []string, stdout, stderr io.Writer) int {
 	}
 	if err == nil && (o.cycles < 1 || o.iters < 1 || o.minBytes < 1 || o.maxBytes < o.minBytes) {
 		err = errors.New("need -cycles >= 1, -iters >= 1 and 1 <= -b <= -e")
+	}
+	if err == nil && slices.Contains(o.algos, "oneshot") && o.maxBytes > algorithms.OneShotMaxBytes && o.from == "" {
+		// Forced above its limit it would run the ring under its name.
+		err = fmt.Errorf("oneshot runs messages up to %d bytes: give -e %dK or less, or leave it out of -algos", algorithms.OneShotMaxBytes, algorithms.OneShotMaxBytes>>10)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "gotree sweep: %v\n", err)

@@ -231,7 +231,11 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 		if jb.tr == "tcp" {
 			topo, entry = nodesTopo(jb.k, t), algorithms.LocalCost{Transport: t, RanksPerNode: 1}
 		}
-		for _, a := range tuneAlgos(jb.tr) {
+		algos := tuneAlgos(jb.tr)
+		if _, ok := fromRuns[fmt.Sprintf("%d/%v", jb.k, algorithms.OneShot)]; ok {
+			algos = append(algos, algorithms.OneShot) // fitted only from a sweep that has it
+		}
+		for _, a := range algos {
 			var run tuneRun
 			var err error
 			if fromRuns != nil {
@@ -261,6 +265,13 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 		fitCorrections(&tc, tu.Cores, entry, topo, measured)
 		fitInPlace(&tc, measured)
 		if jb.k == 2 {
+			if _, ok := measured[algorithms.OneShot]; !ok {
+				// The main entry keeps the built-in one-shot values (a
+				// local entry without them falls back to the main one).
+				def := algorithms.DefaultTuning().Transports[t]
+				a := algorithms.OneShot
+				tc.BaseUs[a], tc.HopUs[a], tc.BusGBps[a] = def.BaseUs[a], def.HopUs[a], def.BusGBps[a]
+			}
 			tu.Transports[t] = tc
 			written = append([]algorithms.Transport{t}, written...)
 			fitted2 = append(fitted2, t)
@@ -377,7 +388,10 @@ func smoothCorrections(c *[algorithms.CorrectionBuckets]float64) {
 
 // tuneAlgos are the algorithms measured over a transport: halving-doubling
 // and direct run only within a node, direct only where ranks may read each
-// other's memory.
+// other's memory. One-shot is not among them: it runs only messages up to
+// algorithms.OneShotMaxBytes, too small for tune's bandwidth fit, so tune
+// fits it only from a sweep that has it (-from), and otherwise leaves it
+// to the built-in shm entry.
 func tuneAlgos(tr string) []algorithms.Algorithm {
 	if tr == "shm" {
 		as := []algorithms.Algorithm{algorithms.Ring, algorithms.Tree, algorithms.HalvingDoubling}
@@ -399,8 +413,12 @@ func fitRun(r tuneRun, base float64, a algorithms.Algorithm, topo algorithms.Cos
 	f.HopUs = max(0, (f.LatencyUs-f.BaseUs)/max(1, sh.IntraHops+sh.InterHops))
 	ratio := sh.Ratio
 	var bws []float64
+	from := int64(1 << 20)
+	if a == algorithms.OneShot {
+		from = algorithms.OneShotMaxBytes / 4 // its largest sizes
+	}
 	for i, b := range r.Bytes {
-		if b >= 1<<20 && r.MedianUs[i] > f.LatencyUs {
+		if b >= from && r.MedianUs[i] > f.LatencyUs {
 			bws = append(bws, float64(b)/((r.MedianUs[i]-f.LatencyUs)*1e3)/ratio)
 		}
 	}
