@@ -2,10 +2,10 @@
 
 package algorithms
 
-// builtinTuningJSON is a tuning file with local entries only: gotree tune -from docs/crossover/fit-e/raw.csv,docs/crossover/fit-f/raw.csv on vm (shm refitted from the sweep; base and tcp from "docs/crossover/tuning.json"), 2026-12-01 18:27 UTC.
+// builtinTuningJSON is a tuning file with local entries only: gotree tune -from docs/crossover/fit-e/raw.csv,docs/crossover/fit-f/raw.csv,docs/crossover/fit-g/a/oneshot-n2.csv,docs/crossover/fit-g/b/oneshot-n2.csv,docs/crossover/fit-g/c/oneshot-n2.csv on vm (shm refitted from the sweep; base and tcp from "docs/crossover/tuning.json"), 2026-12-01 23:23 UTC.
 const builtinTuningJSON = `{
   "version": 1,
-  "source": "gotree tune -from docs/crossover/fit-e/raw.csv,docs/crossover/fit-f/raw.csv on vm (shm refitted from the sweep; base and tcp from \"docs/crossover/tuning.json\"), 2026-12-01 18:27 UTC",
+  "source": "gotree tune -from docs/crossover/fit-e/raw.csv,docs/crossover/fit-f/raw.csv,docs/crossover/fit-g/a/oneshot-n2.csv,docs/crossover/fit-g/b/oneshot-n2.csv,docs/crossover/fit-g/c/oneshot-n2.csv on vm (shm refitted from the sweep; base and tcp from \"docs/crossover/tuning.json\"), 2026-12-01 23:23 UTC",
   "cores": 2,
   "transports": {},
   "local": [
@@ -18,6 +18,9 @@ const builtinTuningJSON = `{
           "Simple": 0.462
         },
         "hd": {
+          "Simple": 0.462
+        },
+        "oneshot": {
           "Simple": 0.462
         },
         "ring": {
@@ -34,6 +37,9 @@ const builtinTuningJSON = `{
         "hd": {
           "Simple": 1.12
         },
+        "oneshot": {
+          "Simple": 1.54
+        },
         "ring": {
           "Simple": 1.08
         },
@@ -47,6 +53,9 @@ const builtinTuningJSON = `{
         },
         "hd": {
           "Simple": 4.28
+        },
+        "oneshot": {
+          "Simple": 7.53
         },
         "ring": {
           "Simple": 4.39
@@ -113,6 +122,25 @@ const builtinTuningJSON = `{
             "7": 0.994,
             "8": 1.01,
             "9": 1.01
+          }
+        },
+        "oneshot": {
+          "Simple": {
+            "10": 1.07,
+            "11": 1.07,
+            "12": 1.07,
+            "13": 1.1,
+            "14": 1.1,
+            "15": 0.999,
+            "16": 0.995,
+            "2": 0.899,
+            "3": 0.898,
+            "4": 0.898,
+            "5": 0.957,
+            "6": 0.991,
+            "7": 0.991,
+            "8": 1.03,
+            "9": 1.06
           }
         },
         "ring": {
