@@ -2,10 +2,10 @@
 
 package algorithms
 
-// builtinTuningJSON is a tuning file with local entries only: gotree tune -from docs/crossover/fit-e/raw.csv,docs/crossover/fit-f/raw.csv,docs/crossover/fit-g/a/oneshot-n2.csv,docs/crossover/fit-g/b/oneshot-n2.csv,docs/crossover/fit-g/c/oneshot-n2.csv on vm (shm refitted from the sweep; base and tcp from "docs/crossover/tuning.json"), 2026-12-01 23:23 UTC.
+// builtinTuningJSON is a tuning file with local entries only: gotree tune -from docs/crossover/fit-e/raw.csv,docs/crossover/fit-f/raw.csv,docs/crossover/fit-g/a/oneshot-n2.csv,docs/crossover/fit-g/b/oneshot-n2.csv,docs/crossover/fit-g/c/oneshot-n2.csv on vm (shm refitted from the sweep; base and tcp from "docs/crossover/tuning.json"), 2026-12-01 23:32 UTC.
 const builtinTuningJSON = `{
   "version": 1,
-  "source": "gotree tune -from docs/crossover/fit-e/raw.csv,docs/crossover/fit-f/raw.csv,docs/crossover/fit-g/a/oneshot-n2.csv,docs/crossover/fit-g/b/oneshot-n2.csv,docs/crossover/fit-g/c/oneshot-n2.csv on vm (shm refitted from the sweep; base and tcp from \"docs/crossover/tuning.json\"), 2026-12-01 23:23 UTC",
+  "source": "gotree tune -from docs/crossover/fit-e/raw.csv,docs/crossover/fit-f/raw.csv,docs/crossover/fit-g/a/oneshot-n2.csv,docs/crossover/fit-g/b/oneshot-n2.csv,docs/crossover/fit-g/c/oneshot-n2.csv on vm (shm refitted from the sweep; base and tcp from \"docs/crossover/tuning.json\"), 2026-12-01 23:32 UTC",
   "cores": 2,
   "transports": {},
   "local": [
@@ -38,7 +38,7 @@ const builtinTuningJSON = `{
           "Simple": 1.12
         },
         "oneshot": {
-          "Simple": 1.54
+          "Simple": 1.69
         },
         "ring": {
           "Simple": 1.08
@@ -55,7 +55,7 @@ const builtinTuningJSON = `{
           "Simple": 4.28
         },
         "oneshot": {
-          "Simple": 7.53
+          "Simple": 7.12
         },
         "ring": {
           "Simple": 4.39
@@ -126,20 +126,19 @@ const builtinTuningJSON = `{
         },
         "oneshot": {
           "Simple": {
-            "10": 1.07,
-            "11": 1.07,
-            "12": 1.07,
-            "13": 1.1,
-            "14": 1.1,
-            "15": 0.999,
-            "16": 0.995,
-            "2": 0.899,
-            "3": 0.898,
-            "4": 0.898,
-            "5": 0.957,
-            "6": 0.991,
-            "7": 0.991,
-            "8": 1.03,
+            "10": 1.06,
+            "11": 1.04,
+            "12": 1.04,
+            "13": 1.04,
+            "14": 0.999,
+            "15": 0.977,
+            "2": 1.21,
+            "3": 0.882,
+            "4": 0.882,
+            "5": 0.995,
+            "6": 0.995,
+            "7": 0.983,
+            "8": 0.983,
             "9": 1.06
           }
         },

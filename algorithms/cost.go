@@ -689,7 +689,7 @@ func (t *Tuning) Choose(coll Collective, topo CostTopo, bytes int64, c Constrain
 // calibration for that many ranks has it. The other algorithms' hops
 // scale with the oversubscription (over in PredictPlaced); one-shot's
 // single round does not: on 2 cores `gotree tune -from` a sweep gave it a
-// hop of 1.5 µs at 2 ranks and 12.8–14.3 µs at 3 and 4, where that
+// hop of 1.5–1.7 µs at 2 ranks and 12.8–14.3 µs at 3 and 4, where that
 // scaling gives 2.3–3 (docs/crossover/README.md). Auto leaves it out there unless it is the only algorithm allowed
 // (GOTREE_ALGO=oneshot, a sweep forcing it).
 func (t *Tuning) oneShotUnknown(topo CostTopo, p Protocol) bool {

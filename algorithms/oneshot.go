@@ -22,10 +22,12 @@ package algorithms
 // holds at most two of its messages, fewer than its slots. In place, the
 // sends have read the input before the fold overwrites it.
 
-// OneShotMaxBytes is the largest message one-shot plans run: one FIFO slot
-// of the CPU transports (backend.DefaultSlotBytes is 128 KiB) with room to
-// spare. Above it the (n−1)-fold traffic loses to the ring anyway.
-const OneShotMaxBytes = 64 << 10
+// OneShotMaxBytes is the largest message one-shot plans run: a quarter of
+// the CPU transports' default FIFO slot (backend.DefaultSlotBytes, 128
+// KiB). Above it the (n−1)-fold traffic does not pay: on 2 cores at 2
+// ranks one-shot tied the ring at 64 KiB with hot buffers and lost by
+// about 10% through torch, where the buffers are cold.
+const OneShotMaxBytes = 32 << 10
 
 // maxOneShotRanks bounds the ranks of one-shot plans: each rank receives
 // n−1 messages per call and every pair of ranks needs a link.
