@@ -21,14 +21,17 @@ import (
 // memMesh links n ranks of this process pairwise on channel 0.
 type memMesh [][]Conn // [rank][peer]
 
-func newMemMesh(t *testing.T, n int) memMesh {
+func newMemMesh(t *testing.T, n int) memMesh { return newMemMeshSlots(t, n, 4) }
+
+// newMemMeshSlots is newMemMesh with links of slots slots of 4 KiB.
+func newMemMeshSlots(t *testing.T, n, slots int) memMesh {
 	m := make(memMesh, n)
 	for r := range m {
 		m[r] = make([]Conn, n)
 	}
 	for a := 0; a < n; a++ {
 		for b := a + 1; b < n; b++ {
-			m[a][b], m[b][a] = NewMemPair(a, b, 0, 4, 4096)
+			m[a][b], m[b][a] = NewMemPair(a, b, 0, slots, 4096)
 		}
 	}
 	t.Cleanup(func() {
