@@ -45,3 +45,15 @@ def test_allreduce_direct(built):
     if "direct (single-copy) allreduce off" not in out:
         assert ": direct/Simple" in out, "no allreduce ran the direct plan"
     print(f"{passed} checks passed over 3 ranks")
+
+
+def test_allreduce_oneshot(built):
+    # One-shot allreduce forced: every dtype and op, 3 ranks (rank 2 folds
+    # its own input third, in place through a scratch buffer). Messages
+    # above its 32 KiB limit run the ring, after one warning.
+    env = worker_env({"GOTREE_ALGO": "allreduce:oneshot", "GOTREE_TEST_ONLY": "allreduce",
+                      "GOTREE_DEBUG": "INFO", "GOTREE_DEBUG_SUBSYS": "INIT,COLL,TUNING"})
+    rc, out = torchrun("collectives.py", 3, timeout=300, env=env)
+    passed = assert_checks(rc, out, 3, min_passed=1500)
+    assert ": oneshot/Simple" in out, "no allreduce ran the one-shot plan"
+    print(f"{passed} checks passed over 3 ranks")
