@@ -664,7 +664,7 @@ func (t *Tuning) Choose(coll Collective, topo CostTopo, bytes int64, c Constrain
 			if !protos.Has(p) {
 				continue
 			}
-			if a == OneShot && algos != 1<<OneShot && t.oneShotUnknown(topo, p) {
+			if a == OneShot && algos != 1<<OneShot && t.OneShotUnknown(topo, p) {
 				continue
 			}
 			ch := ChannelsFor(a, p, topo.NRanks, bytes, maxCh)
@@ -684,15 +684,16 @@ func (t *Tuning) Choose(coll Collective, topo CostTopo, bytes int64, c Constrain
 	return best, nil
 }
 
-// oneShotUnknown says that the model cannot predict one-shot with
+// OneShotUnknown says that the model cannot predict one-shot with
 // protocol p on topo: its ranks outnumber the cores they share and no
 // calibration for that many ranks has it. The other algorithms' hops
 // scale with the oversubscription (over in PredictPlaced); one-shot's
 // single round does not: on 2 cores `gotree tune -from` a sweep gave it a
 // hop of 1.5–1.7 µs at 2 ranks and 12.8–14.3 µs at 3 and 4, where that
-// scaling gives 2.3–3 (docs/crossover/README.md). Auto leaves it out there unless it is the only algorithm allowed
-// (GOTREE_ALGO=oneshot, a sweep forcing it).
-func (t *Tuning) oneShotUnknown(topo CostTopo, p Protocol) bool {
+// scaling gives 2.3–3 (docs/crossover/README.md). Choose leaves it out
+// there unless it is the only algorithm allowed (GOTREE_ALGO=oneshot, a
+// sweep forcing it).
+func (t *Tuning) OneShotUnknown(topo CostTopo, p Protocol) bool {
 	main := &t.Transports[topo.Intra]
 	if !main.SharesCPU || t.Cores <= 0 || topo.RanksPerNode <= t.Cores {
 		return false

@@ -1,6 +1,9 @@
 package algorithms
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // RunOracle executes p for every rank in one process over in-memory
 // buffers and returns each rank's output buffer. It is the reference every
@@ -122,23 +125,14 @@ func RunOracle(p *Plan, inputs [][]byte, inPlace bool) ([][]byte, error) {
 			}
 			return nil, nil
 		case RecvReduceSend, RecvReduceCopySend:
-			src := slice(ss.rank, st.Src, st.Count)
-			var acc []byte
-			for i := 0; i <= len(got); i++ {
-				var next []byte
-				switch {
-				case i == st.SrcAt:
-					next = src
-				case i < st.SrcAt:
-					next = got[i].data
-				default:
-					next = got[i-1].data
-				}
-				if acc == nil {
-					acc = append([]byte(nil), next...)
-				} else {
-					ReduceInto(acc, next, p.DType, p.Op)
-				}
+			operands := make([][]byte, 0, len(got)+1)
+			for _, m := range got {
+				operands = append(operands, m.data)
+			}
+			operands = slices.Insert(operands, st.SrcAt, slice(ss.rank, st.Src, st.Count))
+			acc := append([]byte(nil), operands[0]...)
+			for _, o := range operands[1:] {
+				ReduceInto(acc, o, p.DType, p.Op)
 			}
 			if st.Prim == RecvReduceCopySend {
 				copy(slice(ss.rank, st.Dst, st.Count), acc)

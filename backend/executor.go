@@ -302,25 +302,22 @@ func (x *executor) runStream(ctx context.Context, ch int, steps algorithms.Strea
 				// message is released once folded.
 				folded, first, held := 0, []byte(nil), Conn(nil)
 				add := func(b []byte, c Conn) {
+					folded++
 					switch folded {
-					case 0:
-						first, held = b, c
 					case 1:
+						first, held = b, c
+						return
+					case 2:
 						reduce.Into3(acc, first, b, dt, op)
 						if held != nil {
 							held.Release()
 						}
-						held = nil
-						fallthrough
 					default:
-						if folded > 1 {
-							reduce.Into(acc, b, dt, op)
-						}
-						if c != nil {
-							c.Release()
-						}
+						reduce.Into(acc, b, dt, op)
 					}
-					folded++
+					if c != nil {
+						c.Release()
+					}
 				}
 				for j, c := range recvs {
 					if j == st.SrcAt {

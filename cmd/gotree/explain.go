@@ -626,7 +626,7 @@ func explainCost(w io.Writer, tu *algorithms.Tuning, topo algorithms.CostTopo, m
 		fmt.Fprintf(w, "the %d others and adds up all %d itself, in rank order, so every rank gets the same bits. One step\n", n-1, n)
 		fmt.Fprintf(w, "instead of the ring's %d, but each rank sends %d times the message, so it runs only up to %s\n", 2*(n-1), n-1, fmtBytes(algorithms.OneShotMaxBytes))
 		fmt.Fprintf(w, "(each message within one FIFO slot) and wins only where steps cost more than bytes.")
-		if p, err := tu.Choose(algorithms.AllReduce, topo, 4, algorithms.Constraints{Algos: 1<<algorithms.OneShot | 1<<algorithms.Ring}); err == nil && p.Algo != algorithms.OneShot && tu.Cores > 0 && topo.RanksPerNode > tu.Cores {
+		if tu.OneShotUnknown(topo, algorithms.Simple) {
 			fmt.Fprintf(w, "\nWith more ranks than cores its one step is not the others' steps scaled up (every rank must\nhave run once): auto considers it only where a calibration for this many ranks measured it,\nand none has here.")
 		}
 		fmt.Fprintln(w)

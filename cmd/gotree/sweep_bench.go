@@ -188,8 +188,8 @@ func benchChild(stdout, stderr io.Writer) int {
 				if cyc%2 == 1 {
 					ai = len(algos) - 1 - k
 				}
-				if algos[ai] == "oneshot" && count*es > algorithms.OneShotMaxBytes {
-					continue // forced above its limit it would run the ring under its name
+				if algos[ai] == "oneshot" && !algorithms.OneShotUsable(n, 1, count*es) {
+					continue // forced beyond its limits it would run the ring under its name
 				}
 				if err := benchCycleRun(&res, comms[ai], algos[ai], spec, i, cyc, count, dt, send, recv); err != nil {
 					fmt.Fprintf(stderr, "gotree bench child: rank %d: %d bytes: %v\n", rank, size, err)

@@ -242,8 +242,7 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 				var ok bool
 				if run, ok = fromRuns[fmt.Sprintf("%d/%v", jb.k, a)]; !ok && (a == algorithms.HalvingDoubling || a == algorithms.Direct) {
 					// A sweep without hd or direct (-algos ring,tree, or one from before them): keep the built-in values.
-					def := algorithms.DefaultTuning().Transports[t]
-					tc.BaseUs[a], tc.HopUs[a], tc.BusGBps[a] = def.BaseUs[a], def.HopUs[a], def.BusGBps[a]
+					keepBuiltin(&tc, t, a)
 					continue
 				} else if !ok {
 					return fail(fmt.Errorf("%s has no %v run on %d ranks", *from, a, jb.k))
@@ -268,9 +267,7 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 			if _, ok := measured[algorithms.OneShot]; !ok {
 				// The main entry keeps the built-in one-shot values (a
 				// local entry without them falls back to the main one).
-				def := algorithms.DefaultTuning().Transports[t]
-				a := algorithms.OneShot
-				tc.BaseUs[a], tc.HopUs[a], tc.BusGBps[a] = def.BaseUs[a], def.HopUs[a], def.BusGBps[a]
+				keepBuiltin(&tc, t, algorithms.OneShot)
 			}
 			tu.Transports[t] = tc
 			written = append([]algorithms.Transport{t}, written...)
@@ -384,6 +381,13 @@ func smoothCorrections(c *[algorithms.CorrectionBuckets]float64) {
 		m, _, _ := stats(xs)
 		c[k] = round3(m)
 	}
+}
+
+// keepBuiltin gives tc the built-in base, hop and bandwidth of algorithm a
+// over transport t (an algorithm the fit has no run of).
+func keepBuiltin(tc *algorithms.TransportCost, t algorithms.Transport, a algorithms.Algorithm) {
+	def := algorithms.DefaultTuning().Transports[t]
+	tc.BaseUs[a], tc.HopUs[a], tc.BusGBps[a] = def.BaseUs[a], def.HopUs[a], def.BusGBps[a]
 }
 
 // tuneAlgos are the algorithms measured over a transport: halving-doubling
