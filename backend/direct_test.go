@@ -97,8 +97,16 @@ func TestExecDirectAllReduce(t *testing.T) {
 						wg.Add(1)
 						go func() {
 							defer wg.Done()
-							// 1 KiB fragments: several per slice.
-							errs[r] = Exec(ctx, p, r, rankConns{mesh, r}, ins[r], outs[r], 1024, 0xd1)
+							// 1 KiB fragments: several per slice. The
+							// largest count also runs with 1 MiB
+							// fragments, which directFragBytes cuts to
+							// 128 KiB: two per slice at n = 2, the
+							// second partial.
+							frag := 1024
+							if count == 40009 && n == 2 {
+								frag = 1 << 20
+							}
+							errs[r] = Exec(ctx, p, r, rankConns{mesh, r}, ins[r], outs[r], frag, 0xd1)
 						}()
 					}
 					wg.Wait()
@@ -189,4 +197,10 @@ func TestExecDirectBadPeer(t *testing.T) {
 			require.False(t, errors.Is(err, context.DeadlineExceeded), "%v", err)
 		})
 	}
+}
+
+func TestDirectFragment(t *testing.T) {
+	require.Equal(t, int64(directFragBytes), directFragment(1<<20, 8), "a FIFO slot above the cap")
+	require.Equal(t, int64(1024), directFragment(1024, 8), "a fragment below the cap stays")
+	require.Equal(t, int64(directFragBytes), directFragment(directFragBytes, 2))
 }
