@@ -158,26 +158,6 @@ func (x *executor) peerAccess(st *algorithms.Step, descs map[int]*memDesc, ch, p
 	return nil
 }
 
-// directFragBytes caps the fragment a ReadReduceCopy works on at a time.
-// The fragment and the peer data read for it must stay in the core's L2
-// while they are reduced and written out, and two oversubscribed ranks
-// share a core's L2: 4 ranks on 2 CPUs through torch, 4 MiB in place on 16
-// buffers, took a median of 3.7 ms per call with 64–128 KiB fragments
-// against 5.1 ms with the FIFO's 512 KiB slots (four alternating runs
-// each). A direct plan's fragments are local to each rank (no peer sees
-// them), so this need not match any other rank's setting.
-const directFragBytes = 128 << 10
-
-// directFragment is the fragment of a ReadReduceCopy in bytes: the
-// executor's fragment, at most directFragBytes, a whole number of
-// elements.
-func directFragment(frag, esize int64) int64 {
-	if frag > directFragBytes {
-		frag = max(esize, directFragBytes/esize*esize)
-	}
-	return frag
-}
-
 // directStep runs a Notify, Wait or ReadReduceCopy step. descs
 // holds the descriptors the stream's Waits received, by peer.
 func (x *executor) directStep(ctx context.Context, ch int, st *algorithms.Step, src, dst []byte, descs map[int]*memDesc, scratch **[]byte) error {
@@ -221,7 +201,7 @@ func (x *executor) directStep(ctx context.Context, ch int, st *algorithms.Step, 
 		return fmt.Errorf("gotree/backend: unknown primitive %v", st.Prim)
 	}
 	total := st.Count * x.esize
-	fb := directFragment(x.frag*x.esize, x.esize)
+	fb := x.frag * x.esize
 	// Fragment by fragment, so that the peers' data and the result stay in
 	// cache: read each peer's fragment into scratch and reduce it in, then
 	// copy the finished fragment into the peers' outputs from the cache.

@@ -465,7 +465,11 @@ func (c *Comm) execPlan(plan *algorithms.Plan, in, out []byte, desc fmt.Stringer
 // execPlanCtx is execPlan under ctx; explain, when set, adds what a peer
 // that sent a foreign tag issued to the error.
 func (c *Comm) execPlanCtx(ctx context.Context, plan *algorithms.Plan, in, out []byte, desc fmt.Stringer, tag uint32, explain func(peer int, tag uint32) string) error {
-	err := backend.Exec(ctx, plan, c.rank, c, in, out, c.cfg.SlotBytes, tag)
+	frag := c.cfg.SlotBytes
+	if plan.Algo == algorithms.Direct {
+		frag = c.directFrag
+	}
+	err := backend.Exec(ctx, plan, c.rank, c, in, out, frag, tag)
 	if err == nil {
 		return nil
 	}

@@ -54,6 +54,7 @@ type Comm struct {
 	nodeOf       []int
 	waitPolicy   backend.WaitPolicy // of the shared-memory links (waitPolicyFor)
 	direct       bool               // direct (single-copy) plans may run (directUsable)
+	directFrag   int                // Exec's fragment for direct plans (directFragment)
 	tuning       *algorithms.Tuning // the cost model's calibration (Config.TuningFor)
 	algoWarn     sync.Once          // GOTREE_ALGO leaves nothing runnable: said once
 	lastPlan     atomic.Pointer[lastPlan]
@@ -168,6 +169,7 @@ func Init(id UniqueID, rank, nranks int, cfg Config) (*Comm, error) {
 	c.devs.maxChannels = devChannels
 	c.waitPolicy = waitPolicyFor(table, rank)
 	c.direct = directUsable(table)
+	c.directFrag = directFragment(table, rank, cfg.SlotBytes)
 	c.tuning = cfg.TuningFor(hostCores(table))
 	setGOMAXPROCS(table, rank, log)
 	c.loadTopology()
@@ -591,6 +593,30 @@ func waitPolicyFor(table []rankInfo, rank int) backend.WaitPolicy {
 }
 
 const BusyPoll = 20 * time.Microsecond
+
+// directFragCap is the most a direct plan reduces at a time when the
+// host's ranks outnumber its CPUs. A fragment and the peer data read for
+// it must stay in the core's L2 while it is reduced and written out, and
+// two ranks on one CPU share that L2: 4 ranks on 2 CPUs through torch,
+// 4 MiB in place on 16 buffers, forced direct took a median of 3.37 ms
+// per call with 128 KiB fragments against 3.90 ms with the 512 KiB FIFO
+// slot (four alternating runs each; 64 KiB about the same, 32 KiB
+// slower). With a CPU per rank the slot is kept: at 2 ranks on 2 CPUs
+// 128 KiB fragments made 1 MiB calls of gotree perf about 10% slower
+// (more system calls) and changed nothing through torch (docs/bench.md).
+const directFragCap = 128 << 10
+
+// directFragment is Exec's fragment for direct plans on rank: the FIFO
+// slot, cut to directFragCap when the ranks of its host outnumber the
+// CPUs its process may use. A direct plan's fragments stay within each
+// rank (no peer sees them), so ranks need not agree on it.
+func directFragment(table []rankInfo, rank, slot int) int {
+	host, _ := localRanks(table, rank)
+	if cpus := table[rank].CPUs; cpus > 0 && host > cpus {
+		return min(slot, directFragCap)
+	}
+	return slot
+}
 
 // closeLinks closes every link; with a reason, each peer is told why
 // first (best effort), so that its blocked steps fail at once with our
