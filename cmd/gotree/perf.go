@@ -437,11 +437,14 @@ func perfSize(comm *pg.Comm, o perfOpts, count int64, mem perfMem, inplace bool)
 	}
 	out := perfRegion{recv: true, n: outCount * esize}
 	issue := func() error { return mem.run(comm, o, in, out, count) }
+	// Fill the input also when results are not checked: memory never
+	// written reads as the kernel's shared zero page, which stays in the
+	// cache and would time a collective that reads no memory at all.
+	if err := mem.fill(in, func(b []byte) { fillPerf(b, o.dtype, comm.Rank(), count) }); err != nil {
+		return nil, 0, err
+	}
 	var wrong int64
 	if o.check != 0 {
-		if err := mem.fill(in, func(b []byte) { fillPerf(b, o.dtype, comm.Rank(), count) }); err != nil {
-			return nil, 0, err
-		}
 		if err := issue(); err != nil {
 			return nil, 0, err
 		}

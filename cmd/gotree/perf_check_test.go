@@ -4,8 +4,13 @@ import (
 	"encoding/binary"
 	"math"
 	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/gotree/gotree/algorithms"
+	"github.com/gotree/gotree/pg"
 )
 
 // checkPerf against outputs built from the ranks' fillPerf buffers, at a
@@ -49,6 +54,60 @@ func TestCheckPerfCountsWrongElements(t *testing.T) {
 		put(sum, count-1, f32(sum, count-1)-1)
 		if got := checkPerf(sum, ar, 0, n, count); got != 2 {
 			t.Errorf("allreduce count %d with 2 planted errors: %d wrong", count, got)
+		}
+	}
+}
+
+// recordingMem is host memory that counts what perfSize does to it.
+type recordingMem struct {
+	hostMem
+	fills, runs int
+}
+
+func (m *recordingMem) fill(r perfRegion, encode func([]byte)) error {
+	m.fills++
+	return m.hostMem.fill(r, encode)
+}
+
+func (m *recordingMem) run(comm *pg.Comm, o perfOpts, in, out perfRegion, count int64) error {
+	m.runs++
+	return m.hostMem.run(comm, o, in, out, count)
+}
+
+// perfSize fills the input also with -c 0: an input never written reads
+// as the kernel's zero page, which would time a collective that touches
+// no memory. With -c 0 the only calls are the warm-up and timed ones.
+func TestPerfSizeFillsInputWithoutCheck(t *testing.T) {
+	cfg := pg.Config{Timeout: 20 * time.Second, SocketIfname: "lo"}
+	uid, err := pg.NewUniqueID(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	comm, err := pg.Init(uid, 0, 1, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer comm.Destroy()
+	const count = 4099 // prime, not a multiple of perfBlock's factors
+	for _, check := range []int{0, 1} {
+		for _, inplace := range []bool{false, true} {
+			m := &recordingMem{hostMem: hostMem{send: make([]byte, 4*count), recv: make([]byte, 4*count)}}
+			o := perfOpts{iters: 3, warmup: 2, check: check, dtype: algorithms.Float32, op: algorithms.Sum, coll: algorithms.AllReduce}
+			times, wrong, err := perfSize(comm, o, count, m, inplace)
+			require.NoError(t, err)
+			assert.Len(t, times, 3)
+			assert.Zero(t, wrong)
+			assert.Equal(t, 1, m.fills, "check %d in place %v: fills", check, inplace)
+			assert.Equal(t, 2+3+check, m.runs, "check %d in place %v: calls", check, inplace)
+			in := m.send
+			if inplace {
+				in = m.recv
+			}
+			want := make([]byte, 4*count)
+			fillPerf(want, algorithms.Float32, 0, count)
+			// One rank: every call copies the input to the output.
+			assert.Equal(t, want, in, "check %d in place %v: the input is not fillPerf's", check, inplace)
+			assert.Equal(t, want, m.recv, "check %d in place %v: the output", check, inplace)
 		}
 	}
 }
