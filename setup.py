@@ -76,7 +76,10 @@ ext = CppExtension(
     name="gotree._C",
     sources=["python/csrc/gotree_backend.cpp"],
     include_dirs=[os.path.join(ROOT, "capi")],
-    extra_compile_args={"cxx": ["-O2", "-std=c++17", "-fvisibility=hidden"]},
+    # No -std flag: torch's BuildExtension adds the standard its headers
+    # need when none is given: C++17 for torch 2.11, C++20 for torch 2.15,
+    # whose headers refuse to compile as C++17.
+    extra_compile_args={"cxx": ["-O2", "-fvisibility=hidden"]},
     libraries=["dl"],
 )
 

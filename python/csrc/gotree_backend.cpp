@@ -942,10 +942,13 @@ class GotreeBackend : public c10d::Backend {
   // A new communicator of the ranks listed (ranks of this group, in the
   // new group's rank order), bootstrapped through the store torch hands
   // over (already prefixed with the new group's name). Ranks not listed get
-  // nullptr and take no part. ProcessGroup::splitGroup calls this once per
-  // device type the backend serves (cpu and cuda: the same object), so a
-  // second call for the same group returns the first call's backend
-  // instead of bootstrapping a twin.
+  // nullptr and take no part. Up to torch 2.11, ProcessGroup::splitGroup
+  // calls this once per device type the backend serves (cpu and cuda: the
+  // same object); later releases call it once per backend. A second call
+  // of the same splitGroup (the same store object and group name) returns
+  // the first call's backend instead of bootstrapping a twin; a later
+  // splitGroup of the same ranks has the same name but a new store, and
+  // gets a new communicator.
   c10::intrusive_ptr<c10d::Backend> split(
       const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
       const c10::intrusive_ptr<c10d::Backend::Options>& opts) override {
@@ -973,10 +976,11 @@ class GotreeBackend : public c10d::Backend {
       name += c10::str(",", r);
     }
     std::lock_guard<std::mutex> g(splitMu_);
-    if (name == lastSplitName_) {
+    if (name == lastSplitName_ && store && lastSplitStore_.lock().get() == store.get()) {
       // The twin call of the same splitGroup: hand out the same backend,
       // once.
       lastSplitName_.clear();
+      lastSplitStore_ = c10::weak_intrusive_ptr<c10d::Store>(c10::intrusive_ptr<c10d::Store>());
       auto prev = lastSplit_.lock();
       lastSplit_ = c10::weak_intrusive_ptr<c10d::Backend>(c10::intrusive_ptr<c10d::Backend>());
       if (prev) {
@@ -996,6 +1000,7 @@ class GotreeBackend : public c10d::Backend {
       child = make();
     }
     lastSplitName_ = name;
+    lastSplitStore_ = c10::weak_intrusive_ptr<c10d::Store>(store);
     lastSplit_ = c10::weak_intrusive_ptr<c10d::Backend>(c10::intrusive_ptr<c10d::Backend>(child));
     return child;
   }
@@ -2607,7 +2612,10 @@ class GotreeBackend : public c10d::Backend {
   std::vector<c10::intrusive_ptr<GotreeWork>> coalesced_;  // under issueMu_
   std::mutex issueMu_;
   std::mutex splitMu_;
-  std::string lastSplitName_;  // the group and backend of the last split
+  std::string lastSplitName_;  // the group, store and backend of the last split
+  // A weak reference keeps the store's memory, so no later store can take
+  // its address while this is held.
+  c10::weak_intrusive_ptr<c10d::Store> lastSplitStore_{c10::intrusive_ptr<c10d::Store>()};
   c10::weak_intrusive_ptr<c10d::Backend> lastSplit_{c10::intrusive_ptr<c10d::Backend>()};
   std::mutex streamMu_;
   std::map<c10::DeviceIndex, c10::Stream> streams_;  // internal streams, under streamMu_
