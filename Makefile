@@ -20,7 +20,7 @@ export CGO_ENABLED := 1
 # go-nvml's bindings name NVML functions deprecated in CUDA 13: quiet, not an error.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all build lib cli venv wheel install demo test test-go test-abi test-python lint bench clean kernels kernels-check
+.PHONY: all build lib cli venv wheel install demo test test-go test-abi test-python lint bench clean kernels kernels-check torch-compat
 
 all: build
 
@@ -81,6 +81,12 @@ test-abi: $(BUILD)/abi_test $(BUILD)/abi_test_lsan
 	$(BUILD)/abi_test --nranks 3
 	$(BUILD)/abi_test --nranks 4
 	$(BUILD)/abi_test_lsan --nranks 3
+
+# Compiles the torch extension against the headers of other torch releases
+# (tests/compat/torch_headers.sh; downloads each wheel once into build/).
+TORCH_COMPAT ?= 2.12.1 2.13.0 2.14.1 2.15.0
+torch-compat: venv
+	PY=$(VPY) tests/compat/torch_headers.sh $(TORCH_COMPAT)
 
 # Builds python/gotree in place (setup.py build_ext --inplace) and runs torchrun-based tests.
 test-python: venv

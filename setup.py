@@ -77,7 +77,7 @@ ext = CppExtension(
     sources=["python/csrc/gotree_backend.cpp"],
     include_dirs=[os.path.join(ROOT, "capi")],
     # No -std flag: torch's BuildExtension adds the standard its headers
-    # need when none is given: C++17 for torch 2.11, C++20 for torch 2.15,
+    # need when none is given: C++17 up to torch 2.11, C++20 from 2.12,
     # whose headers refuse to compile as C++17.
     extra_compile_args={"cxx": ["-O2", "-fvisibility=hidden"]},
     libraries=["dl"],
