@@ -84,7 +84,9 @@ test-abi: $(BUILD)/abi_test $(BUILD)/abi_test_lsan
 
 # Compiles the torch extension against the headers of other torch releases
 # (tests/compat/torch_headers.sh; downloads each wheel once into build/).
-TORCH_COMPAT ?= 2.12.1 2.13.0 2.14.1 2.15.0
+# The oldest and newest tested, and both sides of each TORCH_VERSION test in
+# python/csrc (split from 2.9, stream handles from 2.11, C++20 from 2.12).
+TORCH_COMPAT ?= 2.4.1 2.8.0 2.9.0 2.10.0 2.12.1 2.15.0
 torch-compat: venv
 	PY=$(VPY) tests/compat/torch_headers.sh $(TORCH_COMPAT)
 

@@ -87,6 +87,15 @@ bool isAsyncOp(const O&, long) {
 #define GOTREE_HAVE_SPLIT 0
 #endif
 
+// c10::Stream::native_handle (a CUDA stream's cudaStream_t without the CUDA
+// headers) exists from torch 2.11 on. Built against an older torch, the
+// extension serves CPU tensors and refuses CUDA tensors, saying why.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 11)
+#define GOTREE_HAVE_STREAM_HANDLE 1
+#else
+#define GOTREE_HAVE_STREAM_HANDLE 0
+#endif
+
 namespace gotree_ext {
 
 using Clock = std::chrono::steady_clock;
@@ -494,6 +503,12 @@ ReducePlan planReduce(
 // (No CUDA runtime or device; or a stand-in runtime such as the one
 // FakeTensorMode installs on machines without a GPU.)
 std::string noCudaStream(const c10::Device& d) {
+#if !GOTREE_HAVE_STREAM_HANDLE
+  (void)d;
+  return c10::str(
+      "gotree was built against torch ", TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR,
+      ", which gives extensions no CUDA stream handle (c10::Stream::native_handle, torch >= 2.11)");
+#else
   if (!c10::impl::hasDeviceGuardImpl(d.type())) {
     return "this torch has no CUDA runtime";
   }
@@ -507,6 +522,20 @@ std::string noCudaStream(const c10::Device& d) {
     return c10::str("torch has no CUDA stream there: ", e.msg());
   }
   return std::string();
+#endif
+}
+
+// The CUDA stream handle of s; only reached for tensors noCudaStream
+// accepted.
+void* streamHandle(const c10::Stream& s) {
+#if GOTREE_HAVE_STREAM_HANDLE
+  return s.native_handle();
+#else
+  TORCH_CHECK(
+      false, "gotree: internal error: a CUDA stream handle was asked of torch ",
+      TORCH_VERSION_MAJOR, ".", TORCH_VERSION_MINOR, " (", s, ")");
+  return nullptr;
+#endif
 }
 
 void checkTensor(const at::Tensor& t, const char* coll, const std::string& what) {
@@ -2272,7 +2301,7 @@ class GotreeBackend : public c10d::Backend {
       ready.block(internal);
       onStream.emplace(internal);
       device = work->device_.index();
-      stream = internal.native_handle();
+      stream = streamHandle(internal);
     }
     std::vector<Call> calls;
     build(calls);
