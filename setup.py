@@ -56,6 +56,11 @@ class BuildGotree(BuildExtension):
         else:
             dest = os.path.join(os.path.abspath(self.build_lib), "gotree")
         os.makedirs(dest, exist_ok=True)
+        # The torch this extension is compiled against, so that loading it
+        # under another torch can say so (gotree.load_library).
+        with open(os.path.join(dest, "_build_info.py"), "w") as f:
+            f.write("# Written by setup.py: the torch gotree._C was compiled against.\n")
+            f.write("TORCH_VERSION = {!r}\n".format(torch.__version__))
         out = os.path.join(dest, "libgotree.so")
         if os.environ.get("GOTREE_SKIP_GO") == "1":
             if not os.path.exists(out):

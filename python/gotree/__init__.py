@@ -106,9 +106,49 @@ def load_library():
             "`make lib` (or `python setup.py build_ext --inplace`); otherwise reinstall the "
             "gotree wheel.".format(path)
         )
-    from gotree import _C
+    try:
+        from gotree import _C
+    except ImportError as e:
+        why = _torch_mismatch(e)
+        if why:
+            raise ImportError(why) from e
+        raise
 
     return _C.load_library(path)
+
+
+def _minor(version):
+    """"2.11.0+cu130" -> (2, 11); None if it does not start that way."""
+    parts = version.split("+")[0].split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def _torch_mismatch(err, built=None, running=None):
+    """The message for a failed import of gotree._C when it was compiled
+    against another torch release than the one running (the C++ API of
+    torch changes between releases, so the import fails on a missing
+    symbol); None when the releases match or the build's is unknown."""
+    if built is None:
+        try:
+            from gotree._build_info import TORCH_VERSION as built
+        except ImportError:
+            return None
+    if running is None:
+        import torch
+
+        running = torch.__version__
+    if _minor(built) is None or _minor(built) == _minor(running):
+        return None
+    return (
+        "gotree: its C++ extension was compiled against torch {} but torch {} is running, and "
+        "torch's C++ API differs between releases ({}). Install a gotree built against this "
+        "torch: in a source checkout, with this torch's Python, `python -m pip wheel . "
+        "--no-build-isolation --no-deps -w dist`, then `python -m pip install "
+        "--force-reinstall --no-deps dist/gotree-*.whl`."
+    ).format(built, running, err)
 
 
 def _create_backend(store, rank, size, timeout):

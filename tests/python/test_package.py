@@ -103,6 +103,51 @@ def test_wrong_abi_version_and_missing_symbols_are_clear_errors(built, tmp_path)
     assert rc == 0 and "does not export gotree_version" in out, out
 
 
+def test_extension_of_another_torch_is_a_clear_error(built, tmp_path):
+    """gotree._C compiled against another torch release fails to import on a
+    missing symbol; load_library says which torch it was built for, which is
+    running, and how to rebuild. The build records its torch (setup.py)."""
+    rc, out = run_py(
+        """
+        import torch, gotree
+        from gotree import _build_info
+        assert _build_info.TORCH_VERSION == torch.__version__, (_build_info.TORCH_VERSION, torch.__version__)
+        got = gotree._torch_mismatch(ImportError("undefined symbol: _ZN3c10x"), built="2.4.1", running="2.11.0+cu130")
+        for want in ("compiled against torch 2.4.1", "torch 2.11.0+cu130 is running", "undefined symbol: _ZN3c10x", "pip wheel . --no-build-isolation"):
+            assert want in got, got
+        assert gotree._torch_mismatch(ImportError("x"), built="2.11.0", running="2.11.0+cu130") is None
+        assert gotree._torch_mismatch(ImportError("x"), built="2.11.1", running="2.11.0") is None
+        assert gotree._torch_mismatch(ImportError("x"), built="unknown", running="2.11.0") is None
+        print("MISMATCH-OK")
+        """
+    )
+    assert rc == 0 and "MISMATCH-OK" in out, out
+
+    # The whole path: a package whose _C fails as a mismatched build does.
+    pkg = tmp_path / "gotree"
+    pkg.mkdir()
+    shutil.copy(os.path.join(REPO, "python", "gotree", "__init__.py"), pkg / "__init__.py")
+    (pkg / "_build_info.py").write_text("TORCH_VERSION = '1.13.1'\n")
+    (pkg / "_C.py").write_text("raise ImportError('undefined symbol: _ZNK3c1011StorageImpl15decref_pyobjectEv')\n")
+    (pkg / "libgotree.so").write_text("")
+    env = worker_env({"PYTHONPATH": str(tmp_path), "GOTREE_LIBRARY": str(pkg / "libgotree.so")})
+    rc, out = run_py(
+        """
+        import torch, gotree
+        try:
+            gotree.load_library()
+        except ImportError as e:
+            print("ERR", e)
+            print("RUNNING", torch.__version__)
+        """,
+        env=env,
+        cwd=str(tmp_path),
+    )
+    assert rc == 0 and "ERR gotree: its C++ extension was compiled against torch 1.13.1" in out, out
+    running = out.split("RUNNING ")[1].split()[0]
+    assert "torch {} is running".format(running) in out and "decref_pyobject" in out, out
+
+
 def test_single_process_group_without_torchrun(built):
     """world_size 1 with an explicit store, inside one plain Python process."""
     rc, out = run_py(
@@ -157,6 +202,9 @@ def test_wheel_in_fresh_venv_from_another_directory(built, tmp_path):
     names = zipfile.ZipFile(wheels[0]).namelist()
     assert "gotree/libgotree.so" in names, names
     assert any(n.startswith("gotree/_C") and n.endswith(".so") for n in names), names
+    # the torch the extension was compiled against, for load_library's mismatch error
+    info = zipfile.ZipFile(wheels[0]).read("gotree/_build_info.py").decode()
+    assert "TORCH_VERSION = {!r}".format(__import__("torch").__version__) in info, info
     ep = [n for n in names if n.endswith("entry_points.txt")]
     assert ep and "gotree = gotree:_autoload" in zipfile.ZipFile(wheels[0]).read(ep[0]).decode()
 
