@@ -83,7 +83,7 @@ test-abi: $(BUILD)/abi_test $(BUILD)/abi_test_lsan
 	$(BUILD)/abi_test_lsan --nranks 3
 
 # Compiles the torch extension against the headers of other torch releases
-# (tests/compat/torch_headers.sh; downloads each wheel once into build/).
+# (tests/compat/torch_headers.sh; keeps each release's headers in build/).
 # The oldest and newest tested, and both sides of each TORCH_VERSION test in
 # python/csrc (split from 2.9, stream handles from 2.11, C++20 from 2.12).
 TORCH_COMPAT ?= 2.4.1 2.8.0 2.9.0 2.10.0 2.12.1 2.15.0

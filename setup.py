@@ -44,23 +44,31 @@ def find_go():
 
 
 class BuildGotree(BuildExtension):
-    """build_ext that first builds libgotree.so into the package folder."""
+    """build_ext that first builds libgotree.so into the package folder and
+    records the torch the extension is compiled against."""
 
     def run(self):
-        self.build_go_library()
+        dest = self.package_folder()
+        self.write_build_info(dest)
+        self.build_go_library(dest)
         super().run()
 
-    def build_go_library(self):
+    def package_folder(self):
         if self.inplace:
             dest = os.path.join(ROOT, "python", "gotree")
         else:
             dest = os.path.join(os.path.abspath(self.build_lib), "gotree")
         os.makedirs(dest, exist_ok=True)
-        # The torch this extension is compiled against, so that loading it
-        # under another torch can say so (gotree.load_library).
+        return dest
+
+    def write_build_info(self, dest):
+        # So that loading the extension under another torch can say so
+        # (gotree.load_library).
         with open(os.path.join(dest, "_build_info.py"), "w") as f:
             f.write("# Written by setup.py: the torch gotree._C was compiled against.\n")
             f.write("TORCH_VERSION = {!r}\n".format(torch.__version__))
+
+    def build_go_library(self, dest):
         out = os.path.join(dest, "libgotree.so")
         if os.environ.get("GOTREE_SKIP_GO") == "1":
             if not os.path.exists(out):

@@ -9,7 +9,8 @@
 #   tests/compat/torch_headers.sh 2.12.1 2.13.0 2.14.1
 #
 # PY names the Python whose pip downloads (default .venv/bin/python); the
-# wheels stay in build/torch-headers/<version>.
+# unpacked headers stay in build/torch-headers/<version>, so a version is
+# downloaded once.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PY:-.venv/bin/python}
