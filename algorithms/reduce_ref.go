@@ -14,9 +14,13 @@ package algorithms
 //   - float16, bfloat16: both operands are widened to float32 (exactly), the
 //     operation is done in float32 and the result rounded to nearest-even
 //     back to the 16-bit type (Float32ToFloat16, Float32ToBFloat16).
-//   - int8, uint8, int16, int32, int64: Sum and Prod wrap around (two's
-//     complement), Min/Max are the signed (or, for uint8, unsigned) order,
-//     BAnd/BOr/BXor are bitwise.
+//   - float8_e4m3fn, float8_e5m2: like float16, through float32 (where
+//     Sum and Prod of two float8 values are exact), rounded back as
+//     Float32ToFloat8E4M3 and Float32ToFloat8E5M2 do (torch's casts); Min
+//     and Max select one operand's bits.
+//   - int8, uint8, int16, uint16, int32, uint32, int64, uint64: Sum and
+//     Prod wrap around (two's complement), Min/Max are the signed or
+//     unsigned order of the type, BAnd/BOr/BXor are bitwise.
 //   - bool: one byte, zero is false and anything else true; results are
 //     written as 0 or 1. Sum = OR, Prod = AND, Min = AND, Max = OR, and
 //     BAnd/BOr/BXor are the logical and/or/xor.
@@ -97,6 +101,19 @@ func ReduceInto(dst, src []byte, dt DType, op Op) {
 			b := to32(refLE.Uint16(src[o:]))
 			refLE.PutUint16(dst[o:], from32(refF32(a, b, op)))
 		}
+	case Float8E4M3, Float8E5M2:
+		to32, from32 := float8Conv(dt)
+		for i := 0; i < n; i++ {
+			a, b := to32(dst[i]), to32(src[i])
+			if op == Min || op == Max {
+				// Min and Max select an operand, NaN payload included.
+				if refSelectsB(float64(a), float64(b), op == Max) {
+					dst[i] = src[i]
+				}
+				continue
+			}
+			dst[i] = from32(refF32(a, b, op))
+		}
 	case Int8:
 		for i := 0; i < n; i++ {
 			dst[i] = uint8(refInt(int8(dst[i]), int8(src[i]), op))
@@ -104,6 +121,21 @@ func ReduceInto(dst, src []byte, dt DType, op Op) {
 	case Uint8:
 		for i := 0; i < n; i++ {
 			dst[i] = refInt(dst[i], src[i], op)
+		}
+	case Uint16:
+		for i := 0; i < n; i++ {
+			o := 2 * i
+			refLE.PutUint16(dst[o:], refInt(refLE.Uint16(dst[o:]), refLE.Uint16(src[o:]), op))
+		}
+	case Uint32:
+		for i := 0; i < n; i++ {
+			o := 4 * i
+			refLE.PutUint32(dst[o:], refInt(refLE.Uint32(dst[o:]), refLE.Uint32(src[o:]), op))
+		}
+	case Uint64:
+		for i := 0; i < n; i++ {
+			o := 8 * i
+			refLE.PutUint64(dst[o:], refInt(refLE.Uint64(dst[o:]), refLE.Uint64(src[o:]), op))
 		}
 	case Int16:
 		for i := 0; i < n; i++ {
@@ -177,25 +209,36 @@ func refF64(a, b float64, op Op) float64 {
 // (a's NaN when both are), -0 < +0. Widening float32 to float64 and back is
 // exact, so it serves both widths.
 func refMinMax(a, b float64, isMax bool) float64 {
+	if refSelectsB(a, b, isMax) {
+		return b
+	}
+	return a
+}
+
+// refSelectsB reports whether refMinMax(a, b, isMax) is b.
+func refSelectsB(a, b float64, isMax bool) bool {
 	switch {
 	case a != a:
-		return a
+		return false
 	case b != b:
-		return b
+		return true
 	case a == b: // equal, or -0 and +0
-		if math.Signbit(a) == isMax {
-			return b
-		}
-		return a
-	case (a > b) == isMax:
-		return a
+		return math.Signbit(a) == isMax
 	default:
-		return b
+		return (a > b) != isMax
 	}
 }
 
 type refInteger interface {
-	~int8 | ~uint8 | ~int16 | ~int32 | ~int64
+	~int8 | ~uint8 | ~int16 | ~uint16 | ~int32 | ~uint32 | ~int64 | ~uint64
+}
+
+// float8Conv returns the widening and rounding conversions of a float8 dtype.
+func float8Conv(dt DType) (func(uint8) float32, func(float32) uint8) {
+	if dt == Float8E5M2 {
+		return Float8E5M2ToFloat32, Float32ToFloat8E5M2
+	}
+	return Float8E4M3ToFloat32, Float32ToFloat8E4M3
 }
 
 // refInt applies op to two integers; Go's integer arithmetic wraps.
@@ -225,8 +268,9 @@ func refInt[T refInteger](a, b T, op Op) T {
 //
 //   - float64: x / float64(nranks) in float64;
 //   - float32, complex64 (both parts): x / float32(nranks) in float32;
-//   - float16, bfloat16: widened to float32, divided by float32(nranks) and
-//     rounded to nearest-even;
+//   - float16, bfloat16, float8: widened to float32, divided by
+//     float32(nranks) and rounded to nearest-even (float8: the sum is
+//     float8 too, so it may overflow where the average would not);
 //   - integers: Go's (and C's) integer division, truncating toward zero
 //     (-7 / 2 = -3): the same as torch's (sum / n).to(dtype), a true
 //     division followed by a cast, whenever the sum did not wrap.
@@ -280,9 +324,30 @@ func Finalize(buf []byte, dt DType, op Op, nranks int) {
 		for i := 0; i < n; i++ {
 			buf[i] = uint8(int8(int64(int8(buf[i])) / int64(nranks)))
 		}
+	case Float8E4M3, Float8E5M2:
+		to32, from32 := float8Conv(dt)
+		d := float32(nranks)
+		for i := 0; i < n; i++ {
+			buf[i] = from32(to32(buf[i]) / d)
+		}
 	case Uint8:
 		for i := 0; i < n; i++ {
 			buf[i] = uint8(uint64(buf[i]) / uint64(nranks))
+		}
+	case Uint16:
+		for i := 0; i < n; i++ {
+			o := 2 * i
+			refLE.PutUint16(buf[o:], refLE.Uint16(buf[o:])/uint16(nranks))
+		}
+	case Uint32:
+		for i := 0; i < n; i++ {
+			o := 4 * i
+			refLE.PutUint32(buf[o:], refLE.Uint32(buf[o:])/uint32(nranks))
+		}
+	case Uint64:
+		for i := 0; i < n; i++ {
+			o := 8 * i
+			refLE.PutUint64(buf[o:], refLE.Uint64(buf[o:])/uint64(nranks))
 		}
 	case Int16:
 		for i := 0; i < n; i++ {
@@ -311,8 +376,8 @@ func Finalize(buf []byte, dt DType, op Op, nranks int) {
 //
 //   - float64, complex128 (both parts): x * factor in float64;
 //   - float32, complex64 (both parts): x * float32(factor) in float32;
-//   - float16, bfloat16: widened to float32, multiplied by float32(factor)
-//     and rounded to nearest-even.
+//   - float16, bfloat16, float8: widened to float32, multiplied by
+//     float32(factor) and rounded to nearest-even.
 //
 // ScaleInto is only defined for floating-point and complex dtypes (those
 // Supports(PremulSum, dt) accepts); it panics for other dtypes and if
@@ -351,6 +416,12 @@ func ScaleInto(buf []byte, dt DType, factor float64) {
 		for i := 0; i < n; i++ {
 			o := 2 * i
 			refLE.PutUint16(buf[o:], from32(to32(refLE.Uint16(buf[o:]))*f))
+		}
+	case Float8E4M3, Float8E5M2:
+		to32, from32 := float8Conv(dt)
+		f := float32(factor)
+		for i := 0; i < n; i++ {
+			buf[i] = from32(to32(buf[i]) * f)
 		}
 	}
 }

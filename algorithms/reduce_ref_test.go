@@ -530,3 +530,44 @@ func TestReduceIntoLaws(t *testing.T) {
 		}
 	}
 }
+
+// uint16, uint32 and uint64 order and divide as unsigned numbers: the
+// all-ones pattern is the largest value, not -1.
+func TestUnsignedReference(t *testing.T) {
+	for _, c := range []struct {
+		dt  DType
+		put func([]byte, uint64)
+		get func([]byte) uint64
+		max uint64
+	}{
+		{Uint16, func(b []byte, v uint64) { refLE.PutUint16(b, uint16(v)) }, func(b []byte) uint64 { return uint64(refLE.Uint16(b)) }, 1<<16 - 1},
+		{Uint32, func(b []byte, v uint64) { refLE.PutUint32(b, uint32(v)) }, func(b []byte) uint64 { return uint64(refLE.Uint32(b)) }, 1<<32 - 1},
+		{Uint64, refLE.PutUint64, refLE.Uint64, 1<<64 - 1},
+	} {
+		sz := c.dt.Size()
+		pair := func(a, b uint64) ([]byte, []byte) {
+			x, y := make([]byte, sz), make([]byte, sz)
+			c.put(x, a)
+			c.put(y, b)
+			return x, y
+		}
+		for _, k := range []struct {
+			op      Op
+			a, b, r uint64
+		}{
+			{Min, c.max, 1, 1}, {Max, c.max, 1, c.max}, {Min, 0, c.max, 0}, {Max, c.max - 1, c.max, c.max},
+			{Sum, c.max, 2, 1}, {Prod, c.max, c.max, 1}, {BXor, c.max, 1, c.max - 1},
+		} {
+			x, y := pair(k.a, k.b)
+			ReduceInto(x, y, c.dt, k.op)
+			if got := c.get(x); got != k.r {
+				t.Errorf("%v %v(%d, %d) = %d, want %d", c.dt, k.op, k.a, k.b, got, k.r)
+			}
+		}
+		x, _ := pair(c.max, 0)
+		Finalize(x, c.dt, Avg, 3)
+		if got, want := c.get(x), c.max/3; got != want {
+			t.Errorf("%v avg of %d over 3 ranks = %d, want %d", c.dt, c.max, got, want)
+		}
+	}
+}

@@ -19,11 +19,25 @@ const (
 	Bool
 	Complex64
 	Complex128
+	Uint16
+	Uint32
+	Uint64
+	// Float8E4M3 is torch.float8_e4m3fn (OCP FP8 E4M3: bias 7, no
+	// infinities, one NaN per sign, largest finite 448).
+	Float8E4M3
+	// Float8E5M2 is torch.float8_e5m2 (OCP FP8 E5M2: the top byte of an
+	// IEEE binary16, largest finite 57344).
+	Float8E5M2
 	numDTypes
 )
 
-var dtypeNames = [...]string{"float32", "float64", "float16", "bfloat16", "int8", "uint8", "int16", "int32", "int64", "bool", "complex64", "complex128"}
-var dtypeSizes = [...]int{4, 8, 2, 2, 1, 1, 2, 4, 8, 1, 8, 16}
+var dtypeNames = [...]string{"float32", "float64", "float16", "bfloat16", "int8", "uint8", "int16", "int32", "int64", "bool", "complex64", "complex128",
+	"uint16", "uint32", "uint64", "float8_e4m3fn", "float8_e5m2"}
+var dtypeSizes = [...]int{4, 8, 2, 2, 1, 1, 2, 4, 8, 1, 8, 16, 2, 4, 8, 1, 1}
+
+// NumDTypes is the number of element types: the valid DTypes are 0 to
+// NumDTypes-1.
+const NumDTypes = int(numDTypes)
 
 // Valid reports whether d is a known element type.
 func (d DType) Valid() bool { return d >= 0 && d < numDTypes }
@@ -44,7 +58,12 @@ func (d DType) String() string {
 }
 
 // IsFloat reports whether d is a real floating-point type.
-func (d DType) IsFloat() bool { return d == Float32 || d == Float64 || d == Float16 || d == BFloat16 }
+func (d DType) IsFloat() bool {
+	return d == Float32 || d == Float64 || d == Float16 || d == BFloat16 || d.IsFloat8()
+}
+
+// IsFloat8 reports whether d is one of the 8-bit floating-point types.
+func (d DType) IsFloat8() bool { return d == Float8E4M3 || d == Float8E5M2 }
 
 // IsComplex reports whether d is a complex type.
 func (d DType) IsComplex() bool { return d == Complex64 || d == Complex128 }
@@ -67,6 +86,10 @@ func ParseDType(s string) (DType, error) {
 		return Int32, nil
 	case "char":
 		return Int8, nil
+	case "fp8_e4m3", "f8e4m3":
+		return Float8E4M3, nil
+	case "fp8_e5m2", "f8e5m2":
+		return Float8E5M2, nil
 	}
 	for i, n := range dtypeNames {
 		if n == s {

@@ -83,7 +83,12 @@ typedef enum gotree_dtype {
   GOTREE_INT64 = 8,
   GOTREE_BOOL = 9,
   GOTREE_COMPLEX64 = 10,
-  GOTREE_COMPLEX128 = 11
+  GOTREE_COMPLEX128 = 11,
+  GOTREE_UINT16 = 12,
+  GOTREE_UINT32 = 13,
+  GOTREE_UINT64 = 14,
+  GOTREE_FLOAT8_E4M3 = 15, /* torch.float8_e4m3fn: no infinities, max 448 */
+  GOTREE_FLOAT8_E5M2 = 16  /* torch.float8_e5m2: max 57344 */
 } gotree_dtype_t;
 
 /* Reduction operators. AVG is a true average (sum / nranks, rounded as the

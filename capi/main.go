@@ -9,6 +9,7 @@ package main
 /*
 #include <stdint.h>
 #include <string.h>
+#include "gotree.h"
 */
 import "C"
 
@@ -264,6 +265,19 @@ func issue(h C.int64_t, req *C.int64_t, name string, device C.int, start func(c 
 	*req = C.int64_t(table.add(r))
 	return stSuccess
 }
+
+// gotree.h's dtype values are algorithms.DType's: an index out of range
+// (a compile error) otherwise. The last one also catches a new dtype that
+// gotree.h lacks.
+var _ = [1]int{}[(C.GOTREE_FLOAT32-int(algorithms.Float32))|(C.GOTREE_FLOAT64-int(algorithms.Float64))|
+	(C.GOTREE_FLOAT16-int(algorithms.Float16))|(C.GOTREE_BFLOAT16-int(algorithms.BFloat16))|
+	(C.GOTREE_INT8-int(algorithms.Int8))|(C.GOTREE_UINT8-int(algorithms.Uint8))|
+	(C.GOTREE_INT16-int(algorithms.Int16))|(C.GOTREE_INT32-int(algorithms.Int32))|
+	(C.GOTREE_INT64-int(algorithms.Int64))|(C.GOTREE_BOOL-int(algorithms.Bool))|
+	(C.GOTREE_COMPLEX64-int(algorithms.Complex64))|(C.GOTREE_COMPLEX128-int(algorithms.Complex128))|
+	(C.GOTREE_UINT16-int(algorithms.Uint16))|(C.GOTREE_UINT32-int(algorithms.Uint32))|
+	(C.GOTREE_UINT64-int(algorithms.Uint64))|(C.GOTREE_FLOAT8_E4M3-int(algorithms.Float8E4M3))|
+	(C.GOTREE_FLOAT8_E5M2-int(algorithms.Float8E5M2))|(C.GOTREE_FLOAT8_E5M2+1-algorithms.NumDTypes)]
 
 // checkDType refuses an unknown element type.
 func checkDType(name string, dtype C.int) (algorithms.DType, error) {

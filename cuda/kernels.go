@@ -117,6 +117,9 @@ func KernelName(dt algorithms.DType, op algorithms.Op, reduces bool) (string, er
 	if err := algorithms.Supports(op, dt); err != nil {
 		return "", err
 	}
+	if err := DeviceReduces(dt, op); err != nil {
+		return "", err
+	}
 	if op == algorithms.Avg || op == algorithms.PremulSum {
 		op = algorithms.Sum
 	}
@@ -139,11 +142,11 @@ func KernelName(dt algorithms.DType, op algorithms.Op, reduces bool) (string, er
 			return "gotree_run_u8_" + o, nil
 		}
 		return "gotree_run_i8_" + o, nil
-	case algorithms.Int16:
+	case algorithms.Int16, algorithms.Uint16:
 		return "gotree_run_i16_" + o, nil
-	case algorithms.Int32:
+	case algorithms.Int32, algorithms.Uint32:
 		return "gotree_run_i32_" + o, nil
-	case algorithms.Int64:
+	case algorithms.Int64, algorithms.Uint64:
 		return "gotree_run_i64_" + o, nil
 	case algorithms.Bool:
 		switch op {
@@ -156,6 +159,22 @@ func KernelName(dt algorithms.DType, op algorithms.Op, reduces bool) (string, er
 		}
 	}
 	return "", fmt.Errorf("gotree/cuda: no kernel for %v %v", dt, op)
+}
+
+// DeviceReduces reports the (dtype, op) pairs that the CPU path reduces
+// but the device kernels do not: float8, and the orderings and divisions
+// of uint16, uint32 and uint64 (their sums, products and bitwise ops are
+// the signed kernels', bit for bit).
+func DeviceReduces(dt algorithms.DType, op algorithms.Op) error {
+	switch {
+	case dt.IsFloat8():
+		return fmt.Errorf("gotree/cuda: no device kernel reduces %v (host tensors do)", dt)
+	case dt == algorithms.Uint16 || dt == algorithms.Uint32 || dt == algorithms.Uint64:
+		if op == algorithms.Min || op == algorithms.Max || op == algorithms.Avg {
+			return fmt.Errorf("gotree/cuda: no device kernel for %v %v (sum, prod and bitwise ops run; host tensors do every op)", dt, op)
+		}
+	}
+	return nil
 }
 
 // FinalizeKernel returns the kernel that divides an Avg result by the rank

@@ -65,7 +65,7 @@ func BenchmarkCopy(b *testing.B) {
 
 var benchDTypes = []algorithms.DType{
 	algorithms.Float32, algorithms.Float64, algorithms.Int32, algorithms.Int64,
-	algorithms.BFloat16, algorithms.Float16,
+	algorithms.BFloat16, algorithms.Float16, algorithms.Uint32, algorithms.Float8E4M3, algorithms.Float8E5M2,
 }
 
 // BenchmarkSum: in place, dst = dst + src (Into).

@@ -10,7 +10,7 @@
 // dtype and op codes: the values of algorithms.DType and algorithms.Op.
 enum {
 	GT_F32, GT_F64, GT_F16, GT_BF16, GT_I8, GT_U8, GT_I16, GT_I32, GT_I64,
-	GT_BOOL, GT_C64, GT_C128
+	GT_BOOL, GT_C64, GT_C128, GT_U16, GT_U32, GT_U64, GT_F8E4M3, GT_F8E5M2
 };
 enum { GT_SUM, GT_AVG, GT_PROD, GT_MIN, GT_MAX, GT_BAND, GT_BOR, GT_BXOR, GT_PREMUL_SUM };
 

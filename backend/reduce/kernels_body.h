@@ -24,6 +24,12 @@ BIN(min_i32, int32_t, x < y ? x : y)
 BIN(max_i32, int32_t, x > y ? x : y)
 BIN(min_i64, int64_t, x < y ? x : y)
 BIN(max_i64, int64_t, x > y ? x : y)
+BIN(min_u16, uint16_t, x < y ? x : y)
+BIN(max_u16, uint16_t, x > y ? x : y)
+BIN(min_u32, uint32_t, x < y ? x : y)
+BIN(max_u32, uint32_t, x > y ? x : y)
+BIN(min_u64, uint64_t, x < y ? x : y)
+BIN(max_u64, uint64_t, x > y ? x : y)
 // Bitwise ops do not care about element boundaries: bytes.
 BIN(and_u8, uint8_t, x & y)
 BIN(or_u8, uint8_t, x | y)
@@ -54,6 +60,13 @@ BF2(prod_bf16, bf_round_hi_exact, x * y)
 BF2(div_bf16, bf_round_hi, x / c)
 BF2(mul_bf16, bf_round_hi, x * c)
 
+// float8 Avg and PremulSum: through float32, one rounding. (Sum, Prod,
+// Min and Max are tables: f8_lookup.)
+F8(div_f8e4m3, f8e4m3_to_f32, f32_to_f8e4m3, x / c)
+F8(mul_f8e4m3, f8e4m3_to_f32, f32_to_f8e4m3, x * c)
+F8(div_f8e5m2, f8e5m2_to_f32, f32_to_f8e5m2, x / c)
+F8(mul_f8e5m2, f8e5m2_to_f32, f32_to_f8e5m2, x * c)
+
 UN(div_f32, float, float, x / c)
 UN(div_f64, double, double, x / c)
 UN(mul_f32, float, float, x * c)
@@ -67,6 +80,10 @@ UN(div_u8, uint8_t, double, (uint8_t)(int32_t)((double)x / c))
 UN(div_i16, int16_t, double, (int16_t)(int32_t)((double)x / c))
 UN(div_i32, int32_t, double, (int32_t)((double)x / c))
 UN(div_i64, int64_t, int64_t, x / c)
+// Unsigned: the same argument, for x < 2^32.
+UN(div_u16, uint16_t, double, (uint16_t)(uint32_t)((double)x / c))
+UN(div_u32, uint32_t, double, (uint32_t)((double)x / c))
+UN(div_u64, uint64_t, uint64_t, x / c)
 
 
 // ---------------------------------------------------------------- dispatch
@@ -82,9 +99,16 @@ static int SFX(reduce3)(int dt, int op, void *d, const void *a, const void *b, s
 		if (op != GT_SUM) return -1;
 		dt = GT_F64, n *= 2;
 		break;
-	case GT_I8: case GT_U8: case GT_I16: case GT_I32: case GT_I64:
+	case GT_F8E4M3: case GT_F8E5M2: {
+		static const int f8op[] = {[GT_SUM] = F8_SUM, [GT_PROD] = F8_PROD, [GT_MIN] = F8_MIN, [GT_MAX] = F8_MAX};
+		if (op != GT_SUM && op != GT_PROD && op != GT_MIN && op != GT_MAX) return -1;
+		f8_lookup(dt, f8op[op], d, a, b, n);
+		return 0;
+	}
+	case GT_I8: case GT_U8: case GT_I16: case GT_I32: case GT_I64: case GT_U16: case GT_U32: case GT_U64:
 		if (op == GT_BAND || op == GT_BOR || op == GT_BXOR) {
-			static const size_t sz[] = {[GT_I8] = 1, [GT_U8] = 1, [GT_I16] = 2, [GT_I32] = 4, [GT_I64] = 8};
+			static const size_t sz[] = {[GT_I8] = 1, [GT_U8] = 1, [GT_I16] = 2, [GT_I32] = 4, [GT_I64] = 8,
+				[GT_U16] = 2, [GT_U32] = 4, [GT_U64] = 8};
 			n *= sz[dt];
 			switch (op) {
 			case GT_BAND: SFX(and_u8)(d, a, b, n); return 0;
@@ -109,6 +133,9 @@ static int SFX(reduce3)(int dt, int op, void *d, const void *a, const void *b, s
 	K(GT_I16, GT_SUM, sum_u16) K(GT_I16, GT_PROD, prod_u16) K(GT_I16, GT_MIN, min_i16) K(GT_I16, GT_MAX, max_i16)
 	K(GT_I32, GT_SUM, sum_u32) K(GT_I32, GT_PROD, prod_u32) K(GT_I32, GT_MIN, min_i32) K(GT_I32, GT_MAX, max_i32)
 	K(GT_I64, GT_SUM, sum_u64) K(GT_I64, GT_PROD, prod_u64) K(GT_I64, GT_MIN, min_i64) K(GT_I64, GT_MAX, max_i64)
+	K(GT_U16, GT_SUM, sum_u16) K(GT_U16, GT_PROD, prod_u16) K(GT_U16, GT_MIN, min_u16) K(GT_U16, GT_MAX, max_u16)
+	K(GT_U32, GT_SUM, sum_u32) K(GT_U32, GT_PROD, prod_u32) K(GT_U32, GT_MIN, min_u32) K(GT_U32, GT_MAX, max_u32)
+	K(GT_U64, GT_SUM, sum_u64) K(GT_U64, GT_PROD, prod_u64) K(GT_U64, GT_MIN, min_u64) K(GT_U64, GT_MAX, max_u64)
 	K(GT_BOOL, GT_SUM, or_bool) K(GT_BOOL, GT_MAX, or_bool) K(GT_BOOL, GT_BOR, or_bool)
 	K(GT_BOOL, GT_PROD, and_bool) K(GT_BOOL, GT_MIN, and_bool) K(GT_BOOL, GT_BAND, and_bool)
 	K(GT_BOOL, GT_BXOR, xor_bool)
@@ -120,7 +147,9 @@ static int SFX(reduce3)(int dt, int op, void *d, const void *a, const void *b, s
 static int SFX(scale)(int dt, void *d, const void *a, size_t n, double factor);
 
 static int SFX(avg)(int dt, void *d, const void *a, size_t n, int64_t nranks) {
-	if ((nranks & (nranks - 1)) == 0 && dt != GT_I8 && dt != GT_U8 && dt != GT_I16 && dt != GT_I32 && dt != GT_I64) {
+	int integer = dt == GT_I8 || dt == GT_U8 || dt == GT_I16 || dt == GT_I32 || dt == GT_I64 ||
+		dt == GT_U16 || dt == GT_U32 || dt == GT_U64;
+	if ((nranks & (nranks - 1)) == 0 && !integer) {
 		// x / 2^k and x * 2^-k are the same real number, so they round to
 		// the same float (subnormal results included), and a multiply is
 		// several times cheaper than a divide.
@@ -138,6 +167,11 @@ static int SFX(avg)(int dt, void *d, const void *a, size_t n, int64_t nranks) {
 	case GT_I16: SFX(div_i16)(d, a, n, (double)nranks); return 0;
 	case GT_I32: SFX(div_i32)(d, a, n, (double)nranks); return 0;
 	case GT_I64: SFX(div_i64)(d, a, n, nranks); return 0;
+	case GT_U16: SFX(div_u16)(d, a, n, (double)nranks); return 0;
+	case GT_U32: SFX(div_u32)(d, a, n, (double)nranks); return 0;
+	case GT_U64: SFX(div_u64)(d, a, n, (uint64_t)nranks); return 0;
+	case GT_F8E4M3: SFX(div_f8e4m3)(d, a, n, (float)nranks); return 0;
+	case GT_F8E5M2: SFX(div_f8e5m2)(d, a, n, (float)nranks); return 0;
 	}
 	return -1;
 }
@@ -150,6 +184,8 @@ static int SFX(scale)(int dt, void *d, const void *a, size_t n, double factor) {
 	case GT_F64: SFX(mul_f64)(d, a, n, factor); return 0;
 	case GT_F16: H16SFX(mul_f16)(d, a, a, n, (float)factor); return 0;
 	case GT_BF16: SFX(mul_bf16)(d, a, a, n, (float)factor); return 0;
+	case GT_F8E4M3: SFX(mul_f8e4m3)(d, a, n, (float)factor); return 0;
+	case GT_F8E5M2: SFX(mul_f8e5m2)(d, a, n, (float)factor); return 0;
 	}
 	return -1;
 }

@@ -37,7 +37,7 @@ import (
 // that at ~40-64 bytes of float32 or int64 but at only 8-16 bytes of
 // float16/bfloat16.
 func smallBytes(dt algorithms.DType) int {
-	if dt == algorithms.Float16 || dt == algorithms.BFloat16 {
+	if dt == algorithms.Float16 || dt == algorithms.BFloat16 || dt.IsFloat8() {
 		return 16
 	}
 	return 64

@@ -16,6 +16,7 @@ var allDTypes = []algorithms.DType{
 	algorithms.Float32, algorithms.Float64, algorithms.Float16, algorithms.BFloat16,
 	algorithms.Int8, algorithms.Uint8, algorithms.Int16, algorithms.Int32, algorithms.Int64,
 	algorithms.Bool, algorithms.Complex64, algorithms.Complex128,
+	algorithms.Uint16, algorithms.Uint32, algorithms.Uint64, algorithms.Float8E4M3, algorithms.Float8E5M2,
 }
 
 var allOps = []algorithms.Op{
@@ -135,6 +136,10 @@ func sameBits(dt algorithms.DType, got, want []byte) (int, bool) {
 		isNaN = func(x []byte) bool { return le.Uint16(x)&0x7fff > 0x7c00 }
 	case algorithms.BFloat16:
 		isNaN = func(x []byte) bool { return le.Uint16(x)&0x7fff > 0x7f80 }
+	case algorithms.Float8E4M3:
+		isNaN = func(x []byte) bool { return x[0]&0x7f == 0x7f }
+	case algorithms.Float8E5M2:
+		isNaN = func(x []byte) bool { return x[0]&0x7f > 0x7c }
 	}
 	if len(got) != len(want) {
 		return -1, false
@@ -398,4 +403,45 @@ func TestCopyStream(t *testing.T) {
 	CopyStream(buf, buf) // the same slice: nothing to do
 	mustPanic(t, "overlap", func() { CopyStream(buf[1:StreamMinBytes+1], buf[:StreamMinBytes]) })
 	mustPanic(t, "length mismatch", func() { CopyStream(buf[:2], buf[:3]) })
+}
+
+// Every pair of float8 values, every op, every kernel version: the kernels
+// against the reference.
+func TestFloat8Exhaustive(t *testing.T) {
+	a := make([]byte, 256*256)
+	b := make([]byte, len(a))
+	for i := range a {
+		a[i], b[i] = byte(i>>8), byte(i)
+	}
+	levels(t, func(t *testing.T) {
+		for _, dt := range []algorithms.DType{algorithms.Float8E4M3, algorithms.Float8E5M2} {
+			for _, op := range []algorithms.Op{algorithms.Sum, algorithms.Prod, algorithms.Min, algorithms.Max} {
+				got := make([]byte, len(a))
+				Into3(got, a, b, dt, op)
+				want := append([]byte(nil), a...)
+				algorithms.ReduceInto(want, b, dt, op)
+				if i, ok := sameBits(dt, got, want); !ok {
+					t.Errorf("%v %v: %#02x op %#02x = %#02x, reference %#02x", dt, op, a[i], b[i], got[i], want[i])
+				}
+			}
+			for _, n := range []int{1, 2, 3, 5, 7, 10} {
+				got := append([]byte(nil), a...)
+				Finalize(got, dt, algorithms.Avg, n)
+				want := append([]byte(nil), a...)
+				algorithms.Finalize(want, dt, algorithms.Avg, n)
+				if i, ok := sameBits(dt, got, want); !ok {
+					t.Errorf("%v avg over %d: %#02x -> %#02x, reference %#02x", dt, n, a[i], got[i], want[i])
+				}
+			}
+			for _, f := range []float64{0.5, 1.0 / 3, 3, -7.25, 1e-3} {
+				got := append([]byte(nil), b[:256]...)
+				Scale(got, dt, f)
+				want := append([]byte(nil), b[:256]...)
+				algorithms.ScaleInto(want, dt, f)
+				if i, ok := sameBits(dt, got, want); !ok {
+					t.Errorf("%v scale by %g: %#02x -> %#02x, reference %#02x", dt, f, b[i], got[i], want[i])
+				}
+			}
+		}
+	})
 }

@@ -92,7 +92,32 @@ static void test_allreduce(gotree_comm_t comm, uint64_t count, int inplace) {
     if (dres[i] != want) bad++;
   }
   CHECK(bad == 0, "float64 max count %llu inplace %d: %d wrong elements", (unsigned long long)count, inplace, bad);
-  free(send); free(recv); free(ds); free(dr);
+  /* uint32 MIN: the negative values are the largest unsigned ones */
+  uint32_t *us = malloc((count + 1) * sizeof *us), *ur = malloc((count + 1) * sizeof *ur);
+  for (uint64_t i = 0; i < count; i++) us[i] = (uint32_t)val(rank, i);
+  OK(gotree_allreduce(comm, us, inplace ? us : ur, count, GOTREE_UINT32, GOTREE_MIN, 0,
+                      GOTREE_DEVICE_CPU, NULL, &req), comm);
+  OK(run(req), req);
+  uint32_t *ures = inplace ? us : ur;
+  bad = 0;
+  for (uint64_t i = 0; i < count; i++) {
+    uint32_t want = UINT32_MAX;
+    for (int r = 0; r < nranks; r++) want = (uint32_t)val(r, i) < want ? (uint32_t)val(r, i) : want;
+    if (ures[i] != want) bad++;
+  }
+  CHECK(bad == 0, "uint32 min count %llu inplace %d: %d wrong elements", (unsigned long long)count, inplace, bad);
+  /* float8_e4m3fn SUM of 1.0 (0x38) from every rank: 1, 2, 3, 4 are 0x38, 0x40, 0x44, 0x48 */
+  static const unsigned char f8[] = {0, 0x38, 0x40, 0x44, 0x48};
+  unsigned char *fs = malloc(count + 1), *fr = malloc(count + 1);
+  memset(fs, 0x38, count + 1);
+  OK(gotree_allreduce(comm, fs, inplace ? fs : fr, count, GOTREE_FLOAT8_E4M3, GOTREE_SUM, 0,
+                      GOTREE_DEVICE_CPU, NULL, &req), comm);
+  OK(run(req), req);
+  unsigned char *fres = inplace ? fs : fr;
+  bad = 0;
+  for (uint64_t i = 0; i < count && nranks <= 4; i++) bad += fres[i] != f8[nranks];
+  CHECK(bad == 0, "float8_e4m3fn sum count %llu inplace %d: %d wrong elements", (unsigned long long)count, inplace, bad);
+  free(send); free(recv); free(ds); free(dr); free(us); free(ur); free(fs); free(fr);
 }
 
 static void test_broadcast_allgather(gotree_comm_t comm, uint64_t count) {
