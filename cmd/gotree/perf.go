@@ -551,7 +551,29 @@ func memBound(comm *pg.Comm, o perfOpts, count int64, send, recv []byte, row *pe
 // perfValue is rank r's element i: a small integer, exact in every dtype
 // (including sums over up to 64 ranks in bf16's 8-bit mantissa for sizes
 // where that matters: values stay in [-2, 2]).
-func perfValue(r int, i int64) int64 { return (i+int64(r))%5 - 2 }
+func perfValue(dt algorithms.DType, r int, i int64) int64 {
+	switch {
+	case dt.IsFloat8():
+		// -1, 0, 1: sums stay exact integers in float8 up to 8 ranks
+		// (float8_e5m2 has every integer up to 8, float8_e4m3fn up to 16).
+		return (i+int64(r))%3 - 1
+	case dt == algorithms.Bool:
+		return (i + int64(r)) % 2
+	}
+	return (i+int64(r))%5 - 2
+}
+
+// perfLess orders two values as dtype dt does: integers of an unsigned
+// dtype are compared as the bits encodeInts writes (-1 is the largest).
+func perfLess(dt algorithms.DType, a, b int64) bool {
+	bits := uint(8 * dt.Size())
+	switch dt {
+	case algorithms.Uint8, algorithms.Uint16, algorithms.Uint32, algorithms.Uint64:
+		mask := ^uint64(0) >> (64 - bits)
+		return uint64(a)&mask < uint64(b)&mask
+	}
+	return a < b
+}
 
 // perfBlock is how many elements fillPerf and checkPerf encode at a time,
 // so that their scratch stays small whatever the message size (whole
@@ -564,7 +586,7 @@ func fillPerf(b []byte, dt algorithms.DType, rank int, count int64) {
 	for lo := int64(0); lo < count; lo += perfBlock {
 		v := vals[:min(perfBlock, count-lo)]
 		for j := range v {
-			v[j] = perfValue(rank, lo+int64(j))
+			v[j] = perfValue(dt, rank, lo+int64(j))
 		}
 		encodeInts(b[lo*es:], dt, v)
 	}
@@ -575,22 +597,35 @@ func fillPerf(b []byte, dt algorithms.DType, rank int, count int64) {
 func perfWant(o perfOpts, n int, count, i int64) int64 {
 	switch o.coll {
 	case algorithms.AllGather:
-		return perfValue(int(i/max(count, 1)), i%max(count, 1))
+		return perfValue(o.dtype, int(i/max(count, 1)), i%max(count, 1))
 	case algorithms.Broadcast:
-		return perfValue(0, i)
+		return perfValue(o.dtype, 0, i)
 	}
-	acc := perfValue(0, i)
+	acc := perfValue(o.dtype, 0, i)
 	for r := 1; r < n; r++ {
-		v := perfValue(r, i)
+		v := perfValue(o.dtype, r, i)
 		switch o.op {
 		case algorithms.Sum, algorithms.Avg:
 			acc += v
 		case algorithms.Prod:
 			acc *= v
 		case algorithms.Min:
-			acc = min(acc, v)
+			if perfLess(o.dtype, v, acc) {
+				acc = v
+			}
 		case algorithms.Max:
-			acc = max(acc, v)
+			if perfLess(o.dtype, acc, v) {
+				acc = v
+			}
+		case algorithms.BAnd:
+			acc &= v
+		case algorithms.BOr:
+			acc |= v
+		case algorithms.BXor:
+			acc ^= v
+		}
+		if o.dtype == algorithms.Bool && acc > 1 {
+			acc = 1 // Sum is OR; Prod and Min of 0/1 values stay 0/1
 		}
 	}
 	return acc
@@ -615,12 +650,28 @@ func checkPerf(out []byte, o perfOpts, rank, n int, count int64) int64 {
 		}
 		got := out[lo*es:]
 		for k := int64(0); k < int64(len(wb)); k += es {
-			if !bytes.Equal(got[k:k+es], wb[k:k+es]) {
+			g, w := got[k:k+es], wb[k:k+es]
+			if !bytes.Equal(g, w) && !(o.dtype.IsFloat() && isFloatZero(g) && isFloatZero(w)) {
 				wrong++
 			}
 		}
 	}
 	return wrong
+}
+
+// isFloatZero reports whether b (one little-endian real floating-point
+// element) is +0 or -0: a product's zero has the sign of its factors,
+// which the integer reference does not carry.
+func isFloatZero(b []byte) bool {
+	for i, c := range b {
+		if i == len(b)-1 {
+			c &= 0x7f
+		}
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // encodeInts writes integer values in dtype dt.
@@ -639,12 +690,23 @@ func encodeInts(b []byte, dt algorithms.DType, v []int64) {
 			binary.LittleEndian.PutUint16(p, algorithms.Float32ToBFloat16(float32(x)))
 		case algorithms.Int8, algorithms.Uint8, algorithms.Bool:
 			p[0] = byte(x)
-		case algorithms.Int16:
+		case algorithms.Complex64:
+			binary.LittleEndian.PutUint64(p, uint64(math.Float32bits(float32(x)))) // (x, +0)
+		case algorithms.Complex128:
+			binary.LittleEndian.PutUint64(p, math.Float64bits(float64(x)))
+			binary.LittleEndian.PutUint64(p[8:], 0)
+		case algorithms.Float8E4M3:
+			p[0] = algorithms.Float32ToFloat8E4M3(float32(x))
+		case algorithms.Float8E5M2:
+			p[0] = algorithms.Float32ToFloat8E5M2(float32(x))
+		case algorithms.Int16, algorithms.Uint16:
 			binary.LittleEndian.PutUint16(p, uint16(x))
-		case algorithms.Int32:
+		case algorithms.Int32, algorithms.Uint32:
 			binary.LittleEndian.PutUint32(p, uint32(x))
-		case algorithms.Int64:
+		case algorithms.Int64, algorithms.Uint64:
 			binary.LittleEndian.PutUint64(p, uint64(x))
+		default:
+			panic(fmt.Sprintf("gotree perf: no integer encoding for %v", dt))
 		}
 	}
 }

@@ -111,3 +111,39 @@ func TestPerfSizeFillsInputWithoutCheck(t *testing.T) {
 		}
 	}
 }
+
+// The checker's expected values agree with the reference reduction of the
+// inputs fillPerf writes, for every dtype and op perf accepts and for world
+// sizes 1, 2, 3, 5 and 8: so a wrong count from perf is the library's, not
+// the checker's (it once counted every uint8 min, bool sum and float product
+// with a -0 as wrong).
+func TestPerfCheckAgreesWithReference(t *testing.T) {
+	const count = 37
+	for dt := algorithms.DType(0); dt.Valid(); dt++ {
+		for op := algorithms.Sum; op <= algorithms.BXor; op++ {
+			if algorithms.Supports(op, dt) != nil {
+				continue
+			}
+			for _, n := range []int{1, 2, 3, 5, 8} {
+				es := int64(dt.Size())
+				acc := make([]byte, count*es)
+				fillPerf(acc, dt, 0, count)
+				in := make([]byte, len(acc))
+				for r := 1; r < n; r++ {
+					fillPerf(in, dt, r, count)
+					algorithms.ReduceInto(acc, in, dt, op)
+				}
+				algorithms.Finalize(acc, dt, op, n)
+				o := perfOpts{dtype: dt, op: op, coll: algorithms.AllReduce}
+				if w := checkPerf(acc, o, 0, n, count); w != 0 {
+					t.Errorf("%v %v on %d ranks: the checker counts %d of %d reference results wrong", dt, op, n, w, count)
+				}
+				// And it sees a wrong element.
+				acc[len(acc)-int(es)] ^= 0x01
+				if w := checkPerf(acc, o, 0, n, count); w != 1 {
+					t.Errorf("%v %v on %d ranks: one flipped bit counted as %d wrong", dt, op, n, w)
+				}
+			}
+		}
+	}
+}
