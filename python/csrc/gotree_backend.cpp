@@ -351,8 +351,9 @@ const char* opName(c10d::ReduceOp::RedOpType op) {
 }
 
 const char* kSupportedReduceDtypes =
-    "torch.float32, float64, float16, bfloat16, int8, uint8, int16, int32, "
-    "int64, bool, complex64, complex128 (complex: SUM, AVG, PREMUL_SUM only)";
+    "torch.float32, float64, float16, bfloat16, float8_e4m3fn, float8_e5m2, "
+    "int8, uint8, int16, uint16, int32, uint32, int64, uint64, bool, complex64, "
+    "complex128 (complex: SUM, AVG, PREMUL_SUM only)";
 
 // Native ABI dtype of a torch dtype; false when the ABI has none.
 bool nativeDtype(at::ScalarType t, gotree_dtype_t* out) {
@@ -366,6 +367,11 @@ bool nativeDtype(at::ScalarType t, gotree_dtype_t* out) {
     case at::kShort: *out = GOTREE_INT16; return true;
     case at::kInt: *out = GOTREE_INT32; return true;
     case at::kLong: *out = GOTREE_INT64; return true;
+    case c10::ScalarType::UInt16: *out = GOTREE_UINT16; return true;
+    case c10::ScalarType::UInt32: *out = GOTREE_UINT32; return true;
+    case c10::ScalarType::UInt64: *out = GOTREE_UINT64; return true;
+    case c10::ScalarType::Float8_e4m3fn: *out = GOTREE_FLOAT8_E4M3; return true;
+    case c10::ScalarType::Float8_e5m2: *out = GOTREE_FLOAT8_E5M2; return true;
     default: return false;
   }
 }
@@ -482,6 +488,24 @@ ReducePlan planReduce(
           static_cast<int>(op));
   }
   return p;
+}
+
+// PREMUL_SUM's scaling of a float8 tensor, which torch gives no arithmetic:
+// through float32 and rounded back once (gotree's own float8 semantics).
+// Returns false, doing nothing, for other dtypes.
+bool premulFloat8(at::Tensor& buf, const ReducePlan& p) {
+  auto t = buf.scalar_type();
+  if (t != c10::ScalarType::Float8_e4m3fn && t != c10::ScalarType::Float8_e5m2) {
+    return false;
+  }
+  at::Tensor wide = buf.to(at::kFloat);
+  if (p.premul_tensor.defined()) {
+    wide.mul_(p.premul_tensor.to(buf.device()).to(at::kFloat));
+  } else {
+    wide.mul_(p.premul_double);
+  }
+  buf.copy_(wide);
+  return true;
 }
 
 // ---------------------------------------------------------------------------
@@ -2071,6 +2095,9 @@ class GotreeBackend : public c10d::Backend {
     if (!p.premul) {
       return;
     }
+    if (premulFloat8(buf, p)) {
+      return;
+    }
     if (p.premul_tensor.defined()) {
       buf.mul_(p.premul_tensor.to(buf.device()).to(buf.scalar_type()));
     } else {
@@ -2396,7 +2423,7 @@ class GotreeBackend : public c10d::Backend {
       at::Tensor dst = t;
       work->post_ = chainPost(work->post_, [dst, buf]() mutable { dst.copy_(buf); });
     }
-    if (p.premul) {
+    if (p.premul && !premulFloat8(buf, p)) {
       // The result overwrites the tensor anyway: scale it (or its copy) in place.
       if (p.premul_tensor.defined()) {
         buf.mul_(p.premul_tensor.to(buf.device()));

@@ -38,7 +38,7 @@ def test_allreduce_direct(built):
     # 2^20+3, contiguous, strided and async, 3 ranks. The log shows the plan
     # that ran; where this machine forbids reading another process's memory
     # (the INIT line says why), the ring runs instead and must be right too.
-    env = worker_env({"GOTREE_ALGO": "allreduce:direct", "GOTREE_TEST_ONLY": "allreduce",
+    env = worker_env({"GOTREE_ALGO": "allreduce:direct", "GOTREE_TEST_ONLY": "allreduce,more_dtypes",
                       "GOTREE_DEBUG": "INFO", "GOTREE_DEBUG_SUBSYS": "INIT,COLL"})
     rc, out = torchrun("collectives.py", 3, timeout=300, env=env)
     passed = assert_checks(rc, out, 3, min_passed=1500)
@@ -51,7 +51,7 @@ def test_allreduce_oneshot(built):
     # One-shot allreduce forced: every dtype and op, 3 ranks (rank 2 folds
     # its own input third, in place through a scratch buffer). Messages
     # above its 32 KiB limit run the ring, after one warning.
-    env = worker_env({"GOTREE_ALGO": "allreduce:oneshot", "GOTREE_TEST_ONLY": "allreduce",
+    env = worker_env({"GOTREE_ALGO": "allreduce:oneshot", "GOTREE_TEST_ONLY": "allreduce,more_dtypes",
                       "GOTREE_DEBUG": "INFO", "GOTREE_DEBUG_SUBSYS": "INIT,COLL,TUNING"})
     rc, out = torchrun("collectives.py", 3, timeout=300, env=env)
     passed = assert_checks(rc, out, 3, min_passed=1500)

@@ -61,15 +61,21 @@ def main():
 
     # --- unsupported dtype / op (named)
     c.expect_raises(
-        lambda: dist.all_reduce(torch.zeros(3, dtype=torch.uint16)),
-        ["gotree: allreduce: dtype torch.uint16 is not supported for reductions", "supported:"],
-        "allreduce of uint16",
+        lambda: dist.all_reduce(torch.zeros(3, dtype=torch.float8_e4m3fnuz)),
+        ["gotree: allreduce: dtype torch.float8_e4m3fnuz is not supported for reductions", "supported:", "float8_e4m3fn,", "uint64"],
+        "allreduce of float8_e4m3fnuz",
         (TypeError,),
     )
     c.expect_raises(
-        lambda: dist.all_reduce(torch.zeros(3, dtype=torch.float8_e4m3fn)),
-        "dtype torch.float8_e4m3fn is not supported for reductions",
-        "allreduce of float8",
+        lambda: dist.reduce_scatter_tensor(torch.zeros(3, dtype=torch.float8_e5m2fnuz), torch.zeros(3 * n, dtype=torch.float8_e5m2fnuz)),
+        "gotree: reduce_scatter_tensor: dtype torch.float8_e5m2fnuz is not supported for reductions",
+        "reduce_scatter of float8_e5m2fnuz",
+        (TypeError,),
+    )
+    c.expect_raises(
+        lambda: dist.all_reduce(torch.zeros(3, dtype=torch.float8_e5m2), op=ReduceOp.BXOR),
+        "ReduceOp.BXOR is only supported for integer and bool tensors, not torch.float8_e5m2",
+        "BXOR on float8_e5m2",
         (TypeError,),
     )
     c.expect_raises(

@@ -461,6 +461,106 @@ def check_reduce_scatter(c, rank, n):
     c.check(torch.allclose(t.double(), ref, atol=1e-5), "allreduce PREMUL_SUM tensor factor")
 
 
+UINTS = {torch.uint16: 16, torch.uint32: 32, torch.uint64: 64}
+FLOAT8 = [torch.float8_e4m3fn, torch.float8_e5m2]
+
+
+def uint_input(tag, rank, count, dtype, opname):
+    """Any bit pattern: the top half of the range is where unsigned order differs."""
+    g = gen(tag, rank, count, dtype, opname)
+    if dtype == torch.uint64:
+        return torch.randint(-(2**63), 2**63 - 1, (count,), generator=g, dtype=torch.int64).view(torch.uint64)
+    return torch.randint(0, 2 ** UINTS[dtype], (count,), generator=g, dtype=torch.int64).to(dtype)
+
+
+def uint_reference(inputs, dtype, opname, n):
+    """Python integers modulo 2^bits (torch has no arithmetic on these dtypes)."""
+    m = 1 << UINTS[dtype]
+    fold = {
+        "SUM": lambda a, b: (a + b) % m, "AVG": lambda a, b: (a + b) % m,
+        "PRODUCT": lambda a, b: (a * b) % m, "MIN": min, "MAX": max,
+        "BAND": lambda a, b: a & b, "BOR": lambda a, b: a | b, "BXOR": lambda a, b: a ^ b,
+    }[opname]
+    out = [functools.reduce(fold, col) for col in zip(*[x.tolist() for x in inputs])]
+    return [v // n for v in out] if opname == "AVG" else out
+
+
+def f8_inputs(count, dtype, n):
+    """On 2 ranks every pair of float8 values (rank 0 holds code i >> 8, rank 1
+    code i & 255, for 65536 elements), else small integers whose sums and
+    products stay exact in float8, so that the order of the reduction does
+    not matter."""
+    if n == 2 and count == 65536:
+        i = torch.arange(count, dtype=torch.int64)
+        return [(i >> 8).to(torch.uint8).view(dtype), (i & 255).to(torch.uint8).view(dtype)]
+    return [(((torch.arange(count) + r) % 4) - 1).float().to(dtype) for r in range(n)]
+
+
+def f8_reference(inputs, dtype, opname, n):
+    """In rank order through float32, rounded to the dtype after each step, as
+    torch's casts round (for 2 ranks, or exact values, the only answer)."""
+    xs = [x.float() for x in inputs]
+    if opname == "PREMUL_SUM":
+        xs = [(x * PREMUL_FACTOR).to(dtype).float() for x in xs]
+    acc = xs[0]
+    for x in xs[1:]:
+        if opname in ("MIN", "MAX"):
+            acc = (torch.minimum if opname == "MIN" else torch.maximum)(acc, x)
+        else:
+            acc = ((acc * x) if opname == "PRODUCT" else (acc + x)).to(dtype).float()
+    if opname == "AVG":
+        acc = acc.to(dtype).float() / n
+    return acc.to(dtype)
+
+
+def f8_matches(got, ref, opname):
+    """Bit for bit, except that any two NaNs match, and for MIN/MAX -0 and +0
+    (torch.minimum keeps the first of equal operands; gotree orders -0 < +0)."""
+    g, r = got.float(), ref.float()
+    nan = g.isnan() & r.isnan()
+    if opname in ("MIN", "MAX"):
+        return bool(((g == r) | nan).all())
+    return bool(((got.view(torch.uint8) == ref.view(torch.uint8)) | nan).all())
+
+
+def check_more_dtypes(c, rank, n):
+    """uint16/32/64 and float8 reductions (their data movement is in the other checks)."""
+    for dtype in UINTS:
+        for opname in INT_OPS:
+            for count in [0, 1, 7, 1003] + ([65537] if (dtype, opname) in ((torch.uint64, "MAX"), (torch.uint32, "SUM")) else []):
+                inputs = [uint_input("u", r, count, dtype, opname) for r in range(n)]
+                ref = uint_reference(inputs, dtype, opname, n)
+                t = inputs[rank].clone()
+                dist.all_reduce(t, op=make_op(opname))
+                c.check(t.dtype == dtype and t.tolist() == ref, f"allreduce {opname} {dtype} count={count}")
+        for opname in ("SUM", "MIN"):
+            inputs = [uint_input("ur", r, 5 * n, dtype, opname) for r in range(n)]
+            ref = uint_reference(inputs, dtype, opname, n)
+            t = inputs[rank].clone()
+            dist.reduce(t, dst=n - 1, op=make_op(opname))
+            c.check(t.tolist() == (ref if rank == n - 1 else inputs[rank].tolist()), f"reduce {opname} {dtype}")
+            out = torch.empty(5, dtype=dtype)
+            dist.reduce_scatter_tensor(out, inputs[rank].clone(), op=make_op(opname))
+            c.check(out.tolist() == ref[rank * 5:(rank + 1) * 5], f"reduce_scatter_tensor {opname} {dtype}")
+    for dtype in FLOAT8:
+        for opname in FLOAT_OPS:
+            for count in [0, 1, 7, 65536]:
+                inputs = f8_inputs(count, dtype, n)
+                ref = f8_reference(inputs, dtype, opname, n)
+                t = inputs[rank].clone()
+                dist.all_reduce(t, op=make_op(opname))
+                c.check(f8_matches(t, ref, opname), f"allreduce {opname} {dtype} count={count}")
+        inputs = f8_inputs(4 * n, dtype, n)
+        ref = f8_reference(inputs, dtype, "SUM", n)
+        t = inputs[rank].clone()
+        dist.reduce(t, dst=0)
+        c.check(f8_matches(t, ref if rank == 0 else inputs[rank], "SUM"), f"reduce SUM {dtype}")
+        out = torch.empty(4, dtype=dtype)
+        dist.reduce_scatter_tensor(out, inputs[rank].clone(), op=ReduceOp.MAX)
+        c.check(f8_matches(out, f8_reference(inputs, dtype, "MAX", n)[rank * 4:(rank + 1) * 4], "MAX"),
+                f"reduce_scatter_tensor MAX {dtype}")
+
+
 def a2a_splits(n, sender):
     """Rows rank `sender` sends to each rank p (uneven, some zero)."""
     return [(sender + 2 * p) % 3 for p in range(n)]
@@ -633,7 +733,7 @@ def main():
     dist.init_process_group(backend="gotree")
     c = Checker("collectives")
     rank, n = dist.get_rank(), dist.get_world_size()
-    only = os.environ.get("GOTREE_TEST_ONLY", "allreduce,broadcast,allgather,coalesced,misc,reduce,reduce_scatter,alltoall,gather_scatter,p2p,split").split(",")
+    only = os.environ.get("GOTREE_TEST_ONLY", "allreduce,more_dtypes,broadcast,allgather,coalesced,misc,reduce,reduce_scatter,alltoall,gather_scatter,p2p,split").split(",")
     for name in only:
         globals()["check_" + name](c, rank, n)
         print(f"[rank {rank}] {name}: passed={c.passed} failed={len(c.failures)}", flush=True)
