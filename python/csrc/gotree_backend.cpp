@@ -1181,6 +1181,7 @@ class GotreeBackend : public c10d::Backend {
         static_cast<int>(outs.size()) == getSize(), "gotree: allgather: the "
         "output list has ", outs.size(), " tensors, expected ", getSize(),
         " (the group size)");
+    bool uneven = false;
     for (size_t i = 0; i < outs.size(); i++) {
       std::string what = c10::str("output_tensors[0][", i, "]");
       checkTensor(outs[i], coll, what);
@@ -1189,10 +1190,10 @@ class GotreeBackend : public c10d::Backend {
           outs[i].scalar_type() == in.scalar_type(), "gotree: allgather: ",
           what, " has dtype ", dtypeName(outs[i].scalar_type()),
           ", expected ", dtypeName(in.scalar_type()), " (the input's)");
-      TORCH_CHECK_VALUE(
-          outs[i].numel() == in.numel(), "gotree: allgather: ", what, " has ",
-          outs[i].numel(), " elements (sizes ", outs[i].sizes(), "), expected ",
-          in.numel(), " (the input's, sizes ", in.sizes(), ")");
+      uneven = uneven || outs[i].numel() != in.numel();
+    }
+    if (uneven) {
+      return allgatherUneven(outs, in, opts);
     }
     auto work = makeWork(c10d::OpType::ALLGATHER, coll, outs, {in}, opts);
     work->detail_ = describe(in);
@@ -1219,11 +1220,69 @@ class GotreeBackend : public c10d::Backend {
         int64_t n = in.numel();
         work->post_ = [outsCopy, recv, n]() mutable {
           for (size_t i = 0; i < outsCopy.size(); i++) {
-            outsCopy[i].view({-1}).copy_(recv.narrow(0, i * n, n));
+            outsCopy[i].copy_(recv.narrow(0, i * n, n).view(outsCopy[i].sizes()));
           }
         };
       }
       addAllgather(work, in, recvPtr, nbytes, calls);
+    });
+    return work;
+  }
+
+  // all_gather whose outputs differ in size (rank i's input fills output i,
+  // whatever its size; NCCL does this with one broadcast per rank, gloo
+  // refuses it): every rank sends its input to every rank, through the
+  // point-to-point links of all-to-all. A peer whose input is not the size
+  // this rank's output list says fails the call on both sides.
+  c10::intrusive_ptr<c10d::Work> allgatherUneven(
+      std::vector<at::Tensor>& outs, const at::Tensor& in,
+      const c10d::AllgatherOptions& opts) {
+    const char* coll = "allgather";
+    const int n = getSize();
+    const int me = getRank();
+    TORCH_CHECK_VALUE(
+        outs[me].numel() == in.numel(), "gotree: allgather: output_tensors[0][",
+        me, "] (this rank's own slot) has ", outs[me].numel(), " elements (sizes ",
+        outs[me].sizes(), "), expected ", in.numel(), " (the input's, sizes ",
+        in.sizes(), "); outputs of other ranks may differ in size");
+    auto work = makeWork(c10d::OpType::ALLGATHER, coll, outs, {in}, opts);
+    work->detail_ = c10::str(describe(in), ", uneven outputs");
+    issueLocked(work, [&](auto& calls) {
+      at::Tensor send = in.reshape({-1}).contiguous();
+      int64_t total = 0;
+      for (auto& o : outs) {
+        total += o.numel();
+      }
+      at::Tensor recv = at::empty({total}, send.options());
+      work->keepalive_.push_back(send);
+      work->keepalive_.push_back(recv);
+      auto dsts = outs;
+      work->post_ = chainPost(work->post_, [dsts, recv]() mutable {
+        int64_t off = 0;
+        for (auto& d : dsts) {
+          d.copy_(recv.narrow(0, off, d.numel()).view(d.sizes()));
+          off += d.numel();
+        }
+      });
+      Wire w = moveWire(send);
+      uint64_t per = wirePer(send);
+      // The same send block (the whole input) for every rank.
+      std::vector<uint64_t> sc(n, static_cast<uint64_t>(in.numel()) * per), sd(n, 0), rc(n), rd(n);
+      uint64_t ro = 0;
+      for (int i = 0; i < n; i++) {
+        rc[i] = outs[i].numel() * per;
+        rd[i] = ro;
+        ro += rc[i];
+      }
+      const void* sp = in.numel() ? send.data_ptr() : nullptr;
+      void* rp = ro ? recv.data_ptr() : nullptr;
+      gotree_comm_t comm = comm_;
+      const Api* a = &api();
+      gotree_dtype_t dt = w.dtype;
+      calls.push_back([=](int device, void* stream, gotree_request_t* r) {
+        return a->alltoallv(comm, sp, sc.data(), sd.data(), rp, rc.data(),
+                            rd.data(), dt, device, stream, r);
+      });
     });
     return work;
   }
@@ -1452,7 +1511,7 @@ class GotreeBackend : public c10d::Backend {
         }
         work->post_ = chainPost(work->post_, [dsts, recv, n]() mutable {
           for (size_t r = 0; r < dsts.size(); r++) {
-            dsts[r].view({-1}).copy_(recv.narrow(0, r * n, n));
+            dsts[r].copy_(recv.narrow(0, r * n, n).view(dsts[r].sizes()));
           }
         });
         const int64_t nbytes = n * in.element_size();
@@ -1721,7 +1780,7 @@ class GotreeBackend : public c10d::Backend {
       work->post_ = chainPost(work->post_, [dsts, recv]() mutable {
         int64_t off = 0;
         for (auto& d : dsts) {
-          d.view({-1}).copy_(recv.narrow(0, off, d.numel()));
+          d.copy_(recv.narrow(0, off, d.numel()).view(d.sizes()));
           off += d.numel();
         }
       });
@@ -2166,7 +2225,7 @@ class GotreeBackend : public c10d::Backend {
     int64_t n = in.numel();
     work->post_ = chainPost(work->post_, [outsCopy, recv, n]() mutable {
       for (size_t i = 0; i < outsCopy.size(); i++) {
-        outsCopy[i].view({-1}).copy_(recv.narrow(0, i * n, n));
+        outsCopy[i].copy_(recv.narrow(0, i * n, n).view(outsCopy[i].sizes()));
       }
     });
     return nbytes ? static_cast<char*>(recv.data_ptr()) : nullptr;

@@ -276,6 +276,41 @@ def check_allgather(c, rank, n):
                     len(v) == n and all(bytes_equal(v[r], ins[r]) for r in range(n)),
                     f"all_gather future value {what}",
                 )
+    # uneven: rank r contributes uneven_count(r) elements (one rank none, one
+    # big), into outputs of those sizes, some 2-D and some strided
+    def uneven_count(r):
+        return [5, 0, 1, 70001][r % 4] + r // 4
+
+    for dtype in (torch.float32, torch.bfloat16, torch.int64, torch.bool, torch.complex64, torch.uint16):
+        ins = [make_input("agu", r, uneven_count(r), dtype, "SUM") for r in range(n)]
+        what = f"all_gather uneven {dtype}"
+        outs = [torch.full((uneven_count(r),), 1, dtype=dtype) for r in range(n)]
+        dist.all_gather(outs, ins[rank])
+        c.check(all(bytes_equal(outs[r], ins[r]) for r in range(n)), what)
+        outs = [torch.empty(2, uneven_count(r), dtype=dtype)[1] if r % 2 else
+                torch.empty(uneven_count(r), 2, dtype=dtype)[:, 1] for r in range(n)]
+        w = dist.all_gather(outs, ins[rank], async_op=True)
+        v = w.get_future().wait()
+        c.check(all(bytes_equal(outs[r], ins[r]) for r in range(n)) and len(v) == n, what + " strided outputs, async")
+    # strided complex outputs (torch hands the backend view_as_real of them:
+    # 2-D, not flattenable by a view), equal sizes, and in all_to_all
+    ins = [make_input("agc", r, 6, torch.complex64, "SUM") for r in range(n)]
+    outs = [torch.empty(6, 2, dtype=torch.complex64)[:, 1] for _ in range(n)]
+    dist.all_gather(outs, ins[rank])
+    c.check(all(bytes_equal(outs[r], ins[r]) for r in range(n)), "all_gather strided complex outputs")
+    outs = [torch.empty(6, 2, dtype=torch.complex64)[:, 0] for _ in range(n)]
+    dist.all_to_all(outs, [ins[rank]] * n)
+    c.check(all(bytes_equal(outs[r], ins[r]) for r in range(n)), "all_to_all strided complex outputs")
+    if n > 1:
+        # a rank whose own slot does not match its input is refused before anything moves
+        c.expect_raises(
+            lambda: dist.all_gather([torch.empty(uneven_count(r) + (r == rank)) for r in range(n)],
+                                    torch.zeros(uneven_count(rank))),
+            [f"output_tensors[0][{rank}] (this rank's own slot) has", "outputs of other ranks may differ"],
+            "all_gather uneven: own slot the wrong size",
+            (ValueError,),
+        )
+        dist.all_reduce(torch.ones(1))  # still usable
 
 
 def check_coalesced(c, rank, n):
