@@ -1392,6 +1392,7 @@ class GotreeBackend : public c10d::Backend {
         static_cast<int>(ins.size()) == getSize(), "gotree: reduce_scatter: the "
         "input list has ", ins.size(), " tensors, expected ", getSize(),
         " (the group size)");
+    bool uneven = false;
     for (size_t i = 0; i < ins.size(); i++) {
       std::string what = c10::str("input_list[", i, "]");
       checkTensor(ins[i], coll, what);
@@ -1399,12 +1400,18 @@ class GotreeBackend : public c10d::Backend {
           ins[i].scalar_type() == out.scalar_type(), "gotree: reduce_scatter: ",
           what, " has dtype ", dtypeName(ins[i].scalar_type()), ", expected ",
           dtypeName(out.scalar_type()), " (the output's)");
-      TORCH_CHECK_VALUE(
-          ins[i].numel() == out.numel(), "gotree: reduce_scatter: ", what,
-          " has ", ins[i].numel(), " elements (sizes ", ins[i].sizes(),
-          "), expected ", out.numel(), " (the output's, sizes ", out.sizes(), ")");
+      uneven = uneven || ins[i].numel() != out.numel();
     }
+    const int me = getRank();
+    TORCH_CHECK_VALUE(
+        ins[me].numel() == out.numel(), "gotree: reduce_scatter: input_list[", me,
+        "] (this rank's block) has ", ins[me].numel(), " elements (sizes ",
+        ins[me].sizes(), "), expected ", out.numel(), " (the output's, sizes ",
+        out.sizes(), "); the blocks of other ranks may differ in size");
     ReducePlan p = planReduce(out.scalar_type(), opts.reduceOp, coll);
+    if (uneven) {
+      return reduceScatterUneven(out, ins, p, opts);
+    }
     auto work = makeWork(c10d::OpType::REDUCE_SCATTER, coll, {out}, ins, opts);
     work->detail_ = c10::str(describe(out), ", ", opName(opts.reduceOp.op_));
     issueLocked(work, [&](auto& calls) {
@@ -2229,6 +2236,57 @@ class GotreeBackend : public c10d::Backend {
       }
     });
     return nbytes ? static_cast<char*>(recv.data_ptr()) : nullptr;
+  }
+
+  // reduce_scatter whose input blocks differ in size (block i, of every
+  // rank, is reduced into rank i's output; NCCL does this with one reduce
+  // per rank): one reduce per rank, rooted at the block's owner, in one
+  // work. An output that overlaps another rank's block (sent in a later
+  // reduce) receives through a staging copy.
+  c10::intrusive_ptr<c10d::Work> reduceScatterUneven(
+      const at::Tensor& out, std::vector<at::Tensor>& ins, const ReducePlan& p,
+      const c10d::ReduceScatterOptions& opts) {
+    const char* coll = "reduce_scatter";
+    const int n = getSize();
+    const int me = getRank();
+    auto work = makeWork(c10d::OpType::REDUCE_SCATTER, coll, {out}, ins, opts);
+    work->detail_ = c10::str(describe(out), ", ", opName(opts.reduceOp.op_), ", uneven blocks");
+    issueLocked(work, [&](auto& calls) {
+      bool overlapsOther = false;
+      for (int j = 0; j < n && out.numel(); j++) {
+        overlapsOther = overlapsOther ||
+            (j != me && ins[j].numel() &&
+             at::get_overlap_status(out, ins[j]) != at::MemOverlapStatus::No);
+      }
+      gotree_comm_t comm = comm_;
+      const Api* a = &api();
+      gotree_dtype_t dt = p.dtype;
+      gotree_op_t op = p.op;
+      for (int i = 0; i < n; i++) {
+        at::Tensor send = reduceInput(work, ins[i], p);
+        void* rp = nullptr;
+        if (i == me && out.numel()) {
+          at::Tensor recv;
+          if (overlapsOther) {
+            recv = at::empty({out.numel()}, out.options());
+            at::Tensor dst = out;
+            work->post_ = chainPost(work->post_, [dst, recv]() mutable {
+              dst.copy_(recv.view(dst.sizes()));
+            });
+            work->keepalive_.push_back(recv);
+          } else {
+            recv = recvTarget(work, out, send);
+          }
+          rp = recv.data_ptr();
+        }
+        uint64_t count = static_cast<uint64_t>(ins[i].numel()) * p.factor_count_mult;
+        const void* sp = count ? send.data_ptr() : nullptr;
+        calls.push_back([=](int device, void* stream, gotree_request_t* r) {
+          return a->reduce(comm, sp, count ? rp : nullptr, count, dt, op, i, device, stream, r);
+        });
+      }
+    });
+    return work;
   }
 
   void addReduceScatter(

@@ -473,6 +473,43 @@ def check_reduce_scatter(c, rank, n):
                     two = inputs[rank].clone().view(n, count)
                     dist.reduce_scatter_tensor(two[rank], two, op=make_op(opname))
                     c.check(matches(two[rank], ref, mine, dtype, opname, n), f"reduce_scatter_tensor in place {what}")
+    # uneven blocks: block p has rs_count(p) elements on every rank, one rank's none
+    def rs_count(p):
+        return [3, 0, 40003, 1][p % 4] + p // 4
+
+    for dtype, opname in ((torch.float32, "SUM"), (torch.int64, "MAX"), (torch.float64, "AVG"),
+                          (torch.complex64, "PREMUL_SUM"), (torch.bool, "PRODUCT"), (torch.uint32, "BXOR")):
+        blocks = [[make_input("rsu", r, rs_count(p), dtype, opname) if dtype != torch.uint32
+                   else uint_input("rsu", r, rs_count(p), dtype, opname) for p in range(n)] for r in range(n)]
+        mine = [blocks[r][rank] for r in range(n)]
+        if dtype == torch.uint32:
+            ref = torch.tensor(uint_reference(mine, dtype, opname, n), dtype=torch.int64).to(dtype)
+        else:
+            ref = reference(mine, dtype, opname, n)
+        what = f"reduce_scatter uneven {opname} {dtype}"
+        out = torch.empty(rs_count(rank), dtype=dtype)
+        lst = [b.clone() for b in blocks[rank]]
+        w = dist.reduce_scatter(out, lst, op=make_op(opname), async_op=True)
+        w.wait()
+        ok = out.tolist() == ref.tolist() if dtype == torch.uint32 else matches(out, ref, mine, dtype, opname, n)
+        c.check(ok, what)
+        c.check(all(bytes_equal(lst[p], blocks[rank][p]) for p in range(n)), what + ": inputs unchanged")
+        # in place: the blocks are consecutive pieces of one buffer and the
+        # output is this rank's
+        flat = torch.cat([b.reshape(-1) for b in blocks[rank]])
+        offs = [sum(rs_count(q) for q in range(p)) for p in range(n + 1)]
+        views = [flat[offs[p]:offs[p + 1]] for p in range(n)]
+        dist.reduce_scatter(views[rank], views, op=make_op(opname))
+        ok = views[rank].tolist() == ref.tolist() if dtype == torch.uint32 else matches(views[rank], ref, mine, dtype, opname, n)
+        c.check(ok, what + " in place")
+    if n > 1:
+        c.expect_raises(
+            lambda: dist.reduce_scatter(torch.empty(rs_count(rank) + 1), [torch.zeros(rs_count(p)) for p in range(n)]),
+            [f"input_list[{rank}] (this rank's block) has", "the blocks of other ranks may differ"],
+            "reduce_scatter uneven: own block the wrong size",
+            (ValueError,),
+        )
+        dist.all_reduce(torch.ones(1))  # still usable
     # coalesced (reduce_scatter_tensor_coalesced) with AVG, and PREMUL_SUM with a tensor factor
     a = [make_input("rsc", r, 5 * n, torch.float32, "SUM") for r in range(n)]
     b = [make_input("rsc", r, 3 * n, torch.float64, "SUM") for r in range(n)]
