@@ -1248,41 +1248,10 @@ class GotreeBackend : public c10d::Backend {
     auto work = makeWork(c10d::OpType::ALLGATHER, coll, outs, {in}, opts);
     work->detail_ = c10::str(describe(in), ", uneven outputs");
     issueLocked(work, [&](auto& calls) {
-      at::Tensor send = in.reshape({-1}).contiguous();
-      int64_t total = 0;
-      for (auto& o : outs) {
-        total += o.numel();
-      }
-      at::Tensor recv = at::empty({total}, send.options());
-      work->keepalive_.push_back(send);
-      work->keepalive_.push_back(recv);
-      auto dsts = outs;
-      work->post_ = chainPost(work->post_, [dsts, recv]() mutable {
-        int64_t off = 0;
-        for (auto& d : dsts) {
-          d.copy_(recv.narrow(0, off, d.numel()).view(d.sizes()));
-          off += d.numel();
-        }
-      });
-      Wire w = moveWire(send);
-      uint64_t per = wirePer(send);
       // The same send block (the whole input) for every rank.
-      std::vector<uint64_t> sc(n, static_cast<uint64_t>(in.numel()) * per), sd(n, 0), rc(n), rd(n);
-      uint64_t ro = 0;
-      for (int i = 0; i < n; i++) {
-        rc[i] = outs[i].numel() * per;
-        rd[i] = ro;
-        ro += rc[i];
-      }
-      const void* sp = in.numel() ? send.data_ptr() : nullptr;
-      void* rp = ro ? recv.data_ptr() : nullptr;
-      gotree_comm_t comm = comm_;
-      const Api* a = &api();
-      gotree_dtype_t dt = w.dtype;
-      calls.push_back([=](int device, void* stream, gotree_request_t* r) {
-        return a->alltoallv(comm, sp, sc.data(), sd.data(), rp, rc.data(),
-                            rd.data(), dt, device, stream, r);
-      });
+      at::Tensor send = in.reshape({-1}).contiguous();
+      std::vector<int64_t> counts(n, in.numel()), displs(n, 0);
+      addAlltoallvInto(work, send, counts, displs, outs, calls);
     });
     return work;
   }
@@ -1772,46 +1741,15 @@ class GotreeBackend : public c10d::Backend {
     work->detail_ = c10::str(n, " tensors of ", dtypeName(dtype));
     issueLocked(work, [&](auto& calls) {
       std::vector<at::Tensor> flat;
-      for (auto& x : inputTensors) {
-        flat.push_back(x.reshape({-1}));
-      }
-      at::Tensor send = at::cat(flat);
-      int64_t total = 0;
-      for (auto& o : outputTensors) {
-        total += o.numel();
-      }
-      at::Tensor recv = at::empty({total}, send.options());
-      work->keepalive_.push_back(send);
-      work->keepalive_.push_back(recv);
-      auto dsts = outputTensors;
-      work->post_ = chainPost(work->post_, [dsts, recv]() mutable {
-        int64_t off = 0;
-        for (auto& d : dsts) {
-          d.copy_(recv.narrow(0, off, d.numel()).view(d.sizes()));
-          off += d.numel();
-        }
-      });
-      Wire w = moveWire(send);
-      uint64_t per = wirePer(send);
-      std::vector<uint64_t> sc(n), sd(n), rc(n), rd(n);
-      uint64_t so = 0, ro = 0;
+      std::vector<int64_t> counts(n), displs(n);
+      int64_t off = 0;
       for (int i = 0; i < n; i++) {
-        sc[i] = inputTensors[i].numel() * per;
-        sd[i] = so;
-        so += sc[i];
-        rc[i] = outputTensors[i].numel() * per;
-        rd[i] = ro;
-        ro += rc[i];
+        flat.push_back(inputTensors[i].reshape({-1}));
+        counts[i] = inputTensors[i].numel();
+        displs[i] = off;
+        off += counts[i];
       }
-      const void* sp = so ? send.data_ptr() : nullptr;
-      void* rp = ro ? recv.data_ptr() : nullptr;
-      gotree_comm_t comm = comm_;
-      const Api* a = &api();
-      gotree_dtype_t dt = w.dtype;
-      calls.push_back([=](int device, void* stream, gotree_request_t* r) {
-        return a->alltoallv(comm, sp, sc.data(), sd.data(), rp, rc.data(),
-                            rd.data(), dt, device, stream, r);
-      });
+      addAlltoallvInto(work, at::cat(flat), counts, displs, outputTensors, calls);
     });
     return work;
   }
@@ -2287,6 +2225,51 @@ class GotreeBackend : public c10d::Backend {
       }
     });
     return work;
+  }
+
+  // An all-to-all of send (flat, contiguous) whose block for rank i is
+  // counts[i] elements at displs[i], received into outs (rank i's block into
+  // outs[i], whatever its size and strides) through one staging buffer.
+  void addAlltoallvInto(
+      const c10::intrusive_ptr<GotreeWork>& work, const at::Tensor& send,
+      const std::vector<int64_t>& counts, const std::vector<int64_t>& displs,
+      const std::vector<at::Tensor>& outs, std::vector<Call>& calls) {
+    const int n = getSize();
+    int64_t total = 0;
+    for (auto& o : outs) {
+      total += o.numel();
+    }
+    at::Tensor recv = at::empty({total}, send.options());
+    work->keepalive_.push_back(send);
+    work->keepalive_.push_back(recv);
+    auto dsts = outs;
+    work->post_ = chainPost(work->post_, [dsts, recv]() mutable {
+      int64_t off = 0;
+      for (auto& d : dsts) {
+        d.copy_(recv.narrow(0, off, d.numel()).view(d.sizes()));
+        off += d.numel();
+      }
+    });
+    Wire w = moveWire(send);
+    uint64_t per = wirePer(send);
+    std::vector<uint64_t> sc(n), sd(n), rc(n), rd(n);
+    uint64_t ro = 0;
+    for (int i = 0; i < n; i++) {
+      sc[i] = counts[i] * per;
+      sd[i] = displs[i] * per;
+      rc[i] = outs[i].numel() * per;
+      rd[i] = ro;
+      ro += rc[i];
+    }
+    const void* sp = send.numel() ? send.data_ptr() : nullptr;
+    void* rp = ro ? recv.data_ptr() : nullptr;
+    gotree_comm_t comm = comm_;
+    const Api* a = &api();
+    gotree_dtype_t dt = w.dtype;
+    calls.push_back([=](int device, void* stream, gotree_request_t* r) {
+      return a->alltoallv(comm, sp, sc.data(), sd.data(), rp, rc.data(),
+                          rd.data(), dt, device, stream, r);
+    });
   }
 
   void addReduceScatter(
