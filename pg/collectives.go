@@ -280,7 +280,11 @@ func (c *Comm) choice(a collArgs) algorithms.Prediction {
 		if bytes > int64(c.cfg.SlotBytes) {
 			algos &^= 1 << algorithms.OneShot // a message must fit one slot (GOTREE_BUFFSIZE / 8)
 		}
-		topo := algorithms.TopoOfGraph(c.graph, algorithms.Shm, algorithms.TCP)
+		intra := algorithms.Shm
+		if c.cfg.ShmDisable {
+			intra = algorithms.TCP
+		}
+		topo := algorithms.TopoOfGraph(c.graph, intra, algorithms.TCP)
 		cons := algorithms.Constraints{Algos: algos, Protos: 1 << algorithms.Simple,
 			MinChannels: c.cfg.MinChannels, MaxChannels: c.cfg.MaxChannels, InPlace: a.inPlace}
 		pr, err := algorithms.Prediction{}, algorithms.ErrNoChoice

@@ -139,7 +139,9 @@ func Init(id UniqueID, rank, nranks int, cfg Config) (*Comm, error) {
 	}
 	log.Infof("INIT", "rank %d/%d host %q using interface %s %v", rank, nranks, host, ifc.Name, ln.Addr())
 	cma := false
-	if cfg.CMADisable {
+	if cfg.ShmDisable {
+		log.Infof("INIT", "GOTREE_SHM_DISABLE=1: ranks of one host link over TCP; direct (single-copy) allreduce off")
+	} else if cfg.CMADisable {
 		log.Infof("INIT", "direct (single-copy) allreduce off: GOTREE_CMA_DISABLE=1")
 	} else if ok, why := backend.CMAUsable(); ok {
 		cma = true
@@ -204,8 +206,8 @@ func choiceSettings(cfg Config) string {
 			tuning = "sha256 " + hex.EncodeToString(sum[:6])
 		}
 	}
-	return fmt.Sprintf("GOTREE_ALGO=%q GOTREE_PROTO=%q GOTREE_MIN_NCHANNELS=%d GOTREE_MAX_NCHANNELS=%d tuning %s",
-		cfg.Algo, cfg.Proto, cfg.MinChannels, cfg.MaxChannels, tuning)
+	return fmt.Sprintf("GOTREE_ALGO=%q GOTREE_PROTO=%q GOTREE_MIN_NCHANNELS=%d GOTREE_MAX_NCHANNELS=%d GOTREE_SHM_DISABLE=%d tuning %s",
+		cfg.Algo, cfg.Proto, cfg.MinChannels, cfg.MaxChannels, map[bool]int{true: 1}[cfg.ShmDisable], tuning)
 }
 
 // sameChoiceSettings fails, on every rank alike, when a rank of the
@@ -456,7 +458,7 @@ func (c *Comm) connect(secret [32]byte, deadline time.Time) error {
 	for _, k := range dial {
 		go func(k linkKey) {
 			nsock := 1
-			if c.peers[k.peer].HostID != c.peers[c.rank].HostID {
+			if !c.shmLink(k.peer) {
 				nsock = c.cfg.Sockets // shared memory needs one socket (its liveness watch)
 			}
 			var conns []*net.TCPConn
@@ -551,8 +553,14 @@ func closeAll(cs []*net.TCPConn) {
 // makeLink turns authenticated sockets into a link: shared memory (the
 // one socket stays as its liveness watch) when the peer is on this host,
 // else TCP over all of them. The lower rank creates the segment.
+// shmLink says whether the link to peer is shared memory (same host, and
+// GOTREE_SHM_DISABLE not set) rather than TCP.
+func (c *Comm) shmLink(peer int) bool {
+	return !c.cfg.ShmDisable && c.peers[peer].HostID == c.peers[c.rank].HostID
+}
+
 func (c *Comm) makeLink(k linkKey, conns []*net.TCPConn, deadline time.Time) (backend.Conn, error) {
-	if c.peers[k.peer].HostID != c.peers[c.rank].HostID {
+	if !c.shmLink(k.peer) {
 		cs := make([]net.Conn, len(conns))
 		for i, conn := range conns {
 			cs[i] = conn

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -338,6 +339,44 @@ func TestConfigParsing(t *testing.T) {
 	env["GOTREE_CMA_DISABLE"] = "yes"
 	_, err = LoadConfig(func(k string) string { return env[k] })
 	require.ErrorContains(t, err, "GOTREE_CMA_DISABLE")
+	env["GOTREE_CMA_DISABLE"] = ""
+	env["GOTREE_SHM_DISABLE"] = "1"
+	c, err = LoadConfig(func(k string) string { return env[k] })
+	require.NoError(t, err)
+	require.True(t, c.ShmDisable)
+	env["GOTREE_SHM_DISABLE"] = "true"
+	_, err = LoadConfig(func(k string) string { return env[k] })
+	require.ErrorContains(t, err, `GOTREE_SHM_DISABLE="true": want 0 or 1`)
+}
+
+// GOTREE_SHM_DISABLE=1: ranks of one host link over TCP (several sockets
+// per link, as to another host), still one node of the graph; no direct
+// plans; the cost model prices the links as TCP. Sums stay exact.
+func TestShmDisable(t *testing.T) {
+	cfg := testConfig()
+	cfg.ShmDisable = true
+	comms := startComms(t, 3, nil, cfg)
+	for _, c := range comms {
+		require.Equal(t, 1, c.graph.NNodes)
+		require.False(t, c.direct)
+		require.NotEmpty(t, c.links)
+		for k, l := range c.links {
+			require.NotContains(t, strings.ToLower(fmt.Sprintf("%T", l)), "shm", "rank %d link %v", c.Rank(), k)
+		}
+		for _, count := range []int64{1031, 1 << 18} {
+			p, err := c.PlanOf(algorithms.AllReduce, count, algorithms.Int64, algorithms.Sum, 0, false)
+			require.NoError(t, err)
+			require.NotEqual(t, algorithms.Direct, p.Algo)
+		}
+	}
+	for _, count := range []int64{0, 1, 1031, 1 << 18} {
+		checkAllReduceInt64(t, comms, count, true)
+		checkAllReduceInt64(t, comms, count, false)
+	}
+	// And without it, the same ranks link by shared memory.
+	for k, l := range startComms(t, 2, nil, testConfig())[0].links {
+		require.Contains(t, strings.ToLower(fmt.Sprintf("%T", l)), "shm", "link %v", k)
+	}
 }
 
 // One rank that may not read (or be read: GOTREE_CMA_DISABLE=1) keeps

@@ -48,6 +48,11 @@ type Config struct {
 	// CMADisable (GOTREE_CMA_DISABLE=1) keeps ranks of one host from
 	// reading each other's buffers (process_vm_readv): no direct plans.
 	CMADisable bool
+	// ShmDisable (GOTREE_SHM_DISABLE=1, NCCL_SHM_DISABLE's habit) links
+	// ranks of one host over TCP instead of shared memory; the graph still
+	// puts them on one node. No direct plans (their guard needs shared
+	// memory). Every rank must agree (choiceSettings).
+	ShmDisable bool
 	// Tuning is the cost model's calibration: the tuning file's, or
 	// algorithms.DefaultTuning() when nil (see TuningFor).
 	Tuning *algorithms.Tuning
@@ -144,12 +149,17 @@ func LoadConfig(getenv Getenv) (Config, error) {
 			return c, fmt.Errorf("gotree: GOTREE_NSOCKS_PERTHREAD=%d x GOTREE_SOCKET_NTHREADS=%d = %d sockets per link: at most %d", max(nsocks, 1), max(nthreads, 1), c.Sockets, MaxSockets)
 		}
 	}
-	switch v := strings.TrimSpace(getenv("GOTREE_CMA_DISABLE")); v {
-	case "", "0":
-	case "1":
-		c.CMADisable = true
-	default:
-		return c, fmt.Errorf("gotree: GOTREE_CMA_DISABLE=%q: want 0 or 1", v)
+	for _, f := range []struct {
+		name string
+		dst  *bool
+	}{{"GOTREE_CMA_DISABLE", &c.CMADisable}, {"GOTREE_SHM_DISABLE", &c.ShmDisable}} {
+		switch v := strings.TrimSpace(getenv(f.name)); v {
+		case "", "0":
+		case "1":
+			*f.dst = true
+		default:
+			return c, fmt.Errorf("gotree: %s=%q: want 0 or 1", f.name, v)
+		}
 	}
 	c.Timeout = time.Duration(timeoutMS) * time.Millisecond
 	c.SlotBytes = buff / 8

@@ -70,6 +70,7 @@ func TestDifferentChoiceSettingsFailInit(t *testing.T) {
 		{"algo", func(c *Config) { c.Algo = "direct" }, `GOTREE_ALGO="direct"`},
 		{"channels", func(c *Config) { c.MaxChannels = 1 }, "GOTREE_MAX_NCHANNELS=1"},
 		{"tuning", func(c *Config) { c.Tuning = tu }, "tuning sha256 "},
+		{"shm", func(c *Config) { c.ShmDisable = true }, "GOTREE_SHM_DISABLE=1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig()

@@ -57,3 +57,14 @@ def test_allreduce_oneshot(built):
     passed = assert_checks(rc, out, 3, min_passed=1500)
     assert ": oneshot/Simple" in out, "no allreduce ran the one-shot plan"
     print(f"{passed} checks passed over 3 ranks")
+
+
+def test_collectives_shm_disabled(built):
+    # GOTREE_SHM_DISABLE=1 (NCCL_SHM_DISABLE's habit): the ranks of this host
+    # link over TCP; every collective family, 3 ranks.
+    env = worker_env({"GOTREE_SHM_DISABLE": "1", "GOTREE_DEBUG": "INFO", "GOTREE_DEBUG_SUBSYS": "INIT",
+                      "GOTREE_TEST_ONLY": "allreduce,more_dtypes,allgather,reduce_scatter,alltoall,p2p"})
+    rc, out = torchrun("collectives.py", 3, timeout=300, env=env)
+    passed = assert_checks(rc, out, 3, min_passed=1500)
+    assert "GOTREE_SHM_DISABLE=1: ranks of one host link over TCP" in out
+    print(f"{passed} checks passed over 3 ranks linked by TCP")
