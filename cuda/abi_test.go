@@ -59,11 +59,12 @@ func TestGroupSplit(t *testing.T) {
 
 func TestKernelNames(t *testing.T) {
 	names := map[string]bool{}
-	for dt := algorithms.Float32; dt <= algorithms.Complex128; dt++ {
+	for dt := algorithms.Float32; dt.Valid(); dt++ {
 		for op := algorithms.Sum; op <= algorithms.PremulSum; op++ {
 			n, err := KernelName(dt, op, true)
-			if (err == nil) != (algorithms.Supports(op, dt) == nil) {
-				t.Errorf("%v %v: KernelName err %v, Supports %v", dt, op, err, algorithms.Supports(op, dt))
+			want := algorithms.Supports(op, dt) == nil && DeviceReduces(dt, op) == nil
+			if (err == nil) != want {
+				t.Errorf("%v %v: KernelName err %v, Supports %v, DeviceReduces %v", dt, op, err, algorithms.Supports(op, dt), DeviceReduces(dt, op))
 			}
 			if err == nil {
 				names[n] = true
@@ -76,8 +77,24 @@ func TestKernelNames(t *testing.T) {
 			}
 		}
 	}
-	if len(names) != 49 {
+	if len(names) != 49 { // uint16/32/64 share the signed kernels
 		t.Errorf("%d distinct reduction kernels, want 49", len(names))
+	}
+	// The pairs the device refuses are exactly float8 and uint16-64's
+	// ordering and division.
+	for _, c := range []struct {
+		dt algorithms.DType
+		op algorithms.Op
+		ok bool
+	}{
+		{algorithms.Uint32, algorithms.Sum, true}, {algorithms.Uint64, algorithms.BXor, true},
+		{algorithms.Uint16, algorithms.Prod, true}, {algorithms.Uint32, algorithms.Min, false},
+		{algorithms.Uint64, algorithms.Avg, false}, {algorithms.Float8E4M3, algorithms.Sum, false},
+		{algorithms.Float8E5M2, algorithms.Max, false}, {algorithms.Uint8, algorithms.Min, true},
+	} {
+		if err := DeviceReduces(c.dt, c.op); (err == nil) != c.ok {
+			t.Errorf("DeviceReduces(%v, %v) = %v, want ok=%v", c.dt, c.op, err, c.ok)
+		}
 	}
 	// Every name is defined in the source.
 	src := string(SourceFiles()["gotree.cu"])

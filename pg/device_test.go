@@ -273,10 +273,43 @@ func TestDeviceArgumentErrors(t *testing.T) {
 		{DeviceArgs{Coll: algorithms.AllReduce, Send: 0, Recv: 8, Count: 5, DType: algorithms.Float32}, "null device buffer"},
 		{DeviceArgs{Coll: algorithms.AllReduce, Send: 8, Recv: 8, Count: 5, DType: algorithms.Float32, Op: algorithms.PremulSum}, "PREMUL_SUM"},
 		{DeviceArgs{Coll: algorithms.AllReduce, Send: 8, Recv: 16, Count: 5, DType: algorithms.DType(99)}, "allreduce"},
+		{DeviceArgs{Coll: algorithms.AllReduce, Send: 8, Recv: 16, Count: 5, DType: algorithms.Float8E4M3}, "no device kernel reduces float8_e4m3fn (host tensors do)"},
+		{DeviceArgs{Coll: algorithms.ReduceScatter, Send: 8, Recv: 16, Count: 5, DType: algorithms.Uint32, Op: algorithms.Max}, "no device kernel for uint32 max"},
 	} {
 		err := c.DeviceCollective(tc.a)
 		require.Error(t, err, "%+v", tc.a)
 		require.Contains(t, err.Error(), tc.want)
+	}
+}
+
+// uint64 allreduce SUM on the device path runs the int64 kernel: the same
+// bits, wrapping at 2^64.
+func TestDeviceUnsignedSum(t *testing.T) {
+	emu := useEmulator(t, 64<<20)
+	comms := startComms(t, 3, []string{"a", "a", "a"}, testConfig())
+	const count = 37
+	send, recv := make([]cuda.DevicePtr, 3), make([]cuda.DevicePtr, 3)
+	for r := range comms {
+		send[r], _ = emu.Alloc(8 * count)
+		recv[r], _ = emu.Alloc(8 * count)
+		in := emu.Bytes(send[r], 8*count)
+		for i := 0; i < count; i++ {
+			le.PutUint64(in[8*i:], ^uint64(0)-uint64(i*r)) // near 2^64: the sum wraps
+		}
+	}
+	errs := deviceRun(t, emu, comms, func(r int) DeviceArgs {
+		return DeviceArgs{Coll: algorithms.AllReduce, Send: uintptr(send[r]), Recv: uintptr(recv[r]), Count: count, DType: algorithms.Uint64, Op: algorithms.Sum}
+	})
+	for r, err := range errs {
+		require.NoError(t, err, "rank %d", r)
+	}
+	for r := range comms {
+		out := emu.Bytes(recv[r], 8*count)
+		for i := 0; i < count; i++ {
+			max := ^uint64(0)
+			want := 3*max - uint64(i*(0+1+2)) // wraps, as the device's sum must
+			require.Equal(t, want, le.Uint64(out[8*i:]), "rank %d element %d", r, i)
+		}
 	}
 }
 
