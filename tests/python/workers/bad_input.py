@@ -139,11 +139,12 @@ def main():
             "all_gather with too few outputs",
             (ValueError,),
         )
+    # outputs may differ in size (uneven all_gather), but not this rank's own
     outs = [torch.zeros(3) for _ in range(n)]
-    outs[-1] = torch.zeros(5)
+    outs[rank] = torch.zeros(5)
     c.expect_raises(
         lambda: dist.all_gather(outs, torch.zeros(3)),
-        f"gotree: allgather: output_tensors[0][{n - 1}] has 5 elements",
+        f"gotree: allgather: output_tensors[0][{rank}] (this rank's own slot) has 5 elements (sizes [5]), expected 3",
         "all_gather with a wrong-sized output",
         (ValueError,),
     )
