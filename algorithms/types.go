@@ -189,6 +189,10 @@ const (
 
 var collNames = [...]string{"allreduce", "broadcast", "reduce", "allgather", "reducescatter", "alltoall", "gather", "scatter", "sendrecv"}
 
+// Reduces reports whether c combines the ranks' data with a reduction op
+// (allreduce, reduce, reduce-scatter).
+func (c Collective) Reduces() bool { return c == AllReduce || c == Reduce || c == ReduceScatter }
+
 func (c Collective) String() string {
 	if c < 0 || int(c) >= len(collNames) {
 		return fmt.Sprintf("collective(%d)", int(c))

@@ -85,7 +85,7 @@ func (e *emuComm) run(t *testing.T, name string, p *algorithms.Plan, inputs [][]
 		a2 := KernelArgs{In: DevicePtr(le.Uint64(ab)), Out: DevicePtr(le.Uint64(ab[8:])), Steps: DevicePtr(le.Uint64(ab[16:])),
 			Channels: DevicePtr(le.Uint64(ab[24:])), Conns: DevicePtr(le.Uint64(ab[32:])),
 			SimpleSlotBytes: le.Uint32(ab[64:]), LLSlotLines: le.Uint32(ab[68:]), Proto: le.Uint32(ab[72:])}
-		launches[r] = &emuLaunch{m: e.m, a: a2, dt: p.DType, op: p.Op, reduce: reduces(p.Coll), deadline: deadline}
+		launches[r] = &emuLaunch{m: e.m, a: a2, dt: p.DType, op: p.Op, reduce: p.Coll.Reduces(), deadline: deadline}
 		launches[r].run(p.Channels, &wg)
 	}
 	wg.Wait()
@@ -97,7 +97,7 @@ func (e *emuComm) run(t *testing.T, name string, p *algorithms.Plan, inputs [][]
 	res := make([][]byte, e.n)
 	for r := 0; r < e.n; r++ {
 		res[r] = append([]byte(nil), e.m.bytes(outs[r], int(outN*es))...)
-		if reduces(p.Coll) && (p.Coll != algorithms.Reduce || r == p.Root) {
+		if p.Coll.Reduces() && (p.Coll != algorithms.Reduce || r == p.Root) {
 			algorithms.Finalize(res[r], p.DType, p.Op, p.NRanks)
 		}
 	}

@@ -154,10 +154,6 @@ func protoOf(p algorithms.Protocol) uint32 {
 	return protoSimple // LL128 plans run with the Simple protocol
 }
 
-func reduces(c algorithms.Collective) bool {
-	return c == algorithms.AllReduce || c == algorithms.Reduce || c == algorithms.ReduceScatter
-}
-
 // prepare uploads p's tables (once per plan).
 func (c *Comm) prepare(p *algorithms.Plan) (*devPlan, error) {
 	if dp, ok := c.plans[p]; ok {

@@ -284,10 +284,10 @@ func planKernels(p *algorithms.Plan, cfg Config) (kernel, finalize string, err e
 	if err := CheckSlices(p, cfg.SimpleSlotBytes, cfg.LLSlotLines); err != nil {
 		return "", "", err
 	}
-	if kernel, err = KernelName(p.DType, p.Op, reduces(p.Coll)); err != nil {
+	if kernel, err = KernelName(p.DType, p.Op, p.Coll.Reduces()); err != nil {
 		return "", "", err
 	}
-	if reduces(p.Coll) {
+	if p.Coll.Reduces() {
 		finalize = FinalizeKernel(p.DType, p.Op)
 	}
 	return kernel, finalize, nil

@@ -176,7 +176,7 @@ func (a collArgs) String() string {
 // sum)", "broadcast #2 (1000 x float32, root 1)".
 func (a collArgs) describe() string {
 	desc := fmt.Sprintf("%s #%d (%d x %v", a, a.seq, a.count, a.dt)
-	if a.coll == algorithms.AllReduce || a.coll == algorithms.Reduce || a.coll == algorithms.ReduceScatter {
+	if a.coll.Reduces() {
 		desc += ", " + a.op.String()
 	}
 	if a.coll == algorithms.Broadcast || a.coll == algorithms.Reduce || a.coll == algorithms.Gather || a.coll == algorithms.Scatter {

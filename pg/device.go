@@ -178,7 +178,7 @@ func (c *Comm) DeviceCollective(a DeviceArgs) error {
 	if err := algorithms.Supports(a.Op, a.DType); err != nil {
 		return fmt.Errorf("%w: rank %d: %v: %v", ErrInvalidArgument, c.rank, a.Coll, err)
 	}
-	if a.Coll == algorithms.AllReduce || a.Coll == algorithms.Reduce || a.Coll == algorithms.ReduceScatter {
+	if a.Coll.Reduces() {
 		if err := cuda.DeviceReduces(a.DType, a.Op); err != nil {
 			return fmt.Errorf("%w: rank %d: %v on CUDA buffers: %v", ErrNotSupported, c.rank, a.Coll, err)
 		}

@@ -490,24 +490,6 @@ ReducePlan planReduce(
   return p;
 }
 
-// PREMUL_SUM's scaling of a float8 tensor, which torch gives no arithmetic:
-// through float32 and rounded back once (gotree's own float8 semantics).
-// Returns false, doing nothing, for other dtypes.
-bool premulFloat8(at::Tensor& buf, const ReducePlan& p) {
-  auto t = buf.scalar_type();
-  if (t != c10::ScalarType::Float8_e4m3fn && t != c10::ScalarType::Float8_e5m2) {
-    return false;
-  }
-  at::Tensor wide = buf.to(at::kFloat);
-  if (p.premul_tensor.defined()) {
-    wide.mul_(p.premul_tensor.to(buf.device()).to(at::kFloat));
-  } else {
-    wide.mul_(p.premul_double);
-  }
-  buf.copy_(wide);
-  return true;
-}
-
 // ---------------------------------------------------------------------------
 // Tensor checks.
 
@@ -2095,15 +2077,27 @@ class GotreeBackend : public c10d::Backend {
     return nativeDtype(t.scalar_type(), &d) ? 1 : t.element_size();
   }
 
-  static void applyPremul(at::Tensor& buf, const ReducePlan& p) {
+  // Scales buf in place by PREMUL_SUM's factor (nothing for other ops).
+  // castFactor: a tensor factor is cast to buf's dtype first (reduce and
+  // reduce_scatter); allreduce multiplies by it as given. float8 tensors,
+  // which torch gives no arithmetic, go through float32 and are rounded
+  // back once (gotree's own float8 semantics).
+  static void applyPremul(at::Tensor& buf, const ReducePlan& p, bool castFactor = true) {
     if (!p.premul) {
       return;
     }
-    if (premulFloat8(buf, p)) {
-      return;
-    }
-    if (p.premul_tensor.defined()) {
-      buf.mul_(p.premul_tensor.to(buf.device()).to(buf.scalar_type()));
+    auto t = buf.scalar_type();
+    if (t == c10::ScalarType::Float8_e4m3fn || t == c10::ScalarType::Float8_e5m2) {
+      at::Tensor wide = buf.to(at::kFloat);
+      if (p.premul_tensor.defined()) {
+        wide.mul_(p.premul_tensor.to(buf.device()).to(at::kFloat));
+      } else {
+        wide.mul_(p.premul_double);
+      }
+      buf.copy_(wide);
+    } else if (p.premul_tensor.defined()) {
+      at::Tensor f = p.premul_tensor.to(buf.device());
+      buf.mul_(castFactor ? f.to(t) : f);
     } else {
       buf.mul_(p.premul_double);
     }
@@ -2126,12 +2120,13 @@ class GotreeBackend : public c10d::Backend {
   }
 
   // Where a collective writes `out`: out itself when contiguous and not
-  // overlapping `avoid` (unless it is exactly `avoid`: in place), else a
-  // staging buffer copied into out on success.
+  // overlapping `avoid` (unless it is exactly `avoid`: in place), else (or
+  // when the caller says so: `stage`) a staging buffer copied into out on
+  // success.
   at::Tensor recvTarget(
       const c10::intrusive_ptr<GotreeWork>& work, const at::Tensor& out,
-      const at::Tensor& avoid) {
-    bool stage = !out.is_contiguous();
+      const at::Tensor& avoid, bool stage = false) {
+    stage = stage || !out.is_contiguous();
     if (!stage && avoid.defined() && out.numel() && avoid.numel()) {
       bool same = avoid.data_ptr() == out.data_ptr() && avoid.numel() == out.numel();
       stage = !same && at::get_overlap_status(out, avoid) != at::MemOverlapStatus::No;
@@ -2204,17 +2199,7 @@ class GotreeBackend : public c10d::Backend {
         at::Tensor send = reduceInput(work, ins[i], p);
         void* rp = nullptr;
         if (i == me && out.numel()) {
-          at::Tensor recv;
-          if (overlapsOther) {
-            recv = at::empty({out.numel()}, out.options());
-            at::Tensor dst = out;
-            work->post_ = chainPost(work->post_, [dst, recv]() mutable {
-              dst.copy_(recv.view(dst.sizes()));
-            });
-            work->keepalive_.push_back(recv);
-          } else {
-            recv = recvTarget(work, out, send);
-          }
+          at::Tensor recv = recvTarget(work, out, send, /*stage=*/overlapsOther);
           rp = recv.data_ptr();
         }
         uint64_t count = static_cast<uint64_t>(ins[i].numel()) * p.factor_count_mult;
@@ -2523,14 +2508,8 @@ class GotreeBackend : public c10d::Backend {
       at::Tensor dst = t;
       work->post_ = chainPost(work->post_, [dst, buf]() mutable { dst.copy_(buf); });
     }
-    if (p.premul && !premulFloat8(buf, p)) {
-      // The result overwrites the tensor anyway: scale it (or its copy) in place.
-      if (p.premul_tensor.defined()) {
-        buf.mul_(p.premul_tensor.to(buf.device()));
-      } else {
-        buf.mul_(p.premul_double);
-      }
-    }
+    // The result overwrites the tensor anyway: scale it (or its copy) in place.
+    applyPremul(buf, p, /*castFactor=*/false);
     at::Tensor wire = buf;
     if (at::isComplexType(buf.scalar_type())) {
       wire = at::view_as_real(buf);
