@@ -1,6 +1,7 @@
 package algorithms
 
 import (
+	"cmp"
 	"fmt"
 	"math/bits"
 	"slices"
@@ -723,6 +724,46 @@ func (t *Tuning) Crossovers(coll Collective, topo CostTopo, sizes []int64, c Con
 			continue
 		}
 		out = append(out, Crossover{From: s, To: s, Algo: pr.Algo, Proto: pr.Proto})
+	}
+	return out, nil
+}
+
+// Candidates returns, for a runtime measurement of the choice (pg's
+// autotuning), the best prediction of each allowed algorithm whose time
+// is at most span times Choose's, Choose's first and the others by
+// predicted time (ties by algorithm order), at most limit of them (limit
+// < 1: all). Algorithms that Choose leaves out stay out (one-shot where the
+// model cannot predict it). The result is deterministic, so ranks with
+// the same tuning and constraints explore the same algorithms in the
+// same order.
+func (t *Tuning) Candidates(coll Collective, topo CostTopo, bytes int64, c Constraints, span float64, limit int) ([]Prediction, error) {
+	best, err := t.Choose(coll, topo, bytes, c)
+	if err != nil {
+		return nil, err
+	}
+	algos := c.Algos
+	if algos == 0 {
+		algos = AllAlgos
+	}
+	out := []Prediction{best}
+	for a := Ring; int(a) < NumAlgorithms; a++ {
+		if a == best.Algo || !algos.Has(a) {
+			continue
+		}
+		one := c
+		one.Algos = 1 << a
+		pr, err := t.Choose(coll, topo, bytes, one)
+		if err != nil || (a == OneShot && t.OneShotUnknown(topo, pr.Proto)) {
+			continue
+		}
+		if pr.TimeUs <= span*best.TimeUs {
+			out = append(out, pr)
+		}
+	}
+	rest := out[1:]
+	slices.SortStableFunc(rest, func(x, y Prediction) int { return cmp.Compare(x.TimeUs, y.TimeUs) })
+	if limit >= 1 && len(out) > limit {
+		out = out[:limit]
 	}
 	return out, nil
 }

@@ -434,3 +434,57 @@ func TestLocalNodes(t *testing.T) {
 	require.NoError(t, err)
 	require.InDelta(t, 1+2*1*2+bytes/(1e3*1*0.5), p.TimeUs, 1e-6)
 }
+
+// Candidates: Choose's prediction first, then every other allowed
+// algorithm's best within span of it by predicted time, at most limit;
+// one-shot stays out where Choose leaves it out; deterministic.
+func TestCandidates(t *testing.T) {
+	tu := DefaultTuning()
+	for _, tc := range []struct {
+		topo    CostTopo
+		bytes   int64
+		inPlace bool
+	}{
+		{CostTopo{NRanks: 4, NNodes: 1, RanksPerNode: 4, Intra: Shm, Inter: TCP, Channels: 2}, 4 << 20, true},
+		{CostTopo{NRanks: 4, NNodes: 1, RanksPerNode: 4, Intra: Shm, Inter: TCP, Channels: 2}, 4096, false},
+		{CostTopo{NRanks: 3, NNodes: 1, RanksPerNode: 3, Intra: Shm, Inter: TCP, Channels: 1}, 1 << 20, false},
+		{CostTopo{NRanks: 8, NNodes: 2, RanksPerNode: 4, Intra: NVLink, Inter: Net, Channels: 2}, 1 << 30, false},
+	} {
+		cons := Constraints{Protos: 1 << Simple, InPlace: tc.inPlace}
+		best, err := tu.Choose(AllReduce, tc.topo, tc.bytes, cons)
+		require.NoError(t, err)
+		all, err := tu.Candidates(AllReduce, tc.topo, tc.bytes, cons, 1e9, 0)
+		require.NoError(t, err)
+		require.Equal(t, best, all[0])
+		seen := map[Algorithm]bool{}
+		for i, p := range all {
+			require.False(t, seen[p.Algo], "%v twice", p.Algo)
+			seen[p.Algo] = true
+			require.GreaterOrEqual(t, p.TimeUs, best.TimeUs)
+			if i > 1 {
+				require.GreaterOrEqual(t, p.TimeUs, all[i-1].TimeUs, "sorted by predicted time")
+			}
+			one := cons
+			one.Algos = 1 << p.Algo
+			alone, err := tu.Choose(AllReduce, tc.topo, tc.bytes, one)
+			require.NoError(t, err)
+			require.Equal(t, alone, p, "each algorithm's own best")
+		}
+		if tc.topo.RanksPerNode > tu.Cores && tc.topo.Intra == Shm {
+			require.False(t, seen[OneShot], "one-shot is unknown at %d ranks on %d cores", tc.topo.RanksPerNode, tu.Cores)
+		}
+		require.Greater(t, len(all), 1, "%+v: more than one algorithm runs", tc.topo)
+		// span and limit
+		span := all[len(all)-1].TimeUs / best.TimeUs
+		near, err := tu.Candidates(AllReduce, tc.topo, tc.bytes, cons, span*0.999, 0)
+		require.NoError(t, err)
+		require.Less(t, len(near), len(all), "the slowest is outside a span just below its ratio")
+		two, err := tu.Candidates(AllReduce, tc.topo, tc.bytes, cons, 1e9, 2)
+		require.NoError(t, err)
+		require.Equal(t, all[:2], two)
+		again, _ := tu.Candidates(AllReduce, tc.topo, tc.bytes, cons, 1e9, 0)
+		require.Equal(t, all, again)
+	}
+	_, err := tu.Candidates(AllReduce, CostTopo{}, 8, Constraints{}, 4, 3)
+	require.Error(t, err)
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/gotree/gotree/algorithms"
 	"github.com/gotree/gotree/backend"
@@ -126,12 +127,13 @@ type collArgs struct {
 	op      algorithms.Op
 	root    int
 	in, out []byte
-	name    string           // overrides coll's name in messages
-	plan    *algorithms.Plan // a prepared (point-to-point) plan
-	tag     uint32           // names this call on the wire (opTag)
-	seq     uint64           // the call's sequence number on the communicator
-	inPlace bool             // in and out are the same memory (the cost model's choice depends on it)
-	algo    uint8            // the algorithm of its ring or tree plan + 1, once planned (the ring check compares it); 0: none
+	name    string                 // overrides coll's name in messages
+	plan    *algorithms.Plan       // a prepared (point-to-point) plan
+	tag     uint32                 // names this call on the wire (opTag)
+	seq     uint64                 // the call's sequence number on the communicator
+	inPlace bool                   // in and out are the same memory (the cost model's choice depends on it)
+	algo    uint8                  // the algorithm of its ring or tree plan + 1, once planned (the ring check compares it); 0: none
+	pick    *algorithms.Prediction // autotuning's choice for this call (tunedChoice); nil: the model's (choice)
 
 	// all-to-all: elements sent to / expected from each rank (the
 	// agreement check compares them pairwise)
@@ -266,32 +268,17 @@ type choiceKey struct {
 func (c *Comm) choice(a collArgs) algorithms.Prediction {
 	bytes := c.modelBytes(a.coll, a.count, a.dt)
 	v, err := c.plans.get(choiceKey{a.coll, bytes, a.inPlace}, func() (any, error) {
-		tu := c.tuning
-		algos, err := algorithms.ParseAlgoSpec(c.cfg.Algo, a.coll)
+		topo, cons, err := c.choiceInputs(a.coll, bytes, a.inPlace)
 		if err != nil {
 			return nil, err
 		}
-		if a.coll != algorithms.AllReduce {
-			algos &= 1 << algorithms.Ring
-		}
-		if !c.direct {
-			algos &^= 1 << algorithms.Direct // other hosts, or memory nobody may read
-		}
-		if bytes > int64(c.cfg.SlotBytes) {
-			algos &^= 1 << algorithms.OneShot // a message must fit one slot (GOTREE_BUFFSIZE / 8)
-		}
-		intra := algorithms.Shm
-		if c.cfg.ShmDisable {
-			intra = algorithms.TCP
-		}
-		topo := algorithms.TopoOfGraph(c.graph, intra, algorithms.TCP)
-		cons := algorithms.Constraints{Algos: algos, Protos: 1 << algorithms.Simple,
-			MinChannels: c.cfg.MinChannels, MaxChannels: c.cfg.MaxChannels, InPlace: a.inPlace}
-		pr, err := algorithms.Prediction{}, algorithms.ErrNoChoice
-		if algos != 0 { // (0 would mean "all" to Choose)
+		tu := c.tuning
+		pr := algorithms.Prediction{}
+		err = algorithms.ErrNoChoice
+		if cons.Algos != 0 { // (0 would mean "all" to Choose)
 			pr, err = tu.Choose(a.coll, topo, bytes, cons)
 		}
-		if errors.Is(err, algorithms.ErrNoChoice) && algos != algorithms.AllAlgos {
+		if errors.Is(err, algorithms.ErrNoChoice) && cons.Algos != algorithms.AllAlgos {
 			// Only algorithms this communicator cannot run are allowed (hd
 			// across hosts): the ring, once said.
 			c.algoWarn.Do(func() {
@@ -310,6 +297,33 @@ func (c *Comm) choice(a collArgs) algorithms.Prediction {
 		return algorithms.Prediction{Coll: a.coll, Algo: algorithms.Ring, Proto: algorithms.Simple, Bytes: bytes}
 	}
 	return v.(algorithms.Prediction)
+}
+
+// choiceInputs is what the cost model takes for a call of coll of bytes
+// besides its size: the communicator's topology with its transports, and the
+// algorithms (GOTREE_ALGO less what cannot run here), protocols and
+// channels it may choose from.
+func (c *Comm) choiceInputs(coll algorithms.Collective, bytes int64, inPlace bool) (algorithms.CostTopo, algorithms.Constraints, error) {
+	algos, err := algorithms.ParseAlgoSpec(c.cfg.Algo, coll)
+	if err != nil {
+		return algorithms.CostTopo{}, algorithms.Constraints{}, err
+	}
+	if coll != algorithms.AllReduce {
+		algos &= 1 << algorithms.Ring
+	}
+	if !c.direct {
+		algos &^= 1 << algorithms.Direct // other hosts, or memory nobody may read
+	}
+	if bytes > int64(c.cfg.SlotBytes) {
+		algos &^= 1 << algorithms.OneShot // a message must fit one slot (GOTREE_BUFFSIZE / 8)
+	}
+	intra := algorithms.Shm
+	if c.cfg.ShmDisable {
+		intra = algorithms.TCP
+	}
+	topo := algorithms.TopoOfGraph(c.graph, intra, algorithms.TCP)
+	return topo, algorithms.Constraints{Algos: algos, Protos: 1 << algorithms.Simple,
+		MinChannels: c.cfg.MinChannels, MaxChannels: c.cfg.MaxChannels, InPlace: inPlace}, nil
 }
 
 // runColl runs a collective; byCaller says it runs on the goroutine of a
@@ -357,6 +371,8 @@ func (c *Comm) runColl(a collArgs, desc fmt.Stringer, byCaller bool) error {
 		}
 		return nil
 	}
+	var slot tuneSlot
+	a.pick, slot = c.tunedChoice(a)
 	plan, placed, err := c.planFor(a)
 	if err != nil {
 		return fmt.Errorf("%w: rank %d: %s: no plan: %v", ErrInvalidArgument, c.rank, desc, err)
@@ -366,6 +382,7 @@ func (c *Comm) runColl(a collArgs, desc fmt.Stringer, byCaller bool) error {
 	}
 	a.algo = uint8(plan.Algo) + 1
 	a.tag = planTag(a.tag, plan.Algo)
+	start := time.Now()
 	later, err := c.ringAgree(ctx, a, placed, func(peer int) bool { return recvsOnChannel(plan, c.rank, 0, peer) })
 	if err != nil {
 		return c.collFailed(desc, err)
@@ -376,6 +393,9 @@ func (c *Comm) runColl(a collArgs, desc fmt.Stringer, byCaller bool) error {
 	if err := c.ringAgreeAfter(ctx, a, later); err != nil {
 		return c.collFailed(desc, err)
 	}
+	if err := c.tuneRecord(ctx, slot, time.Since(start), a.seq, desc); err != nil {
+		return err
+	}
 	if a.op == algorithms.Avg && (a.coll == algorithms.AllReduce || (a.coll == algorithms.Reduce && c.rank == a.root) || a.coll == algorithms.ReduceScatter) {
 		reduce.Finalize(a.out, a.dt, a.op, c.nranks)
 	}
@@ -383,12 +403,15 @@ func (c *Comm) runColl(a collArgs, desc fmt.Stringer, byCaller bool) error {
 }
 
 // planFor is the plan of a ring or tree collective (cached per request):
-// the cost model's algorithm and channel count for its size. placed says
-// that the model chooses another algorithm for the other placement (in
-// place or not) of the same call: the ranks must then check that they
-// agree on it before the data (see mismatch.go).
+// the cost model's algorithm and channel count for its size, or
+// autotuning's (a.pick). placed says that the other placement (in place
+// or not) of the same call may run another algorithm: the ranks must
+// then check that they agree on it before the data (see mismatch.go).
 func (c *Comm) planFor(a collArgs) (plan *algorithms.Plan, placed bool, err error) {
-	key := lastPlanKey{a.coll, a.count, a.dt, a.op, a.root, a.inPlace}
+	key := lastPlanKey{coll: a.coll, count: a.count, dt: a.dt, op: a.op, root: a.root, inPlace: a.inPlace, pick: -1}
+	if a.pick != nil {
+		key.pick, key.pickChannels = a.pick.Algo, a.pick.Channels
+	}
 	if lp := c.lastPlan.Load(); lp != nil && lp.key == key {
 		return lp.plan, lp.placed, nil // a training loop repeats its calls: skip the cache's locks and hashing
 	}
@@ -399,7 +422,8 @@ func (c *Comm) planFor(a collArgs) (plan *algorithms.Plan, placed bool, err erro
 	if a.coll == algorithms.AllReduce {
 		other := a
 		other.inPlace = !a.inPlace
-		placed = c.choice(other).Algo != plan.Algo
+		// Autotuned sizes run one algorithm whatever the placement.
+		placed = a.pick == nil && c.choice(other).Algo != plan.Algo
 	}
 	c.lastPlan.Store(&lastPlan{key, plan, placed})
 	return plan, placed, nil
@@ -419,12 +443,18 @@ type lastPlanKey struct {
 	op      algorithms.Op
 	root    int
 	inPlace bool
+	// autotuning's algorithm and channels (-1: the model's)
+	pick         algorithms.Algorithm
+	pickChannels int
 }
 
 func (c *Comm) buildPlanFor(a collArgs) (*algorithms.Plan, error) {
 	pr := c.choice(a)
+	if a.pick != nil {
+		pr = *a.pick
+	}
 	req := algorithms.PlanRequest{
-		Coll: a.coll, Algo: c.algorithm(a), Proto: algorithms.Simple,
+		Coll: a.coll, Algo: pr.Algo, Proto: algorithms.Simple,
 		Count: a.count, DType: a.dt, Op: a.op, Root: a.root,
 		ChunkBytes:    int64(backend.DefaultSlots * c.cfg.SlotBytes / 2),
 		FragmentBytes: int64(c.cfg.SlotBytes), // Exec's fragBytes (execPlanCtx)
@@ -450,7 +480,9 @@ func (c *Comm) PlanOf(coll algorithms.Collective, count int64, dt algorithms.DTy
 	if coll > algorithms.ReduceScatter {
 		return nil, fmt.Errorf("%w: %v has no ring or tree plan", ErrInvalidArgument, coll)
 	}
-	p, _, err := c.planFor(collArgs{coll: coll, count: count, dt: dt, op: op, root: root, inPlace: inPlace && coll == algorithms.AllReduce})
+	a := collArgs{coll: coll, count: count, dt: dt, op: op, root: root, inPlace: inPlace && coll == algorithms.AllReduce}
+	a.pick = c.decidedChoice(tuneKey(a))
+	p, _, err := c.planFor(a)
 	if err != nil {
 		return nil, fmt.Errorf("%w: rank %d: %v: no plan: %v", ErrInvalidArgument, c.rank, coll, err)
 	}

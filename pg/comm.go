@@ -56,6 +56,7 @@ type Comm struct {
 	direct       bool               // direct (single-copy) plans may run (directUsable)
 	directFrag   int                // Exec's fragment for direct plans (directFragment)
 	tuning       *algorithms.Tuning // the cost model's calibration (Config.TuningFor)
+	tuner        autoTuner          // measured choices (autotune.go)
 	algoWarn     sync.Once          // GOTREE_ALGO leaves nothing runnable: said once
 	lastPlan     atomic.Pointer[lastPlan]
 
@@ -206,8 +207,8 @@ func choiceSettings(cfg Config) string {
 			tuning = "sha256 " + hex.EncodeToString(sum[:6])
 		}
 	}
-	return fmt.Sprintf("GOTREE_ALGO=%q GOTREE_PROTO=%q GOTREE_MIN_NCHANNELS=%d GOTREE_MAX_NCHANNELS=%d GOTREE_SHM_DISABLE=%d tuning %s",
-		cfg.Algo, cfg.Proto, cfg.MinChannels, cfg.MaxChannels, map[bool]int{true: 1}[cfg.ShmDisable], tuning)
+	return fmt.Sprintf("GOTREE_ALGO=%q GOTREE_PROTO=%q GOTREE_MIN_NCHANNELS=%d GOTREE_MAX_NCHANNELS=%d GOTREE_SHM_DISABLE=%d GOTREE_AUTOTUNE=%d tuning %s",
+		cfg.Algo, cfg.Proto, cfg.MinChannels, cfg.MaxChannels, map[bool]int{true: 1}[cfg.ShmDisable], map[bool]int{false: 1}[cfg.NoAutoTune], tuning)
 }
 
 // sameChoiceSettings fails, on every rank alike, when a rank of the
@@ -215,7 +216,7 @@ func choiceSettings(cfg Config) string {
 func sameChoiceSettings(table []rankInfo) error {
 	for _, r := range table[1:] {
 		if r.Choice != table[0].Choice {
-			return fmt.Errorf("%w: rank %d has %s where rank 0 has %s: every rank must set the same GOTREE_ALGO, GOTREE_PROTO, GOTREE_MIN_NCHANNELS, GOTREE_MAX_NCHANNELS and GOTREE_TUNING_FILE contents, or the ranks choose different plans for the same call and wait on each other",
+			return fmt.Errorf("%w: rank %d has %s where rank 0 has %s: every rank must set the same GOTREE_ALGO, GOTREE_PROTO, GOTREE_MIN_NCHANNELS, GOTREE_MAX_NCHANNELS, GOTREE_SHM_DISABLE, GOTREE_AUTOTUNE and GOTREE_TUNING_FILE contents, or the ranks choose different plans for the same call and wait on each other",
 				ErrInvalidArgument, r.Rank, r.Choice, table[0].Choice)
 		}
 	}

@@ -347,6 +347,16 @@ func TestConfigParsing(t *testing.T) {
 	env["GOTREE_SHM_DISABLE"] = "true"
 	_, err = LoadConfig(func(k string) string { return env[k] })
 	require.ErrorContains(t, err, `GOTREE_SHM_DISABLE="true": want 0 or 1`)
+	env["GOTREE_SHM_DISABLE"] = ""
+	for v, off := range map[string]bool{"": false, "1": false, "0": true} {
+		env["GOTREE_AUTOTUNE"] = v
+		c, err = LoadConfig(func(k string) string { return env[k] })
+		require.NoError(t, err)
+		require.Equal(t, off, c.NoAutoTune, "GOTREE_AUTOTUNE=%q", v)
+	}
+	env["GOTREE_AUTOTUNE"] = "off"
+	_, err = LoadConfig(func(k string) string { return env[k] })
+	require.ErrorContains(t, err, `GOTREE_AUTOTUNE="off": want 0 or 1`)
 }
 
 // GOTREE_SHM_DISABLE=1: ranks of one host link over TCP (several sockets

@@ -53,6 +53,11 @@ type Config struct {
 	// puts them on one node. No direct plans (their guard needs shared
 	// memory). Every rank must agree (choiceSettings).
 	ShmDisable bool
+	// NoAutoTune (GOTREE_AUTOTUNE=0) keeps the cost model's choice for
+	// every allreduce. By default the ranks time the algorithms the model
+	// ranks close to its choice on the first calls of each size and keep
+	// the fastest (autotune.go). Every rank must agree (choiceSettings).
+	NoAutoTune bool
 	// Tuning is the cost model's calibration: the tuning file's, or
 	// algorithms.DefaultTuning() when nil (see TuningFor).
 	Tuning *algorithms.Tuning
@@ -152,11 +157,11 @@ func LoadConfig(getenv Getenv) (Config, error) {
 	for _, f := range []struct {
 		name string
 		dst  *bool
-	}{{"GOTREE_CMA_DISABLE", &c.CMADisable}, {"GOTREE_SHM_DISABLE", &c.ShmDisable}} {
+		set  string // the value that sets dst ("1" for *_DISABLE)
+	}{{"GOTREE_CMA_DISABLE", &c.CMADisable, "1"}, {"GOTREE_SHM_DISABLE", &c.ShmDisable, "1"}, {"GOTREE_AUTOTUNE", &c.NoAutoTune, "0"}} {
 		switch v := strings.TrimSpace(getenv(f.name)); v {
-		case "", "0":
-		case "1":
-			*f.dst = true
+		case "", "0", "1":
+			*f.dst = v == f.set
 		default:
 			return c, fmt.Errorf("gotree: %s=%q: want 0 or 1", f.name, v)
 		}

@@ -444,17 +444,50 @@ func perfSize(comm *pg.Comm, o perfOpts, count int64, mem perfMem, inplace bool)
 		return nil, 0, err
 	}
 	var wrong int64
-	if o.check != 0 {
+	check := func() error {
+		if o.check == 0 {
+			return nil
+		}
 		if err := issue(); err != nil {
-			return nil, 0, err
+			return err
 		}
 		got, err := mem.read(out)
 		if err != nil {
+			return err
+		}
+		wrong += checkPerf(got, o, comm.Rank(), n, count)
+		return nil
+	}
+	if err := check(); err != nil {
+		return nil, 0, err
+	}
+	// Autotuning's first calls of a size measure algorithms: run them
+	// before the rest of the warm-up (the same number of calls on every
+	// rank; the first call, check or warm-up, starts them), and check the
+	// algorithm it settles on too.
+	warm := 0
+	if o.check == 0 && o.warmup > 0 {
+		if err := issue(); err != nil {
 			return nil, 0, err
 		}
-		wrong = checkPerf(got, o, comm.Rank(), n, count)
+		warm++
 	}
-	for i := 0; i < o.warmup; i++ {
+	explored := false
+	for o.coll == algorithms.AllReduce && comm.Exploring(count, o.dtype) {
+		if err := issue(); err != nil {
+			return nil, 0, err
+		}
+		explored = true
+	}
+	if explored && o.check != 0 {
+		if err := mem.fill(in, func(b []byte) { fillPerf(b, o.dtype, comm.Rank(), count) }); err != nil {
+			return nil, 0, err
+		}
+		if err := check(); err != nil {
+			return nil, 0, err
+		}
+	}
+	for ; warm < o.warmup; warm++ {
 		if err := issue(); err != nil {
 			return nil, 0, err
 		}

@@ -112,6 +112,11 @@ def parse_args(argv):
 # Batched iterations use at most this many bytes of buffers per backend.
 BATCH_BYTES = 64 << 20
 
+# gotree's autotuning times up to this many allreduce calls of a new size
+# (pg/autotune.go: tuneMaxCands x (tuneWarmups + tuneTimed); a Go test
+# holds the two equal); gotree's allreduce warm-up runs them first.
+AUTOTUNE_CALLS = 15
+
 
 def main(argv=None):
     args = parse_args(argv)
@@ -212,14 +217,23 @@ def main(argv=None):
         batch = min(args.batch, max(1, BATCH_BYTES // nbytes))
         bufs = {b: [src.clone() for _ in range(batch)] for b in groups}
         outs = {b: [make_out(x) if make_out else x for x in bufs[b]] for b in groups}
-        # warm-up, and a first estimate of the time per call for the budget
+        # warm-up, and a first estimate of the time per call for the budget:
+        # whole batches as the timed iterations run them (inputs written
+        # first, then the calls back to back: what autotuning measures
+        # during gotree's first calls then matches the timed ones)
         t_est = {}
         for b, g in groups.items():
-            for _ in range(max(1, args.warmup)):
-                bufs[b][0].copy_(src)
+            explore = AUTOTUNE_CALLS if b == "gotree" and args.coll == "allreduce" else 0
+            left = max(1, args.warmup) + explore
+            while left > 0:
+                k = min(batch, left)
+                for x in bufs[b][:k]:
+                    x.copy_(src)
                 t0 = time.perf_counter()
-                call(bufs[b][0], outs[b][0], g)
-                t_est[b] = time.perf_counter() - t0
+                for x, o in zip(bufs[b][:k], outs[b][:k]):
+                    call(x, o, g)
+                t_est[b] = (time.perf_counter() - t0) / k
+                left -= k
         est = torch.tensor([sum(t_est.values()) * batch], dtype=torch.float64)
         dist.all_reduce(est, op=ReduceOp.MAX, group=ctl)
         iters = int(min(args.iters, max(args.min_iters, args.budget_s / max(est.item(), 1e-6))))

@@ -1,7 +1,7 @@
 """DDP training steps: gotree and gloo side by side in one run.
 
     torchrun --nproc-per-node N -m gotree.ddpbench [--width 1024] [--depth 4] \
-        [--batch 32] [--steps 30] [--warmup 5] [--bucket-mb 25] [--json out.json]
+        [--batch 32] [--steps 30] [--warmup 20] [--bucket-mb 25] [--json out.json]
 
 Both backends train their own copy of the same MLP (same initial weights) in the
 same processes: DistributedDataParallel over the default group (gotree) and over a
@@ -36,7 +36,7 @@ def main(argv=None):
     ap.add_argument("--depth", type=int, default=4)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=20, help="untimed steps (gotree's autotuning measures each bucket size during its first 15 calls)")
     ap.add_argument("--bucket-mb", type=float, default=25.0, help="DDP bucket_cap_mb (default 25, DDP's)")
     ap.add_argument("--json", default="")
     args = ap.parse_args(argv)

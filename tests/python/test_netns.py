@@ -152,7 +152,8 @@ def test_perf_rate_limited_2gbit(built):
 def test_tune_cluster_across_namespaces(built):
     """The network calibration end to end on 3 namespace-nodes (issue 9, points 2 and 4):
     `gotree tune -cluster` on every node (ring and tree forced across the nodes, fitted on
-    rank 0), then `gotree perf --algo auto` with that GOTREE_TUNING_FILE. The file must hold
+    rank 0), then `gotree perf --algo auto` with that GOTREE_TUNING_FILE (and GOTREE_AUTOTUNE=0:
+    the model's choice, not the measured one). The file must hold
     a TCP entry for exactly 3 nodes, and at every size the communicator must run the
     algorithm that `gotree explain` predicts from the same file for 3 nodes; with the
     entry's ring made cheap, it must run the ring everywhere (it uses the 3-node entry, not
@@ -175,7 +176,7 @@ def test_tune_cluster_across_namespaces(built):
 
         def auto():
             cmd = (
-                f"GOTREE_TUNING_FILE={tuning} RANK=$NODE_RANK WORLD_SIZE=$NNODES MASTER_PORT=29452 "
+                f"GOTREE_AUTOTUNE=0 GOTREE_TUNING_FILE={tuning} RANK=$NODE_RANK WORLD_SIZE=$NNODES MASTER_PORT=29452 "
                 f"{cli} perf -b 4 -e 4M -f 16 -n 5 -w 1 -c 1 --timeout 90s --json > {tmp}/auto.$NODE_RANK.json"
             )
             rc, log = _netns_run(["3", "2gbit", "--", "bash", "-c", cmd], env, timeout=240)

@@ -1,0 +1,340 @@
+package pg
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gotree/gotree/algorithms"
+)
+
+// Autotuning: the cost model's constants come from one machine (the
+// built-in tuning) or from `gotree tune`; on another machine its choice
+// can be far from the fastest (the built-in tuning, fitted on an Intel
+// VM, picks direct for 4 ranks at 4 MiB, which on a 2-core AMD EPYC VM
+// took 2.1 ms against the ring's 0.9 ms). So, unless GOTREE_AUTOTUNE=0,
+// the first calls of each allreduce size run the algorithms the model
+// ranks within tuneSpan of its choice
+// one after the other, each for one untimed call and tuneTimed timed ones
+// in a row (alternating call by call measures each algorithm on caches
+// and peers that the other one left: on 4 ranks sharing 2 cores the
+// ring's 4 MiB calls then took 3.1 ms against 0.9 ms in a row); after
+// the last one the ranks gather each other's times and all keep the
+// algorithm whose median over its timed calls of the call's time is the
+// smallest, a call's time being the shortest any rank measured: the rank
+// that arrived last, which waited for nobody (the others' times include
+// waiting for it: a barrier in a benchmark loop took 2–8 ms that way). The model's
+// choice for an in-place call (torch's allreduce) comes first, so a size
+// called only once runs what the model picks, and it stays unless
+// another algorithm is measurably faster (tuneKeepModel).
+//
+// The candidates, their order and the decision do not depend on the
+// call's placement (in place or not): the model's lists for both
+// placements merged. Ranks that issue the same calls in the same order,
+// whatever each one's placement, run the same algorithm at every call
+// and gather the times at the same call, so no check before the data is
+// needed (Comm.planFor's placed). The gathered record carries the size
+// and candidates, and ranks whose records differ fail at once, naming
+// both.
+
+const (
+	tuneWarmups   = 1    // untimed calls per candidate: connections, plan, caches
+	tuneTimed     = 4    // timed calls per candidate
+	tuneSpan      = 4.0  // candidates: predicted at most this many times the model's choice
+	tuneMaxCands  = 3    // at most this many candidates, the model's choice included
+	tuneKeepModel = 0.03 // the model's choice stays unless another is faster by more than this
+)
+
+// testHookTuneDuration, when set (by tests), replaces the measured
+// duration of an exploring call of algo on rank.
+var testHookTuneDuration func(rank int, algo algorithms.Algorithm, d time.Duration) time.Duration
+
+// tuneState is the autotuning of one (collective, bytes, placement).
+type tuneState struct {
+	cands []algorithms.Prediction // the model's choice first
+	calls int                     // exploring calls issued
+	times [][]float64             // per candidate: this rank's timed calls, µs
+	pick  *algorithms.Prediction  // decided (or the only candidate)
+}
+
+// autoTuner holds a communicator's autotuning states.
+type autoTuner struct {
+	mu     sync.Mutex
+	states map[choiceKey]*tuneState
+}
+
+// tuneSlot is what one call does for autotuning.
+type tuneSlot struct {
+	st    *tuneState
+	key   choiceKey
+	cand  int  // the candidate it runs; -1: not exploring
+	timed bool // its time counts
+	last  bool // the last exploring call: gather the times after it
+}
+
+// tunedChoice returns the prediction a call runs under autotuning (nil:
+// the model's choice, choice) and what the call explores.
+func (c *Comm) tunedChoice(a collArgs) (*algorithms.Prediction, tuneSlot) {
+	none := tuneSlot{cand: -1}
+	if c.cfg.NoAutoTune || a.coll != algorithms.AllReduce || c.nranks < 2 || a.count == 0 {
+		return nil, none
+	}
+	key := tuneKey(a)
+	c.tuner.mu.Lock()
+	defer c.tuner.mu.Unlock()
+	st := c.tuner.states[key]
+	if st == nil {
+		st = c.newTuneState(a, key)
+		if c.tuner.states == nil {
+			c.tuner.states = map[choiceKey]*tuneState{}
+		}
+		c.tuner.states[key] = st
+	}
+	if st.pick != nil || len(st.cands) < 2 {
+		return st.pick, none
+	}
+	i := st.calls
+	st.calls++
+	per := tuneWarmups + tuneTimed
+	slot := tuneSlot{st: st, key: key, cand: i / per, timed: i%per >= tuneWarmups, last: st.calls == len(st.cands)*per}
+	return &st.cands[slot.cand], slot
+}
+
+// decidedChoice is the autotuned prediction for key once decided (nil
+// before, or without autotuning); it starts nothing.
+func (c *Comm) decidedChoice(key choiceKey) *algorithms.Prediction {
+	c.tuner.mu.Lock()
+	defer c.tuner.mu.Unlock()
+	if st := c.tuner.states[key]; st != nil {
+		return st.pick
+	}
+	return nil
+}
+
+// tuneKey is the autotuning state of a call: its collective and size,
+// not its placement.
+func tuneKey(a collArgs) choiceKey {
+	return choiceKey{coll: a.coll, bytes: a.count * int64(a.dt.Size())}
+}
+
+// Exploring says whether the next allreduce of count elements of dt in
+// host memory still measures algorithms for autotuning, after at least
+// one such call (every rank gives the same answer at the same call).
+// Benchmarks warm up until it is false.
+func (c *Comm) Exploring(count int64, dt algorithms.DType) bool {
+	return c.exploring(tuneKey(collArgs{coll: algorithms.AllReduce, count: count, dt: dt}))
+}
+
+// exploring says whether calls of key still explore.
+func (c *Comm) exploring(key choiceKey) bool {
+	c.tuner.mu.Lock()
+	defer c.tuner.mu.Unlock()
+	st := c.tuner.states[key]
+	return st != nil && st.pick == nil && len(st.cands) >= 2
+}
+
+// newTuneState ranks the candidates of key with the cost model: its
+// lists for an in-place and an out-of-place call, merged in turn (in
+// place first) without repeats, at most tuneMaxCands.
+func (c *Comm) newTuneState(a collArgs, key choiceKey) *tuneState {
+	st := &tuneState{}
+	var lists [2][]algorithms.Prediction
+	for i, inPlace := range []bool{true, false} {
+		topo, cons, err := c.choiceInputs(a.coll, key.bytes, inPlace)
+		if err != nil || cons.Algos == 0 {
+			return st // the model's choice (choice) stands
+		}
+		if lists[i], err = c.tuning.Candidates(a.coll, topo, key.bytes, cons, tuneSpan, tuneMaxCands); err != nil {
+			return st
+		}
+	}
+	for i := 0; i < tuneMaxCands && len(st.cands) < tuneMaxCands; i++ {
+		for _, l := range lists {
+			if i < len(l) && len(st.cands) < tuneMaxCands && !slices.ContainsFunc(st.cands, func(p algorithms.Prediction) bool { return p.Algo == l[i].Algo }) {
+				st.cands = append(st.cands, l[i])
+			}
+		}
+	}
+	if len(st.cands) < 2 {
+		st.cands = nil
+		return st
+	}
+	st.times = make([][]float64, len(st.cands))
+	return st
+}
+
+// tuneRecord files a call's duration; after the last exploring call it
+// gathers every rank's times and decides.
+func (c *Comm) tuneRecord(ctx context.Context, slot tuneSlot, d time.Duration, seq uint64, desc fmt.Stringer) error {
+	if slot.cand < 0 {
+		return nil
+	}
+	if testHookTuneDuration != nil {
+		d = testHookTuneDuration(c.rank, slot.st.cands[slot.cand].Algo, d)
+	}
+	c.tuner.mu.Lock()
+	if slot.timed {
+		slot.st.times[slot.cand] = append(slot.st.times[slot.cand], float64(d.Nanoseconds())/1e3)
+	}
+	rec := tuneRecordOf(slot.key, slot.st)
+	c.tuner.mu.Unlock()
+	if !slot.last {
+		return nil
+	}
+	all, err := c.gatherTuneRecords(ctx, rec, seq)
+	if err != nil {
+		return c.collFailed(desc, err)
+	}
+	pick, why, err := decideTuning(c.rank, slot.st.cands, all)
+	if err != nil {
+		return c.collFailed(desc, fmt.Errorf("%w: %v", ErrInvalidArgument, err))
+	}
+	c.tuner.mu.Lock()
+	slot.st.pick = &slot.st.cands[pick]
+	slot.st.times = nil
+	c.tuner.mu.Unlock()
+	c.log.Infof("TUNING", "%v %d bytes: %s", slot.key.coll, slot.key.bytes, why)
+	return nil
+}
+
+// A tuning record is what a rank contributes to the decision: the call's
+// size, the candidates in order, and its time of each timed call per
+// candidate. It travels as tuneRecordLen float64s.
+const tuneRecordLen = 2 + tuneMaxCands + tuneMaxCands*tuneTimed
+
+type tuneRecord struct {
+	bytes int64
+	algos [tuneMaxCands]int // candidate algorithms, -1 past the last
+	us    [tuneMaxCands][tuneTimed]float64
+}
+
+func tuneRecordOf(key choiceKey, st *tuneState) tuneRecord {
+	r := tuneRecord{bytes: key.bytes}
+	for i := range r.algos {
+		r.algos[i] = -1
+		if i < len(st.cands) {
+			r.algos[i] = int(st.cands[i].Algo)
+			copy(r.us[i][:], st.times[i])
+		}
+	}
+	return r
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func (r tuneRecord) encode(b []byte) {
+	put := func(i int, v float64) { binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(v)) }
+	put(0, float64(r.bytes))
+	put(1, float64(tuneMaxCands))
+	for i := range r.algos {
+		put(2+i, float64(r.algos[i]))
+		for j, v := range r.us[i] {
+			put(2+tuneMaxCands+i*tuneTimed+j, v)
+		}
+	}
+}
+
+func decodeTuneRecord(b []byte) tuneRecord {
+	get := func(i int) float64 { return math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:])) }
+	r := tuneRecord{bytes: int64(get(0))}
+	for i := range r.algos {
+		r.algos[i] = int(get(2 + i))
+		for j := range r.us[i] {
+			r.us[i][j] = get(2 + tuneMaxCands + i*tuneTimed + j)
+		}
+	}
+	return r
+}
+
+func (r tuneRecord) String() string {
+	var names []string
+	for _, a := range r.algos {
+		if a >= 0 {
+			names = append(names, algorithms.Algorithm(a).String())
+		}
+	}
+	return fmt.Sprintf("allreduce of %d bytes with candidates %s", r.bytes, strings.Join(names, ","))
+}
+
+// gatherTuneRecords allgathers every rank's record with the ring, after
+// the call seq and under a tag of its own.
+func (c *Comm) gatherTuneRecords(ctx context.Context, rec tuneRecord, seq uint64) ([]tuneRecord, error) {
+	const n = tuneRecordLen
+	a := collArgs{coll: algorithms.AllGather, count: n, dt: algorithms.Float64, name: "autotuning gather"}
+	plan, err := c.buildPlanFor(a)
+	if err != nil {
+		return nil, err
+	}
+	in := make([]byte, 8*n)
+	out := make([]byte, 8*n*c.nranks)
+	rec.encode(in)
+	tag := opTag(algorithms.AllGather, seq, n, algorithms.Float64, 0, -1)
+	if err := c.execPlanCtx(ctx, plan, in, out, a, tag, nil); err != nil {
+		return nil, err
+	}
+	all := make([]tuneRecord, c.nranks)
+	for r := range all {
+		all[r] = decodeTuneRecord(out[8*n*r:])
+	}
+	return all, nil
+}
+
+// decideTuning picks a candidate from every rank's record: the one with
+// the smallest median over its timed calls of the shortest time any rank
+// measured for the call; the model's (index 0) unless that is more than
+// tuneKeepModel slower. why says what was measured. Records that differ from rank's own in anything but the
+// times fail: the ranks did not issue the same calls.
+func decideTuning(rank int, cands []algorithms.Prediction, all []tuneRecord) (pick int, why string, err error) {
+	mine := all[rank]
+	for r, x := range all {
+		if x.bytes != mine.bytes || x.algos != mine.algos {
+			return 0, "", fmt.Errorf("rank %d: autotuning %v, but rank %d tuned %v: every rank must issue the same allreduce calls", rank, mine, r, x)
+		}
+	}
+	med := make([]float64, len(cands))
+	for i := range cands {
+		var calls [tuneTimed]float64
+		for j := range calls {
+			calls[j] = math.Inf(1)
+			for _, x := range all {
+				calls[j] = min(calls[j], x.us[i][j])
+			}
+		}
+		med[i] = median(calls[:])
+	}
+	best := 0
+	for i := range med {
+		if med[i] < med[best] {
+			best = i
+		}
+	}
+	if med[0] <= med[best]*(1+tuneKeepModel) {
+		best = 0
+	}
+	var parts []string
+	for i, p := range cands {
+		parts = append(parts, fmt.Sprintf("%v %.1f us", p.Algo, med[i]))
+	}
+	why = fmt.Sprintf("measured %s (median of %d calls, each the shortest of %d ranks' times): %v", strings.Join(parts, ", "), tuneTimed, len(all), cands[best].Algo)
+	if best == 0 {
+		why += fmt.Sprintf(", the model's choice in place (predicted %.1f us)", cands[0].TimeUs)
+	} else {
+		why += fmt.Sprintf(" instead of the model's %v in place (predicted %.1f us against %.1f us)", cands[0].Algo, cands[0].TimeUs, cands[best].TimeUs)
+	}
+	return best, why, nil
+}

@@ -1,0 +1,225 @@
+package pg
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gotree/gotree/algorithms"
+)
+
+// fakeTuneTimes makes autotuning measure each algorithm at the given
+// time on every rank (algorithms not listed: 10 ms) and restores the hook.
+func fakeTuneTimes(t *testing.T, us map[algorithms.Algorithm]float64) {
+	testHookTuneDuration = func(_ int, a algorithms.Algorithm, _ time.Duration) time.Duration {
+		if v, ok := us[a]; ok {
+			return time.Duration(v * 1e3)
+		}
+		return 10 * time.Millisecond
+	}
+	t.Cleanup(func() { testHookTuneDuration = nil })
+}
+
+// exploreAll issues allreduces of count int64s until autotuning has
+// decided, placements by inPlace(rank, call), checking every call's sums
+// exactly; it returns the number of calls.
+func exploreAll(t *testing.T, comms []*Comm, count int64, inPlace func(r, call int) bool) int {
+	t.Helper()
+	calls := 0
+	for first := true; first || comms[0].Exploring(count, algorithms.Int64); first = false {
+		require.Less(t, calls, 100, "autotuning never decided")
+		checkAllReduceInt64Each(t, comms, count, func(r int) bool { return inPlace(r, calls) })
+		calls++
+	}
+	for r, c := range comms {
+		require.False(t, c.Exploring(count, algorithms.Int64), "rank %d still explores after rank 0 stopped", r)
+	}
+	return calls
+}
+
+// The ranks measure the model's candidates, gather the times and all
+// keep the fastest, which need not be the model's choice; every call,
+// exploring or not, sums exactly. 3 ranks (odd), a prime count.
+func TestAutotuneKeepsTheMeasuredFastest(t *testing.T) {
+	cfg := testConfig()
+	cfg.Algo = "ring,hd"
+	comms := startComms(t, 3, nil, cfg)
+	const count = 1009
+	model := comms[0].choice(collArgs{coll: algorithms.AllReduce, count: count, dt: algorithms.Int64, inPlace: true}).Algo
+	other := algorithms.Ring
+	if model == algorithms.Ring {
+		other = algorithms.HalvingDoubling
+	}
+	fakeTuneTimes(t, map[algorithms.Algorithm]float64{model: 200, other: 100})
+	calls := exploreAll(t, comms, count, func(r, call int) bool { return call%2 == 0 })
+	require.Equal(t, 2*(tuneWarmups+tuneTimed), calls, "two candidates, one block each (plus none after)")
+	for r, c := range comms {
+		p := c.decidedChoice(tuneKey(collArgs{coll: algorithms.AllReduce, count: count, dt: algorithms.Int64}))
+		require.NotNil(t, p, "rank %d has no decision", r)
+		require.Equal(t, other, p.Algo, "rank %d", r)
+		for _, inPlace := range []bool{false, true} {
+			plan, err := c.PlanOf(algorithms.AllReduce, count, algorithms.Int64, algorithms.Sum, 0, inPlace)
+			require.NoError(t, err)
+			require.Equal(t, other, plan.Algo, "rank %d in place %v: PlanOf follows the decision", r, inPlace)
+		}
+	}
+	for _, inPlace := range []bool{false, true} {
+		checkAllReduceInt64(t, comms, count, inPlace)
+	}
+	// Another size tunes on its own; the model's choice stays when
+	// nothing beats it by more than tuneKeepModel.
+	fakeTuneTimes(t, map[algorithms.Algorithm]float64{model: 100, other: 100 / (1 + tuneKeepModel/2)})
+	const count2 = 2003
+	exploreAll(t, comms, count2, func(int, int) bool { return false })
+	for r, c := range comms {
+		p := c.decidedChoice(tuneKey(collArgs{coll: algorithms.AllReduce, count: count2, dt: algorithms.Int64}))
+		require.NotNil(t, p)
+		require.Equal(t, comms[0].choice(collArgs{coll: algorithms.AllReduce, count: count2, dt: algorithms.Int64, inPlace: true}).Algo, p.Algo, "rank %d", r)
+	}
+}
+
+// Where the model chooses differently in place and out of place (the
+// case TestPlacementChoiceAgreement fails without autotuning), autotuned
+// calls run one algorithm whatever each rank's placement: ranks that mix
+// placements at the same call sum exactly, while exploring and after.
+func TestAutotuneMixedPlacement(t *testing.T) {
+	tu := algorithms.DefaultTuning()
+	tu.Local = nil
+	for k := range algorithms.CorrectionBuckets {
+		tu.Transports[algorithms.Shm].InPlace[algorithms.Tree][algorithms.Simple][k] = 0.3
+	}
+	cfg := testConfig()
+	cfg.Timeout = 30 * time.Second
+	cfg.MaxChannels = 2
+	cfg.Tuning = tu
+	cfg.Algo = "ring,tree"
+	comms := startComms(t, 3, nil, cfg)
+	const count = 1000
+	a := collArgs{coll: algorithms.AllReduce, count: count, dt: algorithms.Int64}
+	out := comms[0].choice(a).Algo
+	a.inPlace = true
+	in := comms[0].choice(a).Algo
+	require.NotEqual(t, in, out, "the test needs a size where the placements choose differently")
+	fakeTuneTimes(t, map[algorithms.Algorithm]float64{algorithms.Ring: 100, algorithms.Tree: 150})
+	calls := exploreAll(t, comms, count, func(r, call int) bool { return (r+call)%2 == 1 })
+	require.Equal(t, 2*(tuneWarmups+tuneTimed), calls, "ring and tree explored")
+	for r, c := range comms {
+		p := c.decidedChoice(tuneKey(a))
+		require.NotNil(t, p)
+		require.Equal(t, algorithms.Ring, p.Algo, "rank %d", r)
+	}
+	for call := 0; call < 3; call++ {
+		checkAllReduceInt64Each(t, comms, count, func(r int) bool { return r == call%3 })
+	}
+}
+
+// checkAllReduceInt64Each is checkAllReduceInt64 with each rank's
+// placement given by inPlace.
+func checkAllReduceInt64Each(t *testing.T, comms []*Comm, count int64, inPlace func(r int) bool) {
+	t.Helper()
+	n := len(comms)
+	ins, outs := make([][]byte, n), make([][]byte, n)
+	for r := range comms {
+		v := make([]int64, count)
+		for i := range v {
+			v[i] = val(r, int64(i))
+		}
+		ins[r] = i64s(v)
+		outs[r] = ins[r]
+		if !inPlace(r) {
+			outs[r] = make([]byte, len(ins[r]))
+		}
+	}
+	runAll(t, comms, func(r int, c *Comm) (*Request, error) {
+		return c.AllReduce(ins[r], outs[r], count, algorithms.Int64, algorithms.Sum)
+	})
+	for r := range comms {
+		got := make([]int64, count)
+		for i := range got {
+			got[i] = int64(binary.LittleEndian.Uint64(outs[r][8*i:]))
+			var want int64
+			for q := 0; q < n; q++ {
+				want += val(q, int64(i))
+			}
+			if got[i] != want {
+				t.Fatalf("rank %d (in place %v) elem %d: got %d want %d", r, inPlace(r), i, got[i], want)
+			}
+		}
+	}
+}
+
+// GOTREE_AUTOTUNE=0: no call explores; the model's choice stands.
+func TestAutotuneOff(t *testing.T) {
+	cfg := testConfig()
+	cfg.NoAutoTune = true
+	comms := startComms(t, 2, nil, cfg)
+	fakeTuneTimes(t, nil)
+	checkAllReduceInt64(t, comms, 1000, true)
+	require.False(t, comms[0].Exploring(1000, algorithms.Int64))
+	require.Nil(t, comms[0].decidedChoice(tuneKey(collArgs{coll: algorithms.AllReduce, count: 1000, dt: algorithms.Int64})))
+}
+
+// The decision: per candidate the median over its timed calls of the
+// shortest time any rank measured for the call; the model's choice
+// (first) within tuneKeepModel stays; records of other calls fail,
+// naming both ranks' calls.
+func TestDecideTuning(t *testing.T) {
+	cands := []algorithms.Prediction{{Algo: algorithms.Direct, TimeUs: 50}, {Algo: algorithms.Ring, TimeUs: 60}, {Algo: algorithms.HalvingDoubling, TimeUs: 70}}
+	// rec gives every timed call of candidate i the time us[i], but
+	// call 0 of each candidate 1000 µs (an outlier the median drops).
+	rec := func(us ...float64) tuneRecord {
+		r := tuneRecord{bytes: 4096, algos: [tuneMaxCands]int{int(algorithms.Direct), int(algorithms.Ring), int(algorithms.HalvingDoubling)}}
+		for i, v := range us {
+			for j := range r.us[i] {
+				r.us[i][j] = v
+			}
+			r.us[i][0] = 1000
+		}
+		return r
+	}
+	// A rank that arrives early measures the others' lateness: the
+	// shortest time of a call counts (ring: 100, not 220 or the mean).
+	pick, why, err := decideTuning(0, cands, []tuneRecord{rec(300, 220, 140), rec(300, 100, 150)})
+	require.NoError(t, err)
+	require.Equal(t, 1, pick, why)
+	require.Contains(t, why, "ring 100.0 us")
+	require.Contains(t, why, "hd 140.0 us")
+	require.Contains(t, why, "instead of the model's direct")
+	// The shortest per call, not per rank: rank 0 is quick on calls 1
+	// and 2 of hd, rank 1 on call 3; each call's time is then 90.
+	a, b := rec(300, 100, 500), rec(300, 100, 500)
+	a.us[2][1], a.us[2][2], b.us[2][3] = 90, 90, 90
+	pick, _, err = decideTuning(1, cands, []tuneRecord{a, b})
+	require.NoError(t, err)
+	require.Equal(t, 2, pick)
+	pick, _, err = decideTuning(1, cands, []tuneRecord{rec(102, 100, 140), rec(102, 100, 140)})
+	require.NoError(t, err)
+	require.Equal(t, 0, pick, "2% slower than the best: the model's choice stays")
+	pick, _, err = decideTuning(1, cands, []tuneRecord{rec(104, 100, 140), rec(104, 100, 140)})
+	require.NoError(t, err)
+	require.Equal(t, 1, pick, "4% slower: the measured best wins")
+	bad := rec(1, 1, 1)
+	bad.bytes = 8192
+	_, _, err = decideTuning(0, cands, []tuneRecord{rec(1, 1, 1), bad})
+	require.ErrorContains(t, err, "rank 0: autotuning allreduce of 4096 bytes with candidates direct,ring,hd, but rank 1 tuned allreduce of 8192 bytes")
+	var wire [8 * tuneRecordLen]byte
+	r := rec(1.5, 2.5, 3.5)
+	r.us[1][2] = 7.25
+	r.encode(wire[:])
+	require.Equal(t, r, decodeTuneRecord(wire[:]))
+	require.False(t, strings.Contains(r.String(), "-1"))
+}
+
+// gotree.bench warms gotree's allreduce up past autotuning's calls; its
+// count must follow the constants here.
+func TestBenchKnowsAutotuneCalls(t *testing.T) {
+	src, err := os.ReadFile("../python/gotree/bench.py")
+	require.NoError(t, err)
+	want := fmt.Sprintf("\nAUTOTUNE_CALLS = %d\n", tuneMaxCands*(tuneWarmups+tuneTimed))
+	require.Contains(t, string(src), want)
+}
