@@ -1,7 +1,6 @@
 package pg
 
 import (
-	"encoding/binary"
 	"fmt"
 	"os"
 	"strings"
@@ -88,17 +87,7 @@ func TestAutotuneKeepsTheMeasuredFastest(t *testing.T) {
 // calls run one algorithm whatever each rank's placement: ranks that mix
 // placements at the same call sum exactly, while exploring and after.
 func TestAutotuneMixedPlacement(t *testing.T) {
-	tu := algorithms.DefaultTuning()
-	tu.Local = nil
-	for k := range algorithms.CorrectionBuckets {
-		tu.Transports[algorithms.Shm].InPlace[algorithms.Tree][algorithms.Simple][k] = 0.3
-	}
-	cfg := testConfig()
-	cfg.Timeout = 30 * time.Second
-	cfg.MaxChannels = 2
-	cfg.Tuning = tu
-	cfg.Algo = "ring,tree"
-	comms := startComms(t, 3, nil, cfg)
+	comms := startComms(t, 3, nil, placementSplitConfig(0.3))
 	const count = 1000
 	a := collArgs{coll: algorithms.AllReduce, count: count, dt: algorithms.Int64}
 	out := comms[0].choice(a).Algo
@@ -115,41 +104,6 @@ func TestAutotuneMixedPlacement(t *testing.T) {
 	}
 	for call := 0; call < 3; call++ {
 		checkAllReduceInt64Each(t, comms, count, func(r int) bool { return r == call%3 })
-	}
-}
-
-// checkAllReduceInt64Each is checkAllReduceInt64 with each rank's
-// placement given by inPlace.
-func checkAllReduceInt64Each(t *testing.T, comms []*Comm, count int64, inPlace func(r int) bool) {
-	t.Helper()
-	n := len(comms)
-	ins, outs := make([][]byte, n), make([][]byte, n)
-	for r := range comms {
-		v := make([]int64, count)
-		for i := range v {
-			v[i] = val(r, int64(i))
-		}
-		ins[r] = i64s(v)
-		outs[r] = ins[r]
-		if !inPlace(r) {
-			outs[r] = make([]byte, len(ins[r]))
-		}
-	}
-	runAll(t, comms, func(r int, c *Comm) (*Request, error) {
-		return c.AllReduce(ins[r], outs[r], count, algorithms.Int64, algorithms.Sum)
-	})
-	for r := range comms {
-		got := make([]int64, count)
-		for i := range got {
-			got[i] = int64(binary.LittleEndian.Uint64(outs[r][8*i:]))
-			var want int64
-			for q := 0; q < n; q++ {
-				want += val(q, int64(i))
-			}
-			if got[i] != want {
-				t.Fatalf("rank %d (in place %v) elem %d: got %d want %d", r, inPlace(r), i, got[i], want)
-			}
-		}
 	}
 }
 

@@ -102,6 +102,13 @@ func runAll(t *testing.T, comms []*Comm, issue func(r int, c *Comm) (*Request, e
 // place or not, and checks every element of every rank's output exactly.
 func checkAllReduceInt64(t *testing.T, comms []*Comm, count int64, inplace bool) {
 	t.Helper()
+	checkAllReduceInt64Each(t, comms, count, func(int) bool { return inplace })
+}
+
+// checkAllReduceInt64Each is checkAllReduceInt64 with each rank's
+// placement given by inPlace.
+func checkAllReduceInt64Each(t *testing.T, comms []*Comm, count int64, inPlace func(r int) bool) {
+	t.Helper()
 	n := len(comms)
 	ins, outs := make([][]byte, n), make([][]byte, n)
 	for r := range comms {
@@ -111,7 +118,7 @@ func checkAllReduceInt64(t *testing.T, comms []*Comm, count int64, inplace bool)
 		}
 		ins[r] = i64s(v)
 		outs[r] = ins[r]
-		if !inplace {
+		if !inPlace(r) {
 			outs[r] = make([]byte, len(ins[r]))
 		}
 	}
@@ -125,7 +132,7 @@ func checkAllReduceInt64(t *testing.T, comms []*Comm, count int64, inplace bool)
 				want += val(q, i)
 			}
 			if got := int64(binary.LittleEndian.Uint64(outs[r][8*i:])); got != want {
-				t.Fatalf("count %d inplace %v rank %d elem %d: got %d want %d", count, inplace, r, i, got, want)
+				t.Fatalf("count %d rank %d (in place %v) elem %d: got %d want %d", count, r, inPlace(r), i, got, want)
 			}
 		}
 	}

@@ -123,6 +123,23 @@ func TestExplainTagNamesOtherPlan(t *testing.T) {
 	require.Contains(t, got, "allreduce #4 (1000 x int64, max), which is what rank 2 issued")
 }
 
+// placementSplitConfig allows ring and tree for allreduce and makes the
+// tree's in-place calls inPlaceFactor times as cheap to the model, so
+// that at some sizes it picks the tree in place and the ring out of place.
+func placementSplitConfig(inPlaceFactor float64) Config {
+	tu := algorithms.DefaultTuning()
+	tu.Local = nil
+	for k := range algorithms.CorrectionBuckets {
+		tu.Transports[algorithms.Shm].InPlace[algorithms.Tree][algorithms.Simple][k] = inPlaceFactor
+	}
+	cfg := testConfig()
+	cfg.Timeout = 30 * time.Second
+	cfg.MaxChannels = 2
+	cfg.Tuning = tu
+	cfg.Algo = "ring,tree"
+	return cfg
+}
+
 // The cost model may choose by placement (TransportCost.InPlace): a size
 // where it does runs the ring check first, so that ranks of which some
 // call in place and some not fail at once, naming both algorithms — not
@@ -130,16 +147,7 @@ func TestExplainTagNamesOtherPlan(t *testing.T) {
 // place) until the timeout. Where all ranks agree, the call runs the
 // placement's algorithm and sums exactly.
 func TestPlacementChoiceAgreement(t *testing.T) {
-	tu := algorithms.DefaultTuning()
-	tu.Local = nil
-	for k := range algorithms.CorrectionBuckets {
-		tu.Transports[algorithms.Shm].InPlace[algorithms.Tree][algorithms.Simple][k] = 0.001
-	}
-	cfg := testConfig()
-	cfg.Timeout = 30 * time.Second
-	cfg.MaxChannels = 2
-	cfg.Tuning = tu
-	cfg.Algo = "ring,tree"
+	cfg := placementSplitConfig(0.001)
 	cfg.NoAutoTune = true // autotuned sizes run one algorithm in either placement (TestAutotuneMixedPlacement)
 	comms := startComms(t, 3, nil, cfg)
 	const count = 1000
