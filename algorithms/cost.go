@@ -767,3 +767,38 @@ func (t *Tuning) Candidates(coll Collective, topo CostTopo, bytes int64, c Const
 	}
 	return out, nil
 }
+
+// Autotuning's defaults (pg/autotune.go): the candidates are predicted
+// within AutotuneSpan times the model's choice, at most
+// AutotuneMaxCandidates of them.
+const (
+	AutotuneSpan          = 4.0
+	AutotuneMaxCandidates = 3
+)
+
+// AutotuneCandidates is what autotuning measures for a call of coll and
+// bytes: Candidates for an in-place and for an out-of-place call (c's
+// InPlace is ignored) merged in turn, in place first, without repeats,
+// at most limit. It does not depend on the call's placement, so ranks
+// that differ in it still measure the same algorithms in the same order.
+func (t *Tuning) AutotuneCandidates(coll Collective, topo CostTopo, bytes int64, c Constraints, span float64, limit int) ([]Prediction, error) {
+	var lists [2][]Prediction
+	for i, inPlace := range []bool{true, false} {
+		cc := c
+		cc.InPlace = inPlace
+		l, err := t.Candidates(coll, topo, bytes, cc, span, limit)
+		if err != nil {
+			return nil, err
+		}
+		lists[i] = l
+	}
+	var out []Prediction
+	for i := 0; i < max(len(lists[0]), len(lists[1])); i++ {
+		for _, l := range lists {
+			if i < len(l) && (limit < 1 || len(out) < limit) && !slices.ContainsFunc(out, func(p Prediction) bool { return p.Algo == l[i].Algo }) {
+				out = append(out, l[i])
+			}
+		}
+	}
+	return out, nil
+}

@@ -488,3 +488,35 @@ func TestCandidates(t *testing.T) {
 	_, err := tu.Candidates(AllReduce, CostTopo{}, 8, Constraints{}, 4, 3)
 	require.Error(t, err)
 }
+
+// AutotuneCandidates: the same list whatever the call's placement, the
+// in-place choice first, both placements' choices in it, no repeats, at
+// most limit.
+func TestAutotuneCandidates(t *testing.T) {
+	tu := DefaultTuning()
+	for _, n := range []int{2, 3, 4} {
+		topo := CostTopo{NRanks: n, NNodes: 1, RanksPerNode: n, Intra: Shm, Inter: TCP, Channels: 1}
+		for b := int64(4); b <= 64<<20; b *= 4 {
+			c := Constraints{Protos: 1 << Simple}
+			got, err := tu.AutotuneCandidates(AllReduce, topo, b, c, AutotuneSpan, AutotuneMaxCandidates)
+			require.NoError(t, err)
+			c.InPlace = true
+			again, err := tu.AutotuneCandidates(AllReduce, topo, b, c, AutotuneSpan, AutotuneMaxCandidates)
+			require.NoError(t, err)
+			require.Equal(t, got, again, "n=%d %d B: placement-independent", n, b)
+			require.LessOrEqual(t, len(got), AutotuneMaxCandidates)
+			in, err := tu.Choose(AllReduce, topo, b, c)
+			require.NoError(t, err)
+			require.Equal(t, in.Algo, got[0].Algo, "n=%d %d B: the in-place choice first", n, b)
+			c.InPlace = false
+			out, err := tu.Choose(AllReduce, topo, b, c)
+			require.NoError(t, err)
+			algos := map[Algorithm]bool{}
+			for _, p := range got {
+				require.False(t, algos[p.Algo], "n=%d %d B: %v twice", n, b, p.Algo)
+				algos[p.Algo] = true
+			}
+			require.True(t, algos[out.Algo], "n=%d %d B: the out-of-place choice %v is measured too", n, b, out.Algo)
+		}
+	}
+}

@@ -43,11 +43,11 @@ import (
 // both.
 
 const (
-	tuneWarmups   = 1    // untimed calls per candidate: connections, plan, caches
-	tuneTimed     = 4    // timed calls per candidate
-	tuneSpan      = 4.0  // candidates: predicted at most this many times the model's choice
-	tuneMaxCands  = 3    // at most this many candidates, the model's choice included
-	tuneKeepModel = 0.03 // the model's choice stays unless another is faster by more than this
+	tuneWarmups   = 1                                // untimed calls per candidate: connections, plan, caches
+	tuneTimed     = 4                                // timed calls per candidate
+	tuneSpan      = algorithms.AutotuneSpan          // candidates: predicted at most this many times the model's choice
+	tuneMaxCands  = algorithms.AutotuneMaxCandidates // at most this many candidates, the model's choice included
+	tuneKeepModel = 0.03                             // the model's choice stays unless another is faster by more than this
 )
 
 // testHookTuneDuration, when set (by tests), replaces the measured
@@ -138,29 +138,15 @@ func (c *Comm) exploring(key choiceKey) bool {
 	return st != nil && st.pick == nil && len(st.cands) >= 2
 }
 
-// newTuneState ranks the candidates of key with the cost model: its
-// lists for an in-place and an out-of-place call, merged in turn (in
-// place first) without repeats, at most tuneMaxCands.
+// newTuneState ranks the candidates of key with the cost model
+// (Tuning.AutotuneCandidates: the same for either placement).
 func (c *Comm) newTuneState(a collArgs, key choiceKey) *tuneState {
 	st := &tuneState{}
-	var lists [2][]algorithms.Prediction
-	for i, inPlace := range []bool{true, false} {
-		topo, cons, err := c.choiceInputs(a.coll, key.bytes, inPlace)
-		if err != nil || cons.Algos == 0 {
-			return st // the model's choice (choice) stands
-		}
-		if lists[i], err = c.tuning.Candidates(a.coll, topo, key.bytes, cons, tuneSpan, tuneMaxCands); err != nil {
-			return st
-		}
+	topo, cons, err := c.choiceInputs(a.coll, key.bytes, true)
+	if err != nil || cons.Algos == 0 {
+		return st // the model's choice (choice) stands
 	}
-	for i := 0; i < tuneMaxCands && len(st.cands) < tuneMaxCands; i++ {
-		for _, l := range lists {
-			if i < len(l) && len(st.cands) < tuneMaxCands && !slices.ContainsFunc(st.cands, func(p algorithms.Prediction) bool { return p.Algo == l[i].Algo }) {
-				st.cands = append(st.cands, l[i])
-			}
-		}
-	}
-	if len(st.cands) < 2 {
+	if st.cands, err = c.tuning.AutotuneCandidates(a.coll, topo, key.bytes, cons, tuneSpan, tuneMaxCands); err != nil || len(st.cands) < 2 {
 		st.cands = nil
 		return st
 	}

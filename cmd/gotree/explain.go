@@ -699,4 +699,42 @@ func explainCost(w io.Writer, tu *algorithms.Tuning, topo algorithms.CostTopo, m
 		fmt.Fprintf(w, "(The direct allreduce gains most: in place it writes each sum over lines it has just read,\n")
 		fmt.Fprintf(w, "where out of place it also pulls the output buffers through the caches.)\n")
 	}
+	explainAutotune(w, tu, topo, fine)
+}
+
+// explainAutotune says which algorithms autotuning times per size
+// (algorithms.AutotuneCandidates with pg's defaults), in runs of sizes
+// with the same list.
+func explainAutotune(w io.Writer, tu *algorithms.Tuning, topo algorithms.CostTopo, sizes []int64) {
+	type run struct {
+		from, to int64
+		list     string
+	}
+	var runs []run
+	for _, b := range sizes {
+		cands, err := tu.AutotuneCandidates(algorithms.AllReduce, topo, b, algorithms.Constraints{}, algorithms.AutotuneSpan, algorithms.AutotuneMaxCandidates)
+		if err != nil {
+			return
+		}
+		var names []string
+		for _, p := range cands {
+			names = append(names, p.Algo.String())
+		}
+		list := strings.Join(names, ", ")
+		if len(cands) < 2 {
+			list += " (nothing else close: no measurement)"
+		}
+		if len(runs) > 0 && runs[len(runs)-1].list == list {
+			runs[len(runs)-1].to = b
+			continue
+		}
+		runs = append(runs, run{b, b, list})
+	}
+	fmt.Fprintf(w, "\nAt run time the model's choice is where a size starts (GOTREE_AUTOTUNE=0 keeps it): the first\n")
+	fmt.Fprintf(w, "calls of each allreduce size run the algorithms it predicts within %gx of its choice, at most %d,\n", algorithms.AutotuneSpan, algorithms.AutotuneMaxCandidates)
+	fmt.Fprintf(w, "for 5 calls each, and all ranks keep the fastest measured (GOTREE_DEBUG=INFO\n")
+	fmt.Fprintf(w, "GOTREE_DEBUG_SUBSYS=TUNING prints the times). Measured per size, in this order:\n")
+	for _, r := range runs {
+		fmt.Fprintf(w, "  %8s .. %-8s %s\n", fmtBytes(r.from), fmtBytes(r.to), r.list)
+	}
 }
