@@ -137,8 +137,8 @@ func runSweep(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "gotree sweep: %v\n", err)
 		return 2
 	}
-	rep := analyseSweep(samples, sweepAuto(cfg, false), false)
-	rep.placed = analyseSweep(samples, sweepAuto(cfg, true), true)
+	rep := analyseSweep(samples, measuredChoice(samples, false, sweepAuto(cfg, false)), false)
+	rep.placed = analyseSweep(samples, measuredChoice(samples, true, sweepAuto(cfg, true)), true)
 	rep.cmdline = cmdline
 	rep.when = time.Now().UTC().Format("2006-01-02 15:04 MST")
 	if o.from != "" {
@@ -225,6 +225,7 @@ type sweepSample struct {
 	InPlace bool
 	Wrong   int64 // -1: not checked
 	Times   []float64
+	Chose   string // auto runs: the algorithm autotuning settled on ("": not recorded)
 }
 
 // sweepRuns returns the runs of the two mirrored passes in order.
@@ -306,7 +307,7 @@ func sweepMeasure(o sweepOpts, stdout, stderr io.Writer) ([]sweepSample, error) 
 			if a == "" {
 				a = algos[0]
 			}
-			all = append(all, sweepSample{Run: pass, Seq: seq, N: n, Algo: a, Bytes: c.Bytes, Cycle: c.Cycle, InPlace: c.InPlace, Wrong: c.Wrong, Times: c.Times})
+			all = append(all, sweepSample{Run: pass, Seq: seq, N: n, Algo: a, Bytes: c.Bytes, Cycle: c.Cycle, InPlace: c.InPlace, Wrong: c.Wrong, Times: c.Times, Chose: c.Chose})
 		}
 		fmt.Fprintf(stdout, "# run %-2s N=%d %-9s %2d sizes %5.1f s\n", pass, n, strings.Join(algos, "+"), len(sizes), time.Since(t0).Seconds())
 		return nil
@@ -381,8 +382,10 @@ func dedupSorted(xs []int64) []int64 {
 	return out
 }
 
-// CSV of samples: one row per cycle, the iteration times space-separated.
-var sweepCSVHeader = []string{"run", "seq", "nranks", "algo", "bytes", "placement", "cycle", "iters", "wrong", "median_us", "times_us"}
+// CSV of samples: one row per cycle, the iteration times space-separated;
+// auto rows name the algorithm autotuning ran (files from before
+// autotuning lack the column).
+var sweepCSVHeader = []string{"run", "seq", "nranks", "algo", "bytes", "placement", "cycle", "iters", "wrong", "median_us", "times_us", "chose"}
 
 func writeSweepCSV(w io.Writer, ss []sweepSample) error {
 	cw := csv.NewWriter(w)
@@ -398,7 +401,7 @@ func writeSweepCSV(w io.Writer, ss []sweepSample) error {
 		}
 		med, _, _ := stats(s.Times)
 		cw.Write([]string{s.Run, strconv.Itoa(s.Seq), strconv.Itoa(s.N), s.Algo, strconv.FormatInt(s.Bytes, 10), pl,
-			strconv.Itoa(s.Cycle), strconv.Itoa(len(s.Times)), strconv.FormatInt(s.Wrong, 10), strconv.FormatFloat(med, 'f', 1, 64), strings.Join(ts, " ")})
+			strconv.Itoa(s.Cycle), strconv.Itoa(len(s.Times)), strconv.FormatInt(s.Wrong, 10), strconv.FormatFloat(med, 'f', 1, 64), strings.Join(ts, " "), s.Chose})
 	}
 	cw.Flush()
 	return cw.Error()
@@ -434,7 +437,8 @@ func readSweepCSV(r io.Reader) ([]sweepSample, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(rows) == 0 || strings.Join(rows[0], ",") != strings.Join(sweepCSVHeader, ",") {
+	old := sweepCSVHeader[:len(sweepCSVHeader)-1]
+	if len(rows) == 0 || (strings.Join(rows[0], ",") != strings.Join(sweepCSVHeader, ",") && strings.Join(rows[0], ",") != strings.Join(old, ",")) {
 		return nil, errors.New("raw.csv: unexpected header")
 	}
 	var out []sweepSample
@@ -442,6 +446,9 @@ func readSweepCSV(r io.Reader) ([]sweepSample, error) {
 		var s sweepSample
 		var e [6]error
 		s.Run, s.Algo, s.InPlace = row[0], row[3], row[5] == "in"
+		if len(row) > len(old) {
+			s.Chose = row[len(old)]
+		}
 		s.Seq, e[0] = strconv.Atoi(row[1])
 		s.N, e[1] = strconv.Atoi(row[2])
 		s.Bytes, e[2] = strconv.ParseInt(row[4], 10, 64)

@@ -60,6 +60,8 @@ type benchCycle struct {
 	InPlace bool      `json:"in_place"`
 	Times   []float64 `json:"times_us"` // per iteration, the slowest rank's
 	Wrong   int64     `json:"wrong"`    // -1: not checked in this cycle
+	// Chose is the algorithm an auto run ran after autotuning (PlanOf).
+	Chose string `json:"chose,omitempty"`
 }
 
 type benchResult struct {
@@ -222,7 +224,15 @@ func benchCycleRun(res *benchResult, comm *pg.Comm, algo string, spec benchSpec,
 		if o.check == 0 {
 			wrong = -1
 		}
-		res.Cycles = append(res.Cycles, benchCycle{Algo: algo, Bytes: count * es, Cycle: cyc, InPlace: inplace, Times: times, Wrong: wrong})
+		c := benchCycle{Algo: algo, Bytes: count * es, Cycle: cyc, InPlace: inplace, Times: times, Wrong: wrong}
+		if algo == "auto" {
+			p, err := comm.PlanOf(algorithms.AllReduce, count, dt, algorithms.Sum, 0, inplace)
+			if err != nil {
+				return err
+			}
+			c.Chose = p.Algo.String()
+		}
+		res.Cycles = append(res.Cycles, c)
 	}
 	return nil
 }

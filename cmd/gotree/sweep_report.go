@@ -10,6 +10,7 @@ import (
 	"io"
 	"math"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -106,6 +107,45 @@ func sweepAuto(cfg pg.Config, inPlace bool) sweepAutoFunc {
 			return "?"
 		}
 		return pr.Algo.String()
+	}
+}
+
+// measuredChoice is the algorithm auto ran for N ranks and a size in
+// one placement, as its samples recorded it (autotuning decides at run
+// time; the most frequent over cycles and runs, ties to the first seen),
+// else model's.
+func measuredChoice(ss []sweepSample, inPlace bool, model sweepAutoFunc) sweepAutoFunc {
+	type key struct {
+		n     int
+		bytes int64
+	}
+	counts := map[key]map[string]int{}
+	var order []string
+	for _, s := range ss {
+		if s.Algo != "auto" || s.Chose == "" || s.InPlace != inPlace {
+			continue
+		}
+		k := key{s.N, s.Bytes}
+		if counts[k] == nil {
+			counts[k] = map[string]int{}
+		}
+		if !slices.Contains(order, s.Chose) {
+			order = append(order, s.Chose)
+		}
+		counts[k][s.Chose]++
+	}
+	return func(n int, bytes int64) string {
+		c := counts[key{n, bytes}]
+		best := ""
+		for _, a := range order {
+			if c[a] > c[best] {
+				best = a
+			}
+		}
+		if best == "" {
+			return model(n, bytes)
+		}
+		return best
 	}
 }
 
@@ -439,7 +479,7 @@ func (r *sweepReport) writeMarkdown(w io.Writer) error {
 	fmt.Fprintf(w, "- groups with CV > %.0f%%: %d (out-of-place); re-measured groups: %d (kept next to the first measurement)\n", 100*sweepMaxCV, nNoisy, nRe)
 	fmt.Fprintf(w, "- #wrong over every checked row: %d\n\n", r.wrong)
 	fmt.Fprintf(w, "Times are medians of cycle medians pooled over both mirrored passes and any re-measurement (out-of-place groups only are re-measured); ")
-	fmt.Fprintf(w, "the auto column is the algorithm the cost model (the tuning in use) picks for that size and placement. ")
+	fmt.Fprintf(w, "the auto column is the algorithm auto ran where its runs recorded it (autotuning decides at run time), else the one the cost model (the tuning in use) picks for that size and placement. ")
 	fmt.Fprintf(w, "Out of place comes first; in place (every allreduce torch issues) follows.\n\n")
 	r.writeBody(w)
 	if r.placed != nil {

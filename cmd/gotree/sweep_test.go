@@ -266,3 +266,51 @@ func TestSweepJudgesEachPlacement(t *testing.T) {
 		require.Contains(t, md.String(), s)
 	}
 }
+
+// Auto rows carry the algorithm autotuning ran; it survives raw.csv,
+// files without the column still read, and the report's auto choice is
+// the recorded one (most frequent), the model's where none is recorded.
+func TestSweepMeasuredChoice(t *testing.T) {
+	ss := synthSamples("A", 3, "auto", map[int64]float64{64: 10, 128: 12}, 3)
+	for i := range ss {
+		switch {
+		case ss[i].Bytes == 64 && ss[i].InPlace:
+			ss[i].Chose = "ring"
+		case ss[i].Bytes == 64:
+			ss[i].Chose = []string{"hd", "hd", "ring"}[ss[i].Cycle]
+		}
+	}
+	var buf bytes.Buffer
+	if err := writeSweepCSV(&buf, ss); err != nil {
+		t.Fatal(err)
+	}
+	back, err := readSweepCSV(bytes.NewReader(buf.Bytes()))
+	if err != nil || len(back) != len(ss) {
+		t.Fatalf("read back %d samples, err %v", len(back), err)
+	}
+	for i := range ss {
+		if back[i].Chose != ss[i].Chose {
+			t.Fatalf("sample %d: chose %q, want %q", i, back[i].Chose, ss[i].Chose)
+		}
+	}
+	model := func(int, int64) string { return "direct" }
+	for _, tc := range []struct {
+		inPlace bool
+		bytes   int64
+		want    string
+	}{{false, 64, "hd"}, {true, 64, "ring"}, {false, 128, "direct"}, {true, 128, "direct"}} {
+		if got := measuredChoice(back, tc.inPlace, model)(3, tc.bytes); got != tc.want {
+			t.Errorf("in place %v, %d B: %q, want %q", tc.inPlace, tc.bytes, got, tc.want)
+		}
+	}
+	// A file written before the column existed.
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	var old []string
+	for _, l := range lines {
+		old = append(old, l[:strings.LastIndex(l, ",")])
+	}
+	prev, err := readSweepCSV(strings.NewReader(strings.Join(old, "\n") + "\n"))
+	if err != nil || len(prev) != len(ss) || prev[0].Chose != "" {
+		t.Fatalf("old header: %d samples, err %v", len(prev), err)
+	}
+}
