@@ -50,6 +50,11 @@ const (
 	tuneKeepModel = 0.03                             // the model's choice stays unless another is faster by more than this
 )
 
+// tuneMaxSizes bounds the sizes a communicator tunes: calls of sizes
+// beyond the first tuneMaxSizes run the model's choice, so a workload of
+// ever new sizes keeps its memory flat (a variable for tests).
+var tuneMaxSizes = 1024
+
 // testHookTuneDuration, when set (by tests), replaces the measured
 // duration of an exploring call of algo on rank.
 var testHookTuneDuration func(rank int, algo algorithms.Algorithm, d time.Duration) time.Duration
@@ -89,6 +94,9 @@ func (c *Comm) tunedChoice(a collArgs) (*algorithms.Prediction, tuneSlot) {
 	defer c.tuner.mu.Unlock()
 	st := c.tuner.states[key]
 	if st == nil {
+		if len(c.tuner.states) >= tuneMaxSizes {
+			return nil, none
+		}
 		st = c.newTuneState(a, key)
 		if c.tuner.states == nil {
 			c.tuner.states = map[choiceKey]*tuneState{}

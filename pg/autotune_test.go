@@ -177,3 +177,24 @@ func TestBenchKnowsAutotuneCalls(t *testing.T) {
 	want := fmt.Sprintf("\nAUTOTUNE_CALLS = %d\n", tuneMaxCands*(tuneWarmups+tuneTimed))
 	require.Contains(t, string(src), want)
 }
+
+// Beyond tuneMaxSizes sizes new sizes run the model's choice without
+// exploring (memory stays flat under ever new sizes); sums stay exact.
+func TestAutotuneSizeLimit(t *testing.T) {
+	defer func(n int) { tuneMaxSizes = n }(tuneMaxSizes)
+	tuneMaxSizes = 2
+	cfg := testConfig()
+	cfg.Algo = "ring,hd"
+	comms := startComms(t, 2, nil, cfg)
+	for _, count := range []int64{101, 103, 107, 109} {
+		checkAllReduceInt64(t, comms, count, true)
+	}
+	for r, c := range comms {
+		c.tuner.mu.Lock()
+		n := len(c.tuner.states)
+		c.tuner.mu.Unlock()
+		require.Equal(t, 2, n, "rank %d", r)
+		require.True(t, c.Exploring(101, algorithms.Int64))
+		require.False(t, c.Exploring(107, algorithms.Int64), "rank %d: a size past the limit explores", r)
+	}
+}
