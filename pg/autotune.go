@@ -13,34 +13,36 @@ import (
 	"github.com/gotree/gotree/algorithms"
 )
 
-// Autotuning: the cost model's constants come from one machine (the
+// Autotuning. The cost model's constants come from one machine (the
 // built-in tuning) or from `gotree tune`; on another machine its choice
-// can be far from the fastest (the built-in tuning, fitted on an Intel
+// can be far from the fastest: the built-in tuning, fitted on an Intel
 // VM, picks direct for 4 ranks at 4 MiB, which on a 2-core AMD EPYC VM
-// took 2.1 ms against the ring's 0.9 ms). So, unless GOTREE_AUTOTUNE=0,
-// the first calls of each allreduce size run the algorithms the model
-// ranks within tuneSpan of its choice
-// one after the other, each for one untimed call and tuneTimed timed ones
-// in a row (alternating call by call measures each algorithm on caches
-// and peers that the other one left: on 4 ranks sharing 2 cores the
-// ring's 4 MiB calls then took 3.1 ms against 0.9 ms in a row); after
-// the last one the ranks gather each other's times and all keep the
-// algorithm whose median over its timed calls of the call's time is the
-// smallest, a call's time being the shortest any rank measured: the rank
-// that arrived last, which waited for nobody (the others' times include
-// waiting for it: a barrier in a benchmark loop took 2–8 ms that way). The model's
-// choice for an in-place call (torch's allreduce) comes first, so a size
-// called only once runs what the model picks, and it stays unless
-// another algorithm is measurably faster (tuneKeepModel).
+// took 2.1 ms against the ring's 0.9 ms. So, unless GOTREE_AUTOTUNE=0,
+// the first calls of each allreduce size measure:
 //
-// The candidates, their order and the decision do not depend on the
-// call's placement (in place or not): the model's lists for both
-// placements merged. Ranks that issue the same calls in the same order,
-// whatever each one's placement, run the same algorithm at every call
-// and gather the times at the same call, so no check before the data is
-// needed (Comm.planFor's placed). The gathered record carries the size
-// and candidates, and ranks whose records differ fail at once, naming
-// both.
+//   - the candidates are the algorithms the model predicts within
+//     tuneSpan of its choice (Tuning.AutotuneCandidates), the model's
+//     in-place choice first, so a size called only once runs what the
+//     model picks;
+//   - they run one after the other, each for tuneWarmups untimed and
+//     tuneTimed timed calls in a row (alternating call by call measures
+//     each algorithm on caches and peers the other left: on 4 ranks
+//     sharing 2 cores the ring's 4 MiB calls then took 3.1 ms, 0.9 ms in
+//     a row);
+//   - after the last one the ranks allgather their times; a call's time
+//     is the shortest any rank measured (the rank that arrived last
+//     waited for nobody; the others' times include waiting for it: a
+//     barrier in a benchmark loop took 2–8 ms that way), a candidate's
+//     score the median over its timed calls, and every rank keeps the
+//     lowest score, the model's choice unless another is more than
+//     tuneKeepModel lower.
+//
+// Candidates, order and decision do not depend on the call's placement
+// (in place or not). Ranks that issue the same calls in the same order,
+// whatever each one's placement, run the same algorithm at every call and
+// gather at the same call, so no check before the data is needed
+// (Comm.planFor's placed). The gathered record carries the size and
+// candidates; ranks whose records differ fail at once, naming both.
 
 const (
 	tuneWarmups   = 1                                // untimed calls per candidate: connections, plan, caches
@@ -59,12 +61,12 @@ var tuneMaxSizes = 1024
 // duration of an exploring call of algo on rank.
 var testHookTuneDuration func(rank int, algo algorithms.Algorithm, d time.Duration) time.Duration
 
-// tuneState is the autotuning of one (collective, bytes, placement).
+// tuneState is the autotuning of one (collective, bytes).
 type tuneState struct {
-	cands []algorithms.Prediction // the model's choice first
+	cands []algorithms.Prediction // the model's choice first; nil: fewer than two, nothing to measure
 	calls int                     // exploring calls issued
 	times [][]float64             // per candidate: this rank's timed calls, µs
-	pick  *algorithms.Prediction  // decided (or the only candidate)
+	pick  *algorithms.Prediction  // the decision; nil while exploring or without candidates
 }
 
 // autoTuner holds a communicator's autotuning states.
@@ -175,7 +177,10 @@ func (c *Comm) tuneRecord(ctx context.Context, slot tuneSlot, d time.Duration, s
 	if slot.timed {
 		slot.st.times[slot.cand] = append(slot.st.times[slot.cand], float64(d.Nanoseconds())/1e3)
 	}
-	rec := tuneRecordOf(slot.key, slot.st)
+	var rec tuneRecord
+	if slot.last {
+		rec = tuneRecordOf(slot.key, slot.st)
+	}
 	c.tuner.mu.Unlock()
 	if !slot.last {
 		return nil
