@@ -299,10 +299,11 @@ func (c *Comm) choice(a collArgs) algorithms.Prediction {
 	return v.(algorithms.Prediction)
 }
 
-// choiceInputs is what the cost model takes for a call of coll of bytes
-// besides its size: the communicator's topology with its transports, and the
-// algorithms (GOTREE_ALGO less what cannot run here), protocols and
-// channels it may choose from.
+// choiceInputs is what the cost model takes, besides the size, for a
+// call of coll moving bytes: the communicator's topology with its
+// transports, and the algorithms (GOTREE_ALGO less what cannot run here,
+// one-shot only within one FIFO slot), protocols and channels it may
+// choose from.
 func (c *Comm) choiceInputs(coll algorithms.Collective, bytes int64, inPlace bool) (algorithms.CostTopo, algorithms.Constraints, error) {
 	algos, err := algorithms.ParseAlgoSpec(c.cfg.Algo, coll)
 	if err != nil {
