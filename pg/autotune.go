@@ -185,9 +185,9 @@ func (c *Comm) tuneRecord(ctx context.Context, slot tuneSlot, d time.Duration, s
 	if !slot.last {
 		return nil
 	}
-	all, err := c.gatherTuneRecords(ctx, rec, seq)
+	all, err := c.gatherTuneRecords(ctx, rec, seq, desc)
 	if err != nil {
-		return c.collFailed(desc, err)
+		return err // classified, and the communicator aborted, by the gather
 	}
 	pick, why, err := decideTuning(c.rank, slot.st.cands, all)
 	if err != nil {
@@ -271,19 +271,18 @@ func (r tuneRecord) String() string {
 }
 
 // gatherTuneRecords allgathers every rank's record with the ring, after
-// the call seq and under a tag of its own.
-func (c *Comm) gatherTuneRecords(ctx context.Context, rec tuneRecord, seq uint64) ([]tuneRecord, error) {
+// the call seq (desc) and under a tag of its own; a failure fails desc.
+func (c *Comm) gatherTuneRecords(ctx context.Context, rec tuneRecord, seq uint64, desc fmt.Stringer) ([]tuneRecord, error) {
 	const n = tuneRecordLen
-	a := collArgs{coll: algorithms.AllGather, count: n, dt: algorithms.Float64, name: "autotuning gather"}
-	plan, err := c.buildPlanFor(a)
+	plan, err := c.buildPlanFor(collArgs{coll: algorithms.AllGather, count: n, dt: algorithms.Float64})
 	if err != nil {
-		return nil, err
+		return nil, c.collFailed(desc, fmt.Errorf("autotuning gather: no plan: %v", err))
 	}
 	in := make([]byte, 8*n)
 	out := make([]byte, 8*n*c.nranks)
 	rec.encode(in)
 	tag := opTag(algorithms.AllGather, seq, n, algorithms.Float64, 0, -1)
-	if err := c.execPlanCtx(ctx, plan, in, out, a, tag, nil); err != nil {
+	if err := c.execPlanCtx(ctx, plan, in, out, desc, tag, nil); err != nil {
 		return nil, err
 	}
 	all := make([]tuneRecord, c.nranks)
@@ -296,8 +295,9 @@ func (c *Comm) gatherTuneRecords(ctx context.Context, rec tuneRecord, seq uint64
 // decideTuning picks a candidate from every rank's record: the one with
 // the smallest median over its timed calls of the shortest time any rank
 // measured for the call; the model's (index 0) unless that is more than
-// tuneKeepModel slower. why says what was measured. Records that differ from rank's own in anything but the
-// times fail: the ranks did not issue the same calls.
+// tuneKeepModel slower. why says what was measured. Records that differ
+// from rank's own in anything but the times fail: the ranks did not issue
+// the same calls.
 func decideTuning(rank int, cands []algorithms.Prediction, all []tuneRecord) (pick int, why string, err error) {
 	mine := all[rank]
 	for r, x := range all {

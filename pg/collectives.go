@@ -232,16 +232,6 @@ func (c *Comm) enqueue(a collArgs) (*Request, error) {
 	return r, nil
 }
 
-// algorithm picks a call's algorithm: the cost model's fastest for its
-// size among those GOTREE_ALGO allows (see choice). Only allreduce has a
-// tree plan.
-func (c *Comm) algorithm(a collArgs) algorithms.Algorithm {
-	if a.coll != algorithms.AllReduce {
-		return algorithms.Ring
-	}
-	return c.choice(a).Algo
-}
-
 // modelBytes is the message size the cost model takes for a call: the
 // whole gathered or scattered buffer for allgather and reducescatter.
 func (c *Comm) modelBytes(coll algorithms.Collective, count int64, dt algorithms.DType) int64 {

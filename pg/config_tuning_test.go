@@ -112,3 +112,9 @@ func TestForcedAlgorithmThatCannotRun(t *testing.T) {
 	}
 	require.Equal(t, 1, strings.Count(logs.String(), `GOTREE_ALGO="hd" allows nothing that runs here for allreduce (4 ranks on 2 hosts`), logs.String())
 }
+
+// algorithm is the cost model's algorithm for a call (choice's; the
+// ring for every collective but allreduce).
+func (c *Comm) algorithm(a collArgs) algorithms.Algorithm {
+	return c.choice(a).Algo
+}
