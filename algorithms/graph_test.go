@@ -3,6 +3,7 @@ package algorithms
 import (
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -70,24 +71,12 @@ func TestGraphSingleNodeChains(t *testing.T) {
 	g := mustGraph(t, Layout{NodeOf: []int{5, 5, 5}, Channels: 1, Pattern: TreePattern, Intra: [][][]int{{{2, 0, 1}}}})
 	checkLinks(t, g, 0, map[int]TreeLinks{2: tl(-1, 0), 0: tl(2, 1), 1: tl(0)})
 	checkLinks(t, g, 1, map[int]TreeLinks{2: tl(-1, 0), 0: tl(2, 1), 1: tl(0)})
-	if got := g.RingOrder[0]; !equalIntSlices(got, []int{0, 1, 2}) {
+	if got := g.RingOrder[0]; !slices.Equal(got, []int{0, 1, 2}) {
 		t.Errorf("ring order %v", got)
 	}
 	if g.Rings[0][2].Next != 0 || g.Rings[0][1].Next != 2 {
 		t.Errorf("rings %+v", g.Rings[0])
 	}
-}
-
-func equalIntSlices(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestGraphFourNodesOneRank(t *testing.T) {
@@ -96,7 +85,7 @@ func TestGraphFourNodesOneRank(t *testing.T) {
 	// root's child takes the first free slot.
 	checkLinks(t, g, 0, map[int]TreeLinks{0: tl(-1, 2), 2: tl(0, 1, 3), 1: tl(2), 3: tl(2)})
 	checkLinks(t, g, 1, map[int]TreeLinks{3: tl(-1, 1), 1: tl(3, 2, 0), 2: tl(1), 0: tl(1)})
-	if !equalIntSlices(g.RingOrder[0], []int{0, 1, 2, 3}) || !equalIntSlices(g.RingOrder[1], []int{0, 1, 2, 3}) {
+	if !slices.Equal(g.RingOrder[0], []int{0, 1, 2, 3}) || !slices.Equal(g.RingOrder[1], []int{0, 1, 2, 3}) {
 		t.Errorf("ring orders %v", g.RingOrder)
 	}
 }
@@ -128,10 +117,10 @@ func TestGraphPatterns(t *testing.T) {
 func TestGraphUnevenNodes(t *testing.T) {
 	// Labels 7, 3, 9 become nodes 0 {0,1,3}, 1 {2,4}, 2 {5}.
 	g := mustGraph(t, Layout{NodeOf: []int{7, 7, 3, 7, 3, 9}, Channels: 1, Pattern: BalancedTree})
-	if g.NNodes != 3 || !equalIntSlices(g.NodeOf, []int{0, 0, 1, 0, 1, 2}) {
+	if g.NNodes != 3 || !slices.Equal(g.NodeOf, []int{0, 0, 1, 0, 1, 2}) {
 		t.Fatalf("nodes %d %v", g.NNodes, g.NodeOf)
 	}
-	if !equalIntSlices(g.RingOrder[0], []int{0, 1, 3, 2, 4, 5}) {
+	if !slices.Equal(g.RingOrder[0], []int{0, 1, 3, 2, 4, 5}) {
 		t.Errorf("ring order %v", g.RingOrder[0])
 	}
 	// tree0 over 3 nodes: 0 -> 2 -> 1 (slot 0).
@@ -242,7 +231,7 @@ func TestGraphRandomLayouts(t *testing.T) {
 				}
 			}
 			// Both copies share the ring.
-			if !equalIntSlices(order, g.RingOrder[c%C]) {
+			if !slices.Equal(order, g.RingOrder[c%C]) {
 				t.Fatalf("channel %d ring differs from channel %d", c, c%C)
 			}
 		}

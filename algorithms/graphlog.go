@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -208,7 +209,7 @@ func (p *glParser) addOrder(line, c, total int, order []int) {
 	p.see(c, order...)
 	p.maxC = max(p.maxC, total-1)
 	if old, ok := p.orders[c]; ok {
-		if !glEqualInts(old, order) {
+		if !slices.Equal(old, order) {
 			p.warn(line, "channel %d: ring order disagrees with line %d; keeping line %d", c, p.orderL[c], p.orderL[c])
 		}
 		return
@@ -228,18 +229,6 @@ func glAtoi(s string) int {
 		return -1 << 31
 	}
 	return n
-}
-
-func glEqualInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // glMaxRanks, glMaxChannels and glMaxLinks bound what a log may name, so
@@ -543,7 +532,7 @@ func (p *glParser) assembleRing(g *Graph, c int) {
 		return
 	}
 	g.RingOrder[c] = glWalkRing(g, c, 0)
-	if len(order) > 0 && !glEqualInts(order, g.RingOrder[c][:min(len(order), len(g.RingOrder[c]))]) {
+	if len(order) > 0 && !slices.Equal(order, g.RingOrder[c][:min(len(order), len(g.RingOrder[c]))]) {
 		p.warn(p.orderL[c], "channel %d: ring order (cut after %d ranks) disagrees with the Ring lines", c, len(order))
 	}
 }

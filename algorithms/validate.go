@@ -2,6 +2,7 @@ package algorithms
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -337,7 +338,7 @@ func glValidateRing(g *Graph, c int) []Problem {
 	} else if ring[last].Next != 0 {
 		bad(last, "ring from rank 0 visits every rank but %d's next is %d, not 0", last, ring[last].Next)
 	}
-	if c < len(g.RingOrder) && len(g.RingOrder[c]) > 0 && !glEqualInts(g.RingOrder[c], walk) {
+	if c < len(g.RingOrder) && len(g.RingOrder[c]) > 0 && !slices.Equal(g.RingOrder[c], walk) {
 		o := g.RingOrder[c]
 		i := 0
 		for i < len(o) && i < len(walk) && o[i] == walk[i] {

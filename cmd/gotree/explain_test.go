@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -138,7 +139,7 @@ func TestExplainTopoOneNodeXML(t *testing.T) {
 		o := tree.Orders[c]
 		same := -1
 		for d := 0; d < c; d++ {
-			if equalInts(o, tree.Orders[d]) {
+			if slices.Equal(o, tree.Orders[d]) {
 				same = d
 				break
 			}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/gotree/gotree/topology"
@@ -182,7 +183,7 @@ func writeSearch(w io.Writer, s *topology.System, r *topology.SearchResult) {
 			fmt.Fprintf(w, " -> net%d", r.Nets[c][1])
 		}
 		fmt.Fprintf(w, "   %g GB/s", r.SpeedIntra)
-		if !equalInts(o, ranks[c]) {
+		if !slices.Equal(o, ranks[c]) {
 			fmt.Fprintf(w, "   (local ranks %v)", ranks[c])
 		}
 		fmt.Fprintln(w)
@@ -190,16 +191,4 @@ func writeSearch(w io.Writer, s *topology.System, r *topology.SearchResult) {
 	var total float64
 	total = float64(r.Channels) * r.SpeedIntra
 	fmt.Fprintf(w, "Total: %g GB/s\n", total)
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
