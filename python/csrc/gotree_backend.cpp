@@ -1490,23 +1490,8 @@ class GotreeBackend : public c10d::Backend {
     checkRoot(opts.rootRank, coll);
     const int root = static_cast<int>(opts.rootRank);
     const bool isRoot = getRank() == root;
-    std::vector<at::Tensor> outs;
-    if (isRoot) {
-      TORCH_CHECK_VALUE(
-          outputTensors.size() == 1, "gotree: gather: the root expects exactly "
-          "one output list, got ", outputTensors.size());
-      outs = outputTensors[0];
-      TORCH_CHECK_VALUE(
-          static_cast<int>(outs.size()) == getSize(), "gotree: gather: the "
-          "output list has ", outs.size(), " tensors, expected ", getSize(),
-          " (the group size)");
-      checkSameShapeList(outs, in, coll, "gather_list", true);
-    } else {
-      TORCH_CHECK_VALUE(
-          outputTensors.empty() || (outputTensors.size() == 1 && outputTensors[0].empty()),
-          "gotree: gather: only the root (rank ", root, ") passes output "
-          "tensors; rank ", getRank(), " passed ", outputTensors.size(), " list(s)");
-    }
+    std::vector<at::Tensor> outs =
+        rootList(outputTensors, in, coll, "output", "gather_list", root, true);
     auto work = makeWork(c10d::OpType::GATHER, coll, outs, {in}, opts);
     work->detail_ = c10::str(describe(in), ", root ", root);
     issueLocked(work, [&](auto& calls) {
@@ -1543,23 +1528,8 @@ class GotreeBackend : public c10d::Backend {
     checkRoot(opts.rootRank, coll);
     const int root = static_cast<int>(opts.rootRank);
     const bool isRoot = getRank() == root;
-    std::vector<at::Tensor> ins;
-    if (isRoot) {
-      TORCH_CHECK_VALUE(
-          inputTensors.size() == 1, "gotree: scatter: the root expects exactly "
-          "one input list, got ", inputTensors.size());
-      ins = inputTensors[0];
-      TORCH_CHECK_VALUE(
-          static_cast<int>(ins.size()) == getSize(), "gotree: scatter: the "
-          "input list has ", ins.size(), " tensors, expected ", getSize(),
-          " (the group size)");
-      checkSameShapeList(ins, out, coll, "scatter_list", false);
-    } else {
-      TORCH_CHECK_VALUE(
-          inputTensors.empty() || (inputTensors.size() == 1 && inputTensors[0].empty()),
-          "gotree: scatter: only the root (rank ", root, ") passes input "
-          "tensors; rank ", getRank(), " passed ", inputTensors.size(), " list(s)");
-    }
+    std::vector<at::Tensor> ins =
+        rootList(inputTensors, out, coll, "input", "scatter_list", root, false);
     auto work = makeWork(c10d::OpType::SCATTER, coll, {out}, ins, opts);
     work->detail_ = c10::str(describe(out), ", root ", root);
     issueLocked(work, [&](auto& calls) {
@@ -2044,6 +2014,33 @@ class GotreeBackend : public c10d::Backend {
           ts[i].numel(), " elements (sizes ", ts[i].sizes(), "), expected ",
           ref.numel(), " (sizes ", ref.sizes(), ")");
     }
+  }
+
+  // rootList checks the list of tensors that only the root of a gather
+  // (outputs, writable) or scatter (inputs) passes: one list of group-size
+  // tensors shaped like ref at the root, nothing elsewhere. It returns the
+  // root's list (empty on the other ranks).
+  std::vector<at::Tensor> rootList(
+      const std::vector<std::vector<at::Tensor>>& lists, const at::Tensor& ref,
+      const char* coll, const char* kind, const char* name, int root,
+      bool writable) {
+    if (getRank() != root) {
+      TORCH_CHECK_VALUE(
+          lists.empty() || (lists.size() == 1 && lists[0].empty()),
+          "gotree: ", coll, ": only the root (rank ", root, ") passes ", kind,
+          " tensors; rank ", getRank(), " passed ", lists.size(), " list(s)");
+      return {};
+    }
+    TORCH_CHECK_VALUE(
+        lists.size() == 1, "gotree: ", coll, ": the root expects exactly one ",
+        kind, " list, got ", lists.size());
+    const std::vector<at::Tensor>& ts = lists[0];
+    TORCH_CHECK_VALUE(
+        static_cast<int>(ts.size()) == getSize(), "gotree: ", coll, ": the ",
+        kind, " list has ", ts.size(), " tensors, expected ", getSize(),
+        " (the group size)");
+    checkSameShapeList(ts, ref, coll, name, writable);
+    return ts;
   }
 
   void checkReduceScatterBase(

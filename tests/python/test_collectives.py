@@ -13,9 +13,10 @@ def test_collectives(built, nproc):
     print(f"{passed} checks passed over {nproc} ranks")
 
 
-def test_bad_input(built):
-    rc, out = torchrun("bad_input.py", 2, timeout=300)
-    assert_checks(rc, out, 2, min_passed=45)
+@pytest.mark.parametrize("nproc", [1, 3])
+def test_bad_input(built, nproc):
+    rc, out = torchrun("bad_input.py", nproc, timeout=300)
+    assert_checks(rc, out, nproc, min_passed=45)
 
 
 @pytest.mark.parametrize("scenario", ["timeout", "op_timeout", "peer_exit", "mismatch", "reinit"])

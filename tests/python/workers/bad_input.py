@@ -255,6 +255,27 @@ def main():
         "gather root outside the group",
         (ValueError,),
     )
+    go.rootRank = rank  # every rank is "root" of its own call: local check only
+    c.expect_raises(
+        lambda: be.gather([[torch.zeros(2)] * (n + 2)], [torch.zeros(2)], go),
+        f"gotree: gather: the output list has {n + 2} tensors, expected {n}",
+        "gather with a wrong-length list",
+        (ValueError,),
+    )
+    c.expect_raises(
+        lambda: be.gather([[torch.zeros(2)] * n, [torch.zeros(2)] * n], [torch.zeros(2)], go),
+        "gotree: gather: the root expects exactly one output list, got 2",
+        "gather with two output lists",
+        (ValueError,),
+    )
+    if n > 1:
+        go.rootRank = (rank + 1) % n  # every rank passes outputs it must not
+        c.expect_raises(
+            lambda: be.gather([[torch.zeros(2)] * n], [torch.zeros(2)], go),
+            f"gotree: gather: only the root (rank {(rank + 1) % n}) passes output tensors; rank {rank} passed 1 list(s)",
+            "gather with outputs on a non-root rank",
+            (ValueError,),
+        )
     so = dist.ScatterOptions()
     so.rootRank = rank  # every rank is "root" of its own call: local check only
     c.expect_raises(
@@ -263,6 +284,14 @@ def main():
         "scatter with a wrong-length list",
         (ValueError,),
     )
+    if n > 1:
+        so.rootRank = (rank + 1) % n
+        c.expect_raises(
+            lambda: be.scatter([torch.zeros(2)], [[torch.zeros(2)] * n], so),
+            f"gotree: scatter: only the root (rank {(rank + 1) % n}) passes input tensors; rank {rank} passed 1 list(s)",
+            "scatter with inputs on a non-root rank",
+            (ValueError,),
+        )
     c.expect_raises(
         lambda: be.send([torch.zeros(2)], n + 1, 0),
         f"gotree: send: destination rank {n + 1} is outside the group",
@@ -271,8 +300,8 @@ def main():
     )
     c.expect_raises(
         lambda: be.recv_anysource([torch.zeros(0)], 0),
-        ["recv (any source)", "0 elements", "src="],
-        "recv from any source of an empty tensor",
+        ["recv (any source)", "0 elements", "src="] if n > 1 else ["recv (any source)", "rank 0 is alone in its group"],
+        "recv from any source of an empty tensor" if n > 1 else "recv from any source alone in the group",
     )
     c.expect_raises(
         lambda: be.alltoall_base(cuda, torch.zeros(4), [], [], dist.AllToAllOptions()),
