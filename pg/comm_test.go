@@ -284,6 +284,13 @@ func TestMissingRankTimesOut(t *testing.T) {
 	cfg.Timeout = 1500 * time.Millisecond
 	uid, err := NewUniqueID(cfg)
 	require.NoError(t, err)
+	missingThirdRank(t, uid, cfg, cfg.Timeout+5*time.Second)
+}
+
+// missingThirdRank starts ranks 0 and 1 of 3 under uid, never rank 2: both
+// must fail with ErrTimeout naming rank 2, within limit.
+func missingThirdRank(t *testing.T, uid UniqueID, cfg Config, limit time.Duration) {
+	t.Helper()
 	start := time.Now()
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
@@ -295,7 +302,7 @@ func TestMissingRankTimesOut(t *testing.T) {
 		}(r)
 	}
 	wg.Wait()
-	require.Less(t, time.Since(start), cfg.Timeout+5*time.Second)
+	require.Less(t, time.Since(start), limit)
 	for r, err := range errs {
 		require.ErrorIs(t, err, ErrTimeout, "rank %d", r)
 		require.Contains(t, err.Error(), "rank(s) 2 of 3 never joined")
@@ -456,22 +463,7 @@ func TestMissingRankWithLongRootTimeout(t *testing.T) {
 	require.NoError(t, err)
 	cfg := testConfig()
 	cfg.Timeout = 1500 * time.Millisecond
-	start := time.Now()
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	for r := 0; r < 2; r++ {
-		wg.Add(1)
-		go func(r int) {
-			defer wg.Done()
-			_, errs[r] = Init(uid, r, 3, cfg)
-		}(r)
-	}
-	wg.Wait()
-	require.Less(t, time.Since(start), 4*time.Second)
-	for r, err := range errs {
-		require.ErrorIs(t, err, ErrTimeout, "rank %d", r)
-		require.Contains(t, err.Error(), "rank(s) 2 of 3 never joined")
-	}
+	missingThirdRank(t, uid, cfg, 4*time.Second)
 }
 
 // Outputs of at least backend.StreamOutputBytes are written with
