@@ -62,9 +62,8 @@ func TestKernelNames(t *testing.T) {
 	for dt := algorithms.Float32; dt.Valid(); dt++ {
 		for op := algorithms.Sum; op <= algorithms.PremulSum; op++ {
 			n, err := KernelName(dt, op, true)
-			want := algorithms.Supports(op, dt) == nil && DeviceReduces(dt, op) == nil
-			if (err == nil) != want {
-				t.Errorf("%v %v: KernelName err %v, Supports %v, DeviceReduces %v", dt, op, err, algorithms.Supports(op, dt), DeviceReduces(dt, op))
+			if want := algorithms.Supports(op, dt) == nil; (err == nil) != want {
+				t.Errorf("%v %v: KernelName err %v, Supports %v", dt, op, err, algorithms.Supports(op, dt))
 			}
 			if err == nil {
 				names[n] = true
@@ -77,24 +76,28 @@ func TestKernelNames(t *testing.T) {
 			}
 		}
 	}
-	if len(names) != 49 { // uint16/32/64 share the signed kernels
-		t.Errorf("%d distinct reduction kernels, want 49", len(names))
+	// 49 for the signed types, floats and bool; 6 unsigned orderings; 8 float8.
+	if len(names) != 63 {
+		t.Errorf("%d distinct reduction kernels, want 63", len(names))
 	}
-	// The pairs the device refuses are exactly float8 and uint16-64's
-	// ordering and division.
+	// Unsigned types share the signed kernels except for their orderings.
 	for _, c := range []struct {
-		dt algorithms.DType
-		op algorithms.Op
-		ok bool
+		dt   algorithms.DType
+		op   algorithms.Op
+		want string
 	}{
-		{algorithms.Uint32, algorithms.Sum, true}, {algorithms.Uint64, algorithms.BXor, true},
-		{algorithms.Uint16, algorithms.Prod, true}, {algorithms.Uint32, algorithms.Min, false},
-		{algorithms.Uint64, algorithms.Avg, false}, {algorithms.Float8E4M3, algorithms.Sum, false},
-		{algorithms.Float8E5M2, algorithms.Max, false}, {algorithms.Uint8, algorithms.Min, true},
+		{algorithms.Uint32, algorithms.Sum, "gotree_run_i32_sum"}, {algorithms.Uint64, algorithms.BXor, "gotree_run_i64_bxor"},
+		{algorithms.Uint16, algorithms.Prod, "gotree_run_i16_prod"}, {algorithms.Uint32, algorithms.Min, "gotree_run_u32_min"},
+		{algorithms.Uint64, algorithms.Avg, "gotree_run_i64_sum"}, {algorithms.Float8E4M3, algorithms.Avg, "gotree_run_f8e4m3_sum"},
+		{algorithms.Float8E5M2, algorithms.Max, "gotree_run_f8e5m2_max"}, {algorithms.Uint8, algorithms.Min, "gotree_run_u8_min"},
+		{algorithms.Uint16, algorithms.Max, "gotree_run_u16_max"}, {algorithms.Uint8, algorithms.Sum, "gotree_run_i8_sum"},
 	} {
-		if err := DeviceReduces(c.dt, c.op); (err == nil) != c.ok {
-			t.Errorf("DeviceReduces(%v, %v) = %v, want ok=%v", c.dt, c.op, err, c.ok)
+		if got, err := KernelName(c.dt, c.op, true); got != c.want {
+			t.Errorf("KernelName(%v, %v) = %q, %v; want %q", c.dt, c.op, got, err, c.want)
 		}
+	}
+	if got := FinalizeKernel(algorithms.Uint64, algorithms.Avg); got != "gotree_finalize_u64" {
+		t.Errorf("FinalizeKernel(uint64, avg) = %q: unsigned division needs its own kernel", got)
 	}
 	// Every name is defined in the source.
 	src := string(SourceFiles()["gotree.cu"])

@@ -117,9 +117,6 @@ func KernelName(dt algorithms.DType, op algorithms.Op, reduces bool) (string, er
 	if err := algorithms.Supports(op, dt); err != nil {
 		return "", err
 	}
-	if err := DeviceReduces(dt, op); err != nil {
-		return "", err
-	}
 	if op == algorithms.Avg || op == algorithms.PremulSum {
 		op = algorithms.Sum
 	}
@@ -137,17 +134,23 @@ func KernelName(dt algorithms.DType, op algorithms.Op, reduces bool) (string, er
 		return "gotree_run_bf16_" + o, nil
 	case algorithms.Int8:
 		return "gotree_run_i8_" + o, nil
-	case algorithms.Uint8:
+	case algorithms.Uint8, algorithms.Uint16, algorithms.Uint32, algorithms.Uint64:
+		// Sums, products and bitwise ops are the signed kernels' (the same
+		// bits); the orderings are the unsigned ones.
 		if op == algorithms.Min || op == algorithms.Max {
-			return "gotree_run_u8_" + o, nil
+			return "gotree_run_u" + strconv.Itoa(8*dt.Size()) + "_" + o, nil
 		}
-		return "gotree_run_i8_" + o, nil
-	case algorithms.Int16, algorithms.Uint16:
+		return "gotree_run_i" + strconv.Itoa(8*dt.Size()) + "_" + o, nil
+	case algorithms.Int16:
 		return "gotree_run_i16_" + o, nil
-	case algorithms.Int32, algorithms.Uint32:
+	case algorithms.Int32:
 		return "gotree_run_i32_" + o, nil
-	case algorithms.Int64, algorithms.Uint64:
+	case algorithms.Int64:
 		return "gotree_run_i64_" + o, nil
+	case algorithms.Float8E4M3:
+		return "gotree_run_f8e4m3_" + o, nil
+	case algorithms.Float8E5M2:
+		return "gotree_run_f8e5m2_" + o, nil
 	case algorithms.Bool:
 		switch op {
 		case algorithms.Sum, algorithms.Max, algorithms.BOr:
@@ -159,22 +162,6 @@ func KernelName(dt algorithms.DType, op algorithms.Op, reduces bool) (string, er
 		}
 	}
 	return "", fmt.Errorf("gotree/cuda: no kernel for %v %v", dt, op)
-}
-
-// DeviceReduces reports the (dtype, op) pairs that the CPU path reduces
-// but the device kernels do not: float8, and the orderings and divisions
-// of uint16, uint32 and uint64 (their sums, products and bitwise ops are
-// the signed kernels', bit for bit).
-func DeviceReduces(dt algorithms.DType, op algorithms.Op) error {
-	switch {
-	case dt.IsFloat8():
-		return fmt.Errorf("gotree/cuda: no device kernel reduces %v (host tensors do)", dt)
-	case dt == algorithms.Uint16 || dt == algorithms.Uint32 || dt == algorithms.Uint64:
-		if op == algorithms.Min || op == algorithms.Max || op == algorithms.Avg {
-			return fmt.Errorf("gotree/cuda: no device kernel for %v %v (sum, prod and bitwise ops run; host tensors do every op)", dt, op)
-		}
-	}
-	return nil
 }
 
 // FinalizeKernel returns the kernel that divides an Avg result by the rank
@@ -202,6 +189,16 @@ func FinalizeKernel(dt algorithms.DType, op algorithms.Op) string {
 		return "gotree_finalize_i32"
 	case algorithms.Int64:
 		return "gotree_finalize_i64"
+	case algorithms.Uint16:
+		return "gotree_finalize_u16"
+	case algorithms.Uint32:
+		return "gotree_finalize_u32"
+	case algorithms.Uint64:
+		return "gotree_finalize_u64"
+	case algorithms.Float8E4M3:
+		return "gotree_finalize_f8e4m3"
+	case algorithms.Float8E5M2:
+		return "gotree_finalize_f8e5m2"
 	}
 	return ""
 }
@@ -218,6 +215,10 @@ func ScaleKernel(dt algorithms.DType) string {
 		return "gotree_scale_f16"
 	case algorithms.BFloat16:
 		return "gotree_scale_bf16"
+	case algorithms.Float8E4M3:
+		return "gotree_scale_f8e4m3"
+	case algorithms.Float8E5M2:
+		return "gotree_scale_f8e5m2"
 	}
 	return ""
 }

@@ -61,8 +61,8 @@ func TestFatbinHasKernels(t *testing.T) {
 		t.Fatal("empty kernels.fatbin")
 	}
 	names := KernelNames(string(SourceFiles()["gotree.cu"]))
-	if len(names) != 49+9+4+1 {
-		t.Errorf("%d kernels in gotree.cu, want 63 (49 run, 9 finalize, 4 scale, gate)", len(names))
+	if len(names) != 63+14+6+1 {
+		t.Errorf("%d kernels in gotree.cu, want 84 (63 run, 14 finalize, 6 scale, gate)", len(names))
 	}
 	for _, n := range names {
 		// Each SASS image and the PTX name the kernel: at least 6 copies.

@@ -178,11 +178,6 @@ func (c *Comm) DeviceCollective(a DeviceArgs) error {
 	if err := algorithms.Supports(a.Op, a.DType); err != nil {
 		return fmt.Errorf("%w: rank %d: %v: %v", ErrInvalidArgument, c.rank, a.Coll, err)
 	}
-	if a.Coll.Reduces() {
-		if err := cuda.DeviceReduces(a.DType, a.Op); err != nil {
-			return fmt.Errorf("%w: rank %d: %v on CUDA buffers: %v", ErrNotSupported, c.rank, a.Coll, err)
-		}
-	}
 	if a.Count > 0 && (a.Send == 0 || a.Recv == 0) {
 		return fmt.Errorf("%w: rank %d: %v: null device buffer for %d elements", ErrInvalidArgument, c.rank, a.Coll, a.Count)
 	}

@@ -273,8 +273,7 @@ func TestDeviceArgumentErrors(t *testing.T) {
 		{DeviceArgs{Coll: algorithms.AllReduce, Send: 0, Recv: 8, Count: 5, DType: algorithms.Float32}, "null device buffer"},
 		{DeviceArgs{Coll: algorithms.AllReduce, Send: 8, Recv: 8, Count: 5, DType: algorithms.Float32, Op: algorithms.PremulSum}, "PREMUL_SUM"},
 		{DeviceArgs{Coll: algorithms.AllReduce, Send: 8, Recv: 16, Count: 5, DType: algorithms.DType(99)}, "allreduce"},
-		{DeviceArgs{Coll: algorithms.AllReduce, Send: 8, Recv: 16, Count: 5, DType: algorithms.Float8E4M3}, "no device kernel reduces float8_e4m3fn (host tensors do)"},
-		{DeviceArgs{Coll: algorithms.ReduceScatter, Send: 8, Recv: 16, Count: 5, DType: algorithms.Uint32, Op: algorithms.Max}, "no device kernel for uint32 max"},
+		{DeviceArgs{Coll: algorithms.AllReduce, Send: 8, Recv: 16, Count: 5, DType: algorithms.Float32, Op: algorithms.BXor}, "op bxor needs an integer or bool dtype, got float32"},
 	} {
 		err := c.DeviceCollective(tc.a)
 		require.Error(t, err, "%+v", tc.a)
@@ -282,33 +281,88 @@ func TestDeviceArgumentErrors(t *testing.T) {
 	}
 }
 
-// uint64 allreduce SUM on the device path runs the int64 kernel: the same
-// bits, wrapping at 2^64.
-func TestDeviceUnsignedSum(t *testing.T) {
+// Unsigned types on the device path: sums wrap at 2^64 (the int64
+// kernel, the same bits); Min, Max and Avg take the unsigned order and
+// division (their own kernels), on values where the signed ones would
+// differ.
+func TestDeviceUnsigned(t *testing.T) {
 	emu := useEmulator(t, 64<<20)
 	comms := startComms(t, 3, []string{"a", "a", "a"}, testConfig())
 	const count = 37
-	send, recv := make([]cuda.DevicePtr, 3), make([]cuda.DevicePtr, 3)
-	for r := range comms {
-		send[r], _ = emu.Alloc(8 * count)
-		recv[r], _ = emu.Alloc(8 * count)
-		in := emu.Bytes(send[r], 8*count)
-		for i := 0; i < count; i++ {
-			le.PutUint64(in[8*i:], ^uint64(0)-uint64(i*r)) // near 2^64: the sum wraps
+	val := func(r, i int) uint64 { // ranks 0 and 2 near 2^64, rank 1 small: the orders disagree
+		if r == 1 {
+			return uint64(i)
+		}
+		return ^uint64(0) - uint64(i*r)
+	}
+	for _, op := range []algorithms.Op{algorithms.Sum, algorithms.Min, algorithms.Max, algorithms.Avg} {
+		send, recv := make([]cuda.DevicePtr, 3), make([]cuda.DevicePtr, 3)
+		for r := range comms {
+			send[r], _ = emu.Alloc(8 * count)
+			recv[r], _ = emu.Alloc(8 * count)
+			in := emu.Bytes(send[r], 8*count)
+			for i := 0; i < count; i++ {
+				le.PutUint64(in[8*i:], val(r, i))
+			}
+		}
+		errs := deviceRun(t, emu, comms, func(r int) DeviceArgs {
+			return DeviceArgs{Coll: algorithms.AllReduce, Send: uintptr(send[r]), Recv: uintptr(recv[r]), Count: count, DType: algorithms.Uint64, Op: op}
+		})
+		for r, err := range errs {
+			require.NoError(t, err, "%v rank %d", op, r)
+		}
+		for r := range comms {
+			out := emu.Bytes(recv[r], 8*count)
+			for i := 0; i < count; i++ {
+				sum := val(0, i) + val(1, i) + val(2, i) // wraps, as the device's sum must
+				want := map[algorithms.Op]uint64{algorithms.Sum: sum, algorithms.Min: val(1, i), algorithms.Max: val(0, i),
+					algorithms.Avg: sum / 3}[op]
+				require.Equal(t, want, le.Uint64(out[8*i:]), "%v rank %d element %d", op, r, i)
+			}
 		}
 	}
-	errs := deviceRun(t, emu, comms, func(r int) DeviceArgs {
-		return DeviceArgs{Coll: algorithms.AllReduce, Send: uintptr(send[r]), Recv: uintptr(recv[r]), Count: count, DType: algorithms.Uint64, Op: algorithms.Sum}
-	})
-	for r, err := range errs {
-		require.NoError(t, err, "rank %d", r)
-	}
-	for r := range comms {
-		out := emu.Bytes(recv[r], 8*count)
-		for i := 0; i < count; i++ {
-			max := ^uint64(0)
-			want := 3*max - uint64(i*(0+1+2)) // wraps, as the device's sum must
-			require.Equal(t, want, le.Uint64(out[8*i:]), "rank %d element %d", r, i)
+}
+
+// float8 on the device path: each (dtype, op) reaches a kernel of its own
+// format (e4m3fn and e5m2 read the same byte differently) and Avg its
+// division. Inputs are 1 and 2, so every partial sum (an integer up to 6)
+// is exact in both formats, whatever order the plan adds in.
+func TestDeviceFloat8(t *testing.T) {
+	emu := useEmulator(t, 64<<20)
+	comms := startComms(t, 3, []string{"a", "a", "a"}, testConfig())
+	const count = 41
+	val := func(r, i int) float64 { return float64((i*r+i)%2 + 1) }
+	for _, dt := range []algorithms.DType{algorithms.Float8E4M3, algorithms.Float8E5M2} {
+		to32, from32 := algorithms.Float8E4M3ToFloat32, algorithms.Float32ToFloat8E4M3
+		if dt == algorithms.Float8E5M2 {
+			to32, from32 = algorithms.Float8E5M2ToFloat32, algorithms.Float32ToFloat8E5M2
+		}
+		for _, op := range []algorithms.Op{algorithms.Sum, algorithms.Max, algorithms.Avg} {
+			send, recv := make([]cuda.DevicePtr, 3), make([]cuda.DevicePtr, 3)
+			for r := range comms {
+				send[r], _ = emu.Alloc(count)
+				recv[r], _ = emu.Alloc(count)
+				in := emu.Bytes(send[r], count)
+				for i := range in {
+					in[i] = from32(float32(val(r, i)))
+					require.Equal(t, val(r, i), float64(to32(in[i])), "%v cannot hold input %v exactly", dt, val(r, i))
+				}
+			}
+			errs := deviceRun(t, emu, comms, func(r int) DeviceArgs {
+				return DeviceArgs{Coll: algorithms.AllReduce, Send: uintptr(send[r]), Recv: uintptr(recv[r]), Count: count, DType: dt, Op: op}
+			})
+			for r, err := range errs {
+				require.NoError(t, err, "%v %v rank %d", dt, op, r)
+			}
+			for r := range comms {
+				out := emu.Bytes(recv[r], count)
+				for i := range out {
+					sum := val(0, i) + val(1, i) + val(2, i)
+					avg := float64(to32(from32(float32(sum) / 3))) // one rounding of the exact quotient
+					want := map[algorithms.Op]float64{algorithms.Sum: sum, algorithms.Max: max(val(0, i), val(1, i), val(2, i)), algorithms.Avg: avg}[op]
+					require.Equal(t, want, float64(to32(out[i])), "%v %v rank %d element %d", dt, op, r, i)
+				}
+			}
 		}
 	}
 }

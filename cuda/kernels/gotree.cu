@@ -33,6 +33,7 @@
 
 #include "abi.cuh"
 #include "reduce.cuh"
+#include "fp8.cuh"
 
 #define GT_UNROLL 4
 
@@ -414,8 +415,24 @@ GT_RUN_INT(i8, i8)
 GT_RUN_INT(i16, i16)
 GT_RUN_INT(i32, i32)
 GT_RUN_INT(i64, i64)
+// Unsigned types share the signed kernels' sums, products and bitwise ops
+// (the same bits); their orderings are their own.
 GT_RUN(u8_min, Red<u8, IOpMin>)
 GT_RUN(u8_max, Red<u8, IOpMax>)
+GT_RUN(u16_min, Red<u16, IOpMin>)
+GT_RUN(u16_max, Red<u16, IOpMax>)
+GT_RUN(u32_min, Red<u32, IOpMin>)
+GT_RUN(u32_max, Red<u32, IOpMax>)
+GT_RUN(u64_min, Red<u64, IOpMin>)
+GT_RUN(u64_max, Red<u64, IOpMax>)
+GT_RUN(f8e4m3_sum, Red8<F8Op<F8E4M3, 0>>)
+GT_RUN(f8e4m3_prod, Red8<F8Op<F8E4M3, 1>>)
+GT_RUN(f8e4m3_min, Red8<F8Op<F8E4M3, 2>>)
+GT_RUN(f8e4m3_max, Red8<F8Op<F8E4M3, 3>>)
+GT_RUN(f8e5m2_sum, Red8<F8Op<F8E5M2, 0>>)
+GT_RUN(f8e5m2_prod, Red8<F8Op<F8E5M2, 1>>)
+GT_RUN(f8e5m2_min, Red8<F8Op<F8E5M2, 2>>)
+GT_RUN(f8e5m2_max, Red8<F8Op<F8E5M2, 3>>)
 GT_RUN(bool_or, Red<u8, BOpOr>)
 GT_RUN(bool_and, Red<u8, BOpAnd>)
 GT_RUN(bool_xor, Red<u8, BOpXor>)
@@ -464,6 +481,29 @@ extern "C" __global__ void gotree_finalize_i32(u64 ptr, u64 bytes, u32 nranks) {
 extern "C" __global__ void gotree_finalize_i64(u64 ptr, u64 bytes, u32 nranks) {
   gtDivInt<i64, i64>(ptr, bytes / 8, nranks);
 }
+extern "C" __global__ void gotree_finalize_u16(u64 ptr, u64 bytes, u32 nranks) {
+  gtDivInt<u16, u64>(ptr, bytes / 2, nranks);
+}
+extern "C" __global__ void gotree_finalize_u32(u64 ptr, u64 bytes, u32 nranks) {
+  gtDivInt<u32, u64>(ptr, bytes / 4, nranks);
+}
+extern "C" __global__ void gotree_finalize_u64(u64 ptr, u64 bytes, u32 nranks) {
+  gtDivInt<u64, u64>(ptr, bytes / 8, nranks);
+}
+
+// float8 Avg and PremulSum: through float32 (fp8.cuh's gtF8Scale).
+template <class F, bool IsDiv>
+__device__ __forceinline__ void gtScaleF8(u64 ptr, u64 n, float c) {
+  u8* p = (u8*)ptr;
+  for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
+    p[i] = gtF8Scale<F, IsDiv>(p[i], c);
+}
+extern "C" __global__ void gotree_finalize_f8e4m3(u64 ptr, u64 bytes, u32 nranks) {
+  gtScaleF8<F8E4M3, true>(ptr, bytes, (float)nranks);
+}
+extern "C" __global__ void gotree_finalize_f8e5m2(u64 ptr, u64 bytes, u32 nranks) {
+  gtScaleF8<F8E5M2, true>(ptr, bytes, (float)nranks);
+}
 
 extern "C" __global__ void gotree_scale_f32(u64 ptr, u64 bytes, double factor) {
   float* p = (float*)ptr;
@@ -487,6 +527,13 @@ extern "C" __global__ void gotree_scale_bf16(u64 ptr, u64 bytes, double factor) 
   const float f = (float)factor;
   for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < bytes / 2; i += (u64)gridDim.x * blockDim.x)
     p[i] = gtF32ToBF16(gtBF16ToF32(p[i]) * f);
+}
+
+extern "C" __global__ void gotree_scale_f8e4m3(u64 ptr, u64 bytes, double factor) {
+  gtScaleF8<F8E4M3, false>(ptr, bytes, (float)factor);
+}
+extern "C" __global__ void gotree_scale_f8e5m2(u64 ptr, u64 bytes, double factor) {
+  gtScaleF8<F8E5M2, false>(ptr, bytes, (float)factor);
 }
 
 // ---- timing gate -----------------------------------------------------------

@@ -79,6 +79,30 @@ def main():
             dist.all_reduce(x, op=dist.ReduceOp.AVG)
             check("all_reduce avg float32 n=4099", x, (torch.arange(4099, device=dev) % 97 * world + rsum).to(dtype))
 
+    # Unsigned orderings and division: rank 1 holds small values, the others
+    # values above 2^31, where the signed order would disagree.
+    n = 1001
+    idx = torch.arange(n, device=dev, dtype=torch.int64)
+    vals = [idx if r == 1 else (1 << 32) - 1 - idx * r for r in range(world)]
+    for op, want in [(dist.ReduceOp.MIN, torch.stack(vals).min(0).values),
+                     (dist.ReduceOp.MAX, torch.stack(vals).max(0).values),
+                     (dist.ReduceOp.AVG, torch.stack(vals).sum(0) % (1 << 32) // world)]:
+        x = vals[rank].to(torch.uint32)
+        dist.all_reduce(x, op=op)
+        check(f"all_reduce {op} uint32 n={n}", x.to(torch.int64), want)
+    # float8: 1s and 2s, so every partial sum (an integer <= 2 * world <= 16)
+    # is exact in both formats, whatever the order of the plan.
+    for dtype in [torch.float8_e4m3fn, torch.float8_e5m2]:
+        if world > 4 and dtype == torch.float8_e5m2:
+            continue  # integers above 8 are not all exact in e5m2
+        ones = [((idx * r + idx) % 2 + 1).float() for r in range(world)]
+        x = ones[rank].to(dtype)
+        dist.all_reduce(x)
+        check(f"all_reduce sum {dtype} n={n}", x.float(), torch.stack(ones).sum(0))
+        x = ones[rank].to(dtype)
+        dist.all_reduce(x, op=dist.ReduceOp.MAX)
+        check(f"all_reduce max {dtype} n={n}", x.float(), torch.stack(ones).max(0).values)
+
     # Stream semantics: the input is written by a slow kernel on the current
     # stream just before the call; async work, then a kernel after wait().
     n = 1 << 24
