@@ -325,7 +325,7 @@ func (k *Kernels) preload() (*Kernels, error) {
 }
 
 // KernelNames lists every kernel src (gotree.cu) defines, expanding its
-// GT_RUN and GT_RUN_INT macros.
+// GT_RUN, GT_RUN_INT and GT_FINALIZE_INT macros.
 func KernelNames(src string) []string {
 	var out []string
 	for _, m := range regexp.MustCompile(`(?m)^GT_RUN\((\w+),`).FindAllStringSubmatch(src, -1) {
@@ -335,6 +335,9 @@ func KernelNames(src string) []string {
 		for _, op := range []string{"sum", "prod", "min", "max", "band", "bor", "bxor"} {
 			out = append(out, "gotree_run_"+m[1]+"_"+op)
 		}
+	}
+	for _, m := range regexp.MustCompile(`(?m)^GT_FINALIZE_INT\((\w+),`).FindAllStringSubmatch(src, -1) {
+		out = append(out, "gotree_finalize_"+m[1])
 	}
 	for _, m := range regexp.MustCompile(`extern "C" __global__ void (gotree_\w+)\(`).FindAllStringSubmatch(src, -1) {
 		out = append(out, m[1])

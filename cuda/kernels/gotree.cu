@@ -470,26 +470,19 @@ extern "C" __global__ void gotree_finalize_bf16(u64 ptr, u64 bytes, u32 nranks) 
   for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < bytes / 2; i += (u64)gridDim.x * blockDim.x)
     p[i] = gtF32ToBF16(gtBF16ToF32(p[i]) / d);
 }
-extern "C" __global__ void gotree_finalize_i8(u64 ptr, u64 bytes, u32 nranks) { gtDivInt<i8, i64>(ptr, bytes, nranks); }
-extern "C" __global__ void gotree_finalize_u8(u64 ptr, u64 bytes, u32 nranks) { gtDivInt<u8, u64>(ptr, bytes, nranks); }
-extern "C" __global__ void gotree_finalize_i16(u64 ptr, u64 bytes, u32 nranks) {
-  gtDivInt<i16, i64>(ptr, bytes / 2, nranks);
-}
-extern "C" __global__ void gotree_finalize_i32(u64 ptr, u64 bytes, u32 nranks) {
-  gtDivInt<i32, i64>(ptr, bytes / 4, nranks);
-}
-extern "C" __global__ void gotree_finalize_i64(u64 ptr, u64 bytes, u32 nranks) {
-  gtDivInt<i64, i64>(ptr, bytes / 8, nranks);
-}
-extern "C" __global__ void gotree_finalize_u16(u64 ptr, u64 bytes, u32 nranks) {
-  gtDivInt<u16, u64>(ptr, bytes / 2, nranks);
-}
-extern "C" __global__ void gotree_finalize_u32(u64 ptr, u64 bytes, u32 nranks) {
-  gtDivInt<u32, u64>(ptr, bytes / 4, nranks);
-}
-extern "C" __global__ void gotree_finalize_u64(u64 ptr, u64 bytes, u32 nranks) {
-  gtDivInt<u64, u64>(ptr, bytes / 8, nranks);
-}
+// Integer Avg: the division of the type's signed or unsigned order.
+#define GT_FINALIZE_INT(ty, T, W)                                                 \
+  extern "C" __global__ void gotree_finalize_##ty(u64 ptr, u64 bytes, u32 nranks) { \
+    gtDivInt<T, W>(ptr, bytes / sizeof(T), nranks);                                \
+  }
+GT_FINALIZE_INT(i8, i8, i64)
+GT_FINALIZE_INT(u8, u8, u64)
+GT_FINALIZE_INT(i16, i16, i64)
+GT_FINALIZE_INT(u16, u16, u64)
+GT_FINALIZE_INT(i32, i32, i64)
+GT_FINALIZE_INT(u32, u32, u64)
+GT_FINALIZE_INT(i64, i64, i64)
+GT_FINALIZE_INT(u64, u64, u64)
 
 // float8 Avg and PremulSum: through float32 (fp8.cuh's gtF8Scale).
 template <class F, bool IsDiv>
