@@ -24,11 +24,13 @@ import (
 //     tuneSpan of its choice (Tuning.AutotuneCandidates), the model's
 //     in-place choice first, so a size called only once runs what the
 //     model picks;
-//   - they run one after the other, each for tuneWarmups untimed and
+//   - they run in blocks, each candidate for tuneWarmups untimed and
 //     tuneTimed timed calls in a row (alternating call by call measures
 //     each algorithm on caches and peers the other left: on 4 ranks
 //     sharing 2 cores the ring's 4 MiB calls then took 3.1 ms, 0.9 ms in
-//     a row);
+//     a row), in tuneRounds rounds of mirrored order (A B C, then C B A),
+//     so that no candidate always follows the same one or always comes
+//     first;
 //   - after the last one the ranks allgather their times; a call's time
 //     is the shortest any rank measured (the rank that arrived last
 //     waited for nobody; the others' times include waiting for it: a
@@ -46,7 +48,9 @@ import (
 
 const (
 	tuneWarmups   = 1                                // untimed calls per candidate: connections, plan, caches
-	tuneTimed     = 4                                // timed calls per candidate
+	tuneTimed     = 4                                // timed calls per candidate and round
+	tuneRounds    = 2                                // rounds over the candidates, in mirrored order
+	tuneSamples   = tuneRounds * tuneTimed           // timed calls per candidate in all
 	tuneSpan      = algorithms.AutotuneSpan          // candidates: predicted at most this many times the model's choice
 	tuneMaxCands  = algorithms.AutotuneMaxCandidates // at most this many candidates, the model's choice included
 	tuneKeepModel = 0.03                             // the model's choice stays unless another is faster by more than this
@@ -110,9 +114,19 @@ func (c *Comm) tunedChoice(a collArgs) (*algorithms.Prediction, tuneSlot) {
 	}
 	i := st.calls
 	st.calls++
+	n := len(st.cands)
 	per := tuneWarmups + tuneTimed
-	slot := tuneSlot{st: st, key: key, cand: i / per, timed: i%per >= tuneWarmups, last: st.calls == len(st.cands)*per}
+	slot := tuneSlot{st: st, key: key, cand: exploreCandidate(i/per, n), timed: i%per >= tuneWarmups, last: st.calls == tuneRounds*n*per}
 	return &st.cands[slot.cand], slot
+}
+
+// exploreCandidate is the candidate that block b of an exploration over n
+// candidates runs: 0 … n−1 in even rounds, n−1 … 0 in odd ones.
+func exploreCandidate(b, n int) int {
+	if (b/n)%2 == 1 {
+		return n - 1 - b%n
+	}
+	return b % n
 }
 
 // decidedChoice is the autotuned prediction for key once decided (nil
@@ -204,12 +218,12 @@ func (c *Comm) tuneRecord(ctx context.Context, slot tuneSlot, d time.Duration, s
 // A tuning record is what a rank contributes to the decision: the call's
 // size, the candidates in order, and its time of each timed call per
 // candidate. It travels as tuneRecordLen float64s.
-const tuneRecordLen = 2 + tuneMaxCands + tuneMaxCands*tuneTimed
+const tuneRecordLen = 2 + tuneMaxCands + tuneMaxCands*tuneSamples
 
 type tuneRecord struct {
 	bytes int64
 	algos [tuneMaxCands]int // candidate algorithms, -1 past the last
-	us    [tuneMaxCands][tuneTimed]float64
+	us    [tuneMaxCands][tuneSamples]float64
 }
 
 func tuneRecordOf(key choiceKey, st *tuneState) tuneRecord {
@@ -243,7 +257,7 @@ func (r tuneRecord) encode(b []byte) {
 	for i := range r.algos {
 		put(2+i, float64(r.algos[i]))
 		for j, v := range r.us[i] {
-			put(2+tuneMaxCands+i*tuneTimed+j, v)
+			put(2+tuneMaxCands+i*tuneSamples+j, v)
 		}
 	}
 }
@@ -254,7 +268,7 @@ func decodeTuneRecord(b []byte) tuneRecord {
 	for i := range r.algos {
 		r.algos[i] = int(get(2 + i))
 		for j := range r.us[i] {
-			r.us[i][j] = get(2 + tuneMaxCands + i*tuneTimed + j)
+			r.us[i][j] = get(2 + tuneMaxCands + i*tuneSamples + j)
 		}
 	}
 	return r
@@ -307,7 +321,7 @@ func decideTuning(rank int, cands []algorithms.Prediction, all []tuneRecord) (pi
 	}
 	med := make([]float64, len(cands))
 	for i := range cands {
-		var calls [tuneTimed]float64
+		var calls [tuneSamples]float64
 		for j := range calls {
 			calls[j] = math.Inf(1)
 			for _, x := range all {
@@ -329,7 +343,7 @@ func decideTuning(rank int, cands []algorithms.Prediction, all []tuneRecord) (pi
 	for i, p := range cands {
 		parts = append(parts, fmt.Sprintf("%v %.1f us", p.Algo, med[i]))
 	}
-	why = fmt.Sprintf("measured %s (median of %d calls, each the shortest of %d ranks' times): %v", strings.Join(parts, ", "), tuneTimed, len(all), cands[best].Algo)
+	why = fmt.Sprintf("measured %s (median of %d calls, each the shortest of %d ranks' times): %v", strings.Join(parts, ", "), tuneSamples, len(all), cands[best].Algo)
 	if best == 0 {
 		why += fmt.Sprintf(", the model's choice in place (predicted %.1f us)", cands[0].TimeUs)
 	} else {

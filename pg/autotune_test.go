@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -56,7 +57,7 @@ func TestAutotuneKeepsTheMeasuredFastest(t *testing.T) {
 	}
 	fakeTuneTimes(t, map[algorithms.Algorithm]float64{model: 200, other: 100})
 	calls := exploreAll(t, comms, count, func(r, call int) bool { return call%2 == 0 })
-	require.Equal(t, 2*(tuneWarmups+tuneTimed), calls, "two candidates, one block each (plus none after)")
+	require.Equal(t, tuneRounds*2*(tuneWarmups+tuneTimed), calls, "two candidates, one block each per round (plus none after)")
 	for r, c := range comms {
 		p := c.decidedChoice(tuneKey(collArgs{coll: algorithms.AllReduce, count: count, dt: algorithms.Int64}))
 		require.NotNil(t, p, "rank %d has no decision", r)
@@ -82,6 +83,58 @@ func TestAutotuneKeepsTheMeasuredFastest(t *testing.T) {
 	}
 }
 
+// Exploration runs the candidates in blocks of tuneWarmups+tuneTimed
+// calls, round after round in mirrored order: with two candidates A B B A,
+// so neither always runs first or always follows the other.
+func TestAutotuneMirroredRounds(t *testing.T) {
+	for n, want := range map[int][]int{1: {0, 0}, 2: {0, 1, 1, 0}, 3: {0, 1, 2, 2, 1, 0}} {
+		var got []int
+		for b := 0; b < tuneRounds*n; b++ {
+			got = append(got, exploreCandidate(b, n))
+		}
+		require.Equal(t, want, got, "%d candidates", n)
+		for c := 0; c < n; c++ {
+			runs := 0
+			for _, g := range got {
+				if g == c {
+					runs++
+				}
+			}
+			require.Equal(t, tuneRounds, runs, "%d candidates: candidate %d runs once per round", n, c)
+		}
+	}
+
+	cfg := testConfig()
+	cfg.Algo = "ring,hd"
+	comms := startComms(t, 3, nil, cfg)
+	const count = 4001
+	var mu sync.Mutex
+	var seq []algorithms.Algorithm // rank 0's exploring calls in order
+	testHookTuneDuration = func(rank int, a algorithms.Algorithm, d time.Duration) time.Duration {
+		if rank == 0 {
+			mu.Lock()
+			seq = append(seq, a)
+			mu.Unlock()
+		}
+		return d
+	}
+	t.Cleanup(func() { testHookTuneDuration = nil })
+	exploreAll(t, comms, count, func(int, int) bool { return true })
+	model := comms[0].choice(collArgs{coll: algorithms.AllReduce, count: count, dt: algorithms.Int64, inPlace: true}).Algo
+	other := algorithms.Ring
+	if model == algorithms.Ring {
+		other = algorithms.HalvingDoubling
+	}
+	per := tuneWarmups + tuneTimed
+	var want []algorithms.Algorithm
+	for _, a := range []algorithms.Algorithm{model, other, other, model} {
+		for range per {
+			want = append(want, a)
+		}
+	}
+	require.Equal(t, want, seq)
+}
+
 // Where the model chooses differently in place and out of place (the
 // case TestPlacementChoiceAgreement fails without autotuning), autotuned
 // calls run one algorithm whatever each rank's placement: ranks that mix
@@ -96,7 +149,7 @@ func TestAutotuneMixedPlacement(t *testing.T) {
 	require.NotEqual(t, in, out, "the test needs a size where the placements choose differently")
 	fakeTuneTimes(t, map[algorithms.Algorithm]float64{algorithms.Ring: 100, algorithms.Tree: 150})
 	calls := exploreAll(t, comms, count, func(r, call int) bool { return (r+call)%2 == 1 })
-	require.Equal(t, 2*(tuneWarmups+tuneTimed), calls, "ring and tree explored")
+	require.Equal(t, tuneRounds*2*(tuneWarmups+tuneTimed), calls, "ring and tree explored")
 	for r, c := range comms {
 		p := c.decidedChoice(tuneKey(a))
 		require.NotNil(t, p)
@@ -144,10 +197,17 @@ func TestDecideTuning(t *testing.T) {
 	require.Contains(t, why, "ring 100.0 us")
 	require.Contains(t, why, "hd 140.0 us")
 	require.Contains(t, why, "instead of the model's direct")
-	// The shortest per call, not per rank: rank 0 is quick on calls 1
-	// and 2 of hd, rank 1 on call 3; each call's time is then 90.
+	// The shortest per call, not per rank: rank 0 is quick on the odd
+	// calls 1, 3, … of hd, rank 1 on the even ones; each of those calls,
+	// more than half of all, then takes 90, and so does their median.
 	a, b := rec(300, 100, 500), rec(300, 100, 500)
-	a.us[2][1], a.us[2][2], b.us[2][3] = 90, 90, 90
+	for j := 1; j <= tuneSamples/2+1; j++ {
+		if j%2 == 1 {
+			a.us[2][j] = 90
+		} else {
+			b.us[2][j] = 90
+		}
+	}
 	pick, _, err = decideTuning(1, cands, []tuneRecord{a, b})
 	require.NoError(t, err)
 	require.Equal(t, 2, pick)
@@ -174,7 +234,7 @@ func TestDecideTuning(t *testing.T) {
 func TestBenchKnowsAutotuneCalls(t *testing.T) {
 	src, err := os.ReadFile("../python/gotree/bench.py")
 	require.NoError(t, err)
-	want := fmt.Sprintf("\nAUTOTUNE_CALLS = %d\n", tuneMaxCands*(tuneWarmups+tuneTimed))
+	want := fmt.Sprintf("\nAUTOTUNE_CALLS = %d\n", tuneRounds*tuneMaxCands*(tuneWarmups+tuneTimed))
 	require.Contains(t, string(src), want)
 }
 

@@ -113,9 +113,9 @@ def parse_args(argv):
 BATCH_BYTES = 64 << 20
 
 # gotree's autotuning times up to this many allreduce calls of a new size
-# (pg/autotune.go: tuneMaxCands x (tuneWarmups + tuneTimed); a Go test
+# (pg/autotune.go: tuneRounds x tuneMaxCands x (tuneWarmups + tuneTimed); a Go test
 # holds the two equal); gotree's allreduce warm-up runs them first.
-AUTOTUNE_CALLS = 15
+AUTOTUNE_CALLS = 30
 
 
 def main(argv=None):
