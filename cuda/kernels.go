@@ -325,15 +325,25 @@ func (k *Kernels) preload() (*Kernels, error) {
 }
 
 // KernelNames lists every kernel src (gotree.cu) defines, expanding its
-// GT_RUN, GT_RUN_INT and GT_FINALIZE_INT macros.
+// GT_RUN, GT_RUN_<kind> and GT_FINALIZE_INT macros (a kind it does not
+// know gives a name no fatbin has, so the tests that compare fail).
 func KernelNames(src string) []string {
 	var out []string
 	for _, m := range regexp.MustCompile(`(?m)^GT_RUN\((\w+),`).FindAllStringSubmatch(src, -1) {
 		out = append(out, "gotree_run_"+m[1])
 	}
-	for _, m := range regexp.MustCompile(`(?m)^GT_RUN_INT\((\w+),`).FindAllStringSubmatch(src, -1) {
-		for _, op := range []string{"sum", "prod", "min", "max", "band", "bor", "bxor"} {
-			out = append(out, "gotree_run_"+m[1]+"_"+op)
+	// GT_RUN_<kind>(ty, ...): one kernel per op of the kind.
+	kindOps := map[string][]string{
+		"F": {"sum", "prod", "min", "max"}, "H": {"sum", "prod", "min", "max"}, "F8": {"sum", "prod", "min", "max"},
+		"ORD": {"min", "max"}, "INT": {"sum", "prod", "min", "max", "band", "bor", "bxor"},
+	}
+	for _, m := range regexp.MustCompile(`(?m)^GT_RUN_(\w+)\((\w+),`).FindAllStringSubmatch(src, -1) {
+		ops, ok := kindOps[m[1]]
+		if !ok {
+			out = append(out, "unknown macro GT_RUN_"+m[1])
+		}
+		for _, op := range ops {
+			out = append(out, "gotree_run_"+m[2]+"_"+op)
 		}
 	}
 	for _, m := range regexp.MustCompile(`(?m)^GT_FINALIZE_INT\((\w+),`).FindAllStringSubmatch(src, -1) {

@@ -384,55 +384,54 @@ __device__ __forceinline__ void gtRun(const GtArgs& a) {
 #define GT_RUN(name, ...) \
   extern "C" __global__ void __launch_bounds__(512) gotree_run_##name(GtArgs a) { gtRun<__VA_ARGS__>(a); }
 
-// Floats (complex64 and complex128 use f32_sum and f64_sum).
-GT_RUN(f32_sum, Red<float, OpSum>)
-GT_RUN(f32_prod, Red<float, OpProd>)
-GT_RUN(f32_min, Red<float, OpMin>)
-GT_RUN(f32_max, Red<float, OpMax>)
-GT_RUN(f64_sum, Red<double, OpSum>)
-GT_RUN(f64_prod, Red<double, OpProd>)
-GT_RUN(f64_min, Red<double, OpMin>)
-GT_RUN(f64_max, Red<double, OpMax>)
-GT_RUN(f16_sum, Red16<HOp<OpSum>>)
-GT_RUN(f16_prod, Red16<HOp<OpProd>>)
-GT_RUN(f16_min, Red16<HOp<OpMin>>)
-GT_RUN(f16_max, Red16<HOp<OpMax>>)
-GT_RUN(bf16_sum, Red16<BOp16<OpSum>>)
-GT_RUN(bf16_prod, Red16<BOp16<OpProd>>)
-GT_RUN(bf16_min, Red16<BOp16<OpMin>>)
-GT_RUN(bf16_max, Red16<BOp16<OpMax>>)
+// Each GT_RUN_<kind>(ty, X) below defines the kernels of one dtype, one per
+// op of its kind (cuda/kernels.go KernelNames lists the same): X is the
+// element type (F, ORD, INT), the 16-bit op wrapper (H) or the float8
+// format (F8).
+#define GT_RUN_F(ty, T)                \
+  GT_RUN(ty##_sum, Red<T, OpSum>)      \
+  GT_RUN(ty##_prod, Red<T, OpProd>)    \
+  GT_RUN(ty##_min, Red<T, OpMin>)      \
+  GT_RUN(ty##_max, Red<T, OpMax>)
+#define GT_RUN_H(ty, W)                \
+  GT_RUN(ty##_sum, Red16<W<OpSum>>)    \
+  GT_RUN(ty##_prod, Red16<W<OpProd>>)  \
+  GT_RUN(ty##_min, Red16<W<OpMin>>)    \
+  GT_RUN(ty##_max, Red16<W<OpMax>>)
+#define GT_RUN_F8(ty, F)               \
+  GT_RUN(ty##_sum, Red8<F8Op<F, 0>>)   \
+  GT_RUN(ty##_prod, Red8<F8Op<F, 1>>)  \
+  GT_RUN(ty##_min, Red8<F8Op<F, 2>>)   \
+  GT_RUN(ty##_max, Red8<F8Op<F, 3>>)
+#define GT_RUN_ORD(ty, T)              \
+  GT_RUN(ty##_min, Red<T, IOpMin>)     \
+  GT_RUN(ty##_max, Red<T, IOpMax>)
 // Integers: the bit patterns of sum, prod and the bitwise ops do not depend
-// on signedness, so uint8 shares the int8 kernels except for min/max.
+// on signedness, so unsigned types share the signed kernels except for
+// min/max (GT_RUN_ORD).
 #define GT_RUN_INT(ty, T)                  \
   GT_RUN(ty##_sum, Red<T, IOpSum>)       \
   GT_RUN(ty##_prod, Red<T, IOpProd>)     \
-  GT_RUN(ty##_min, Red<T, IOpMin>)       \
-  GT_RUN(ty##_max, Red<T, IOpMax>)       \
+  GT_RUN_ORD(ty, T)                      \
   GT_RUN(ty##_band, Red<T, IOpAnd>)      \
   GT_RUN(ty##_bor, Red<T, IOpOr>)        \
   GT_RUN(ty##_bxor, Red<T, IOpXor>)
+
+// Floats (complex64 and complex128 use f32_sum and f64_sum).
+GT_RUN_F(f32, float)
+GT_RUN_F(f64, double)
+GT_RUN_H(f16, HOp)
+GT_RUN_H(bf16, BOp16)
 GT_RUN_INT(i8, i8)
 GT_RUN_INT(i16, i16)
 GT_RUN_INT(i32, i32)
 GT_RUN_INT(i64, i64)
-// Unsigned types share the signed kernels' sums, products and bitwise ops
-// (the same bits); their orderings are their own.
-GT_RUN(u8_min, Red<u8, IOpMin>)
-GT_RUN(u8_max, Red<u8, IOpMax>)
-GT_RUN(u16_min, Red<u16, IOpMin>)
-GT_RUN(u16_max, Red<u16, IOpMax>)
-GT_RUN(u32_min, Red<u32, IOpMin>)
-GT_RUN(u32_max, Red<u32, IOpMax>)
-GT_RUN(u64_min, Red<u64, IOpMin>)
-GT_RUN(u64_max, Red<u64, IOpMax>)
-GT_RUN(f8e4m3_sum, Red8<F8Op<F8E4M3, 0>>)
-GT_RUN(f8e4m3_prod, Red8<F8Op<F8E4M3, 1>>)
-GT_RUN(f8e4m3_min, Red8<F8Op<F8E4M3, 2>>)
-GT_RUN(f8e4m3_max, Red8<F8Op<F8E4M3, 3>>)
-GT_RUN(f8e5m2_sum, Red8<F8Op<F8E5M2, 0>>)
-GT_RUN(f8e5m2_prod, Red8<F8Op<F8E5M2, 1>>)
-GT_RUN(f8e5m2_min, Red8<F8Op<F8E5M2, 2>>)
-GT_RUN(f8e5m2_max, Red8<F8Op<F8E5M2, 3>>)
+GT_RUN_ORD(u8, u8)
+GT_RUN_ORD(u16, u16)
+GT_RUN_ORD(u32, u32)
+GT_RUN_ORD(u64, u64)
+GT_RUN_F8(f8e4m3, F8E4M3)
+GT_RUN_F8(f8e5m2, F8E5M2)
 GT_RUN(bool_or, Red<u8, BOpOr>)
 GT_RUN(bool_and, Red<u8, BOpAnd>)
 GT_RUN(bool_xor, Red<u8, BOpXor>)
