@@ -779,7 +779,13 @@ const (
 // AutotuneCandidates is what autotuning measures for a call of coll and
 // bytes: Candidates for an in-place and for an out-of-place call (c's
 // InPlace is ignored) merged in turn, in place first, without repeats,
-// at most limit. It does not depend on the call's placement, so ranks
+// at most limit; then one-shot, where c allows it and it is usable but
+// the model cannot predict it (OneShotUnknown: more ranks than cores),
+// so at most limit+1 in all. Measuring is how one-shot gets chosen
+// there: through torch, where each rank spends its own tens of
+// microseconds per call, it beat the model's choice at 4 ranks on 2 cores
+// (docs/cost-model.md §1a), while calls back to back at the C ABI favour
+// the others. The list does not depend on the call's placement, so ranks
 // that differ in it still measure the same algorithms in the same order.
 func (t *Tuning) AutotuneCandidates(coll Collective, topo CostTopo, bytes int64, c Constraints, span float64, limit int) ([]Prediction, error) {
 	var lists [2][]Prediction
@@ -800,5 +806,24 @@ func (t *Tuning) AutotuneCandidates(coll Collective, topo CostTopo, bytes int64,
 			}
 		}
 	}
+	if p, ok := t.unmodelledOneShot(coll, topo, bytes, c); ok && !slices.ContainsFunc(out, func(q Prediction) bool { return q.Algo == OneShot }) {
+		out = append(out, p)
+	}
 	return out, nil
+}
+
+// unmodelledOneShot is one-shot's prediction for a call that c allows it
+// for, where it is usable but OneShotUnknown (so Choose leaves it out).
+func (t *Tuning) unmodelledOneShot(coll Collective, topo CostTopo, bytes int64, c Constraints) (Prediction, bool) {
+	if coll != AllReduce || (c.Algos != 0 && !c.Algos.Has(OneShot)) {
+		return Prediction{}, false
+	}
+	one := c
+	one.Algos = 1 << OneShot
+	one.InPlace = true
+	p, err := t.Choose(coll, topo, bytes, one)
+	if err != nil || !t.OneShotUnknown(topo, p.Proto) {
+		return Prediction{}, false
+	}
+	return p, true
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -491,9 +492,10 @@ func TestCandidates(t *testing.T) {
 
 // AutotuneCandidates: the same list whatever the call's placement, the
 // in-place choice first, both placements' choices in it, no repeats, at
-// most limit.
+// most limit, plus one-shot last where the model cannot predict it.
 func TestAutotuneCandidates(t *testing.T) {
 	tu := DefaultTuning()
+	require.Equal(t, 2, tu.Cores, "the built-in tuning is for 2 cores")
 	for _, n := range []int{2, 3, 4} {
 		topo := CostTopo{NRanks: n, NNodes: 1, RanksPerNode: n, Intra: Shm, Inter: TCP, Channels: 1}
 		for b := int64(4); b <= 64<<20; b *= 4 {
@@ -504,7 +506,24 @@ func TestAutotuneCandidates(t *testing.T) {
 			again, err := tu.AutotuneCandidates(AllReduce, topo, b, c, AutotuneSpan, AutotuneMaxCandidates)
 			require.NoError(t, err)
 			require.Equal(t, got, again, "n=%d %d B: placement-independent", n, b)
-			require.LessOrEqual(t, len(got), AutotuneMaxCandidates)
+			require.LessOrEqual(t, len(got), AutotuneMaxCandidates+1)
+			// One-shot where the model cannot predict it (3 and 4 ranks on
+			// DefaultTuning's cores), always and last; never beyond its limit.
+			unknown := OneShotUsable(n, 1, b) && tu.OneShotUnknown(topo, Simple)
+			require.Equal(t, unknown, n > tu.Cores && b <= OneShotMaxBytes, "n=%d %d B", n, b)
+			hasOneShot := slices.ContainsFunc(got, func(p Prediction) bool { return p.Algo == OneShot })
+			if unknown {
+				require.Equal(t, OneShot, got[len(got)-1].Algo, "n=%d %d B: one-shot measured, last", n, b)
+			} else {
+				require.LessOrEqual(t, len(got), AutotuneMaxCandidates)
+				if !OneShotUsable(n, 1, b) {
+					require.False(t, hasOneShot, "n=%d %d B", n, b)
+				}
+			}
+			noOne := Constraints{Protos: 1 << Simple, Algos: AllAlgos &^ (1 << OneShot)}
+			without, err := tu.AutotuneCandidates(AllReduce, topo, b, noOne, AutotuneSpan, AutotuneMaxCandidates)
+			require.NoError(t, err)
+			require.False(t, slices.ContainsFunc(without, func(p Prediction) bool { return p.Algo == OneShot }), "n=%d %d B: one-shot not allowed", n, b)
 			in, err := tu.Choose(AllReduce, topo, b, c)
 			require.NoError(t, err)
 			require.Equal(t, in.Algo, got[0].Algo, "n=%d %d B: the in-place choice first", n, b)

@@ -21,9 +21,9 @@ import (
 // the first calls of each allreduce size measure:
 //
 //   - the candidates are the algorithms the model predicts within
-//     tuneSpan of its choice (Tuning.AutotuneCandidates), the model's
-//     in-place choice first, so a size called only once runs what the
-//     model picks;
+//     tuneSpan of its choice, and one-shot where the model cannot predict
+//     it (Tuning.AutotuneCandidates), the model's in-place choice first, so
+//     a size called only once runs what the model picks;
 //   - they run in blocks, each candidate for tuneWarmups untimed and
 //     tuneTimed timed calls in a row (alternating call by call measures
 //     each algorithm on caches and peers the other left: on 4 ranks
@@ -47,13 +47,14 @@ import (
 // candidates; ranks whose records differ fail at once, naming both.
 
 const (
-	tuneWarmups   = 1                                // untimed calls per candidate: connections, plan, caches
-	tuneTimed     = 4                                // timed calls per candidate and round
-	tuneRounds    = 2                                // rounds over the candidates, in mirrored order
-	tuneSamples   = tuneRounds * tuneTimed           // timed calls per candidate in all
-	tuneSpan      = algorithms.AutotuneSpan          // candidates: predicted at most this many times the model's choice
-	tuneMaxCands  = algorithms.AutotuneMaxCandidates // at most this many candidates, the model's choice included
-	tuneKeepModel = 0.03                             // the model's choice stays unless another is faster by more than this
+	tuneWarmups    = 1                                // untimed calls per candidate: connections, plan, caches
+	tuneTimed      = 4                                // timed calls per candidate and round
+	tuneRounds     = 2                                // rounds over the candidates, in mirrored order
+	tuneSamples    = tuneRounds * tuneTimed           // timed calls per candidate in all
+	tuneSpan       = algorithms.AutotuneSpan          // candidates: predicted at most this many times the model's choice
+	tuneModelCands = algorithms.AutotuneMaxCandidates // at most this many candidates from the model, its choice included
+	tuneMaxCands   = tuneModelCands + 1               // and one-shot where the model cannot predict it (AutotuneCandidates)
+	tuneKeepModel  = 0.03                             // the model's choice stays unless another is faster by more than this
 )
 
 // tuneMaxSizes bounds the sizes a communicator tunes: calls of sizes
@@ -170,7 +171,7 @@ func (c *Comm) newTuneState(a collArgs, key choiceKey) *tuneState {
 	if err != nil || cons.Algos == 0 {
 		return st // the model's choice (choice) stands
 	}
-	if st.cands, err = c.tuning.AutotuneCandidates(a.coll, topo, key.bytes, cons, tuneSpan, tuneMaxCands); err != nil || len(st.cands) < 2 {
+	if st.cands, err = c.tuning.AutotuneCandidates(a.coll, topo, key.bytes, cons, tuneSpan, tuneModelCands); err != nil || len(st.cands) < 2 {
 		st.cands = nil
 		return st
 	}

@@ -135,6 +135,30 @@ func TestAutotuneMirroredRounds(t *testing.T) {
 	require.Equal(t, want, seq)
 }
 
+// Where ranks outnumber the cores the model cannot predict one-shot and
+// leaves it out of its choice, but autotuning measures it (last), and
+// keeps it when it is the fastest; every call sums exactly. 3 ranks on a
+// tuning for 2 cores, a prime count of int64 (4 KiB: one-shot's range).
+func TestAutotuneMeasuresUnmodelledOneShot(t *testing.T) {
+	cfg := testConfig()
+	cfg.Tuning = algorithms.DefaultTuning()
+	cfg.Tuning.Cores = 2
+	comms := startComms(t, 3, nil, cfg)
+	const count = 509
+	a := collArgs{coll: algorithms.AllReduce, count: count, dt: algorithms.Int64, inPlace: true}
+	require.NotEqual(t, algorithms.OneShot, comms[0].choice(a).Algo, "the model alone never picks it here")
+	fakeTuneTimes(t, map[algorithms.Algorithm]float64{algorithms.OneShot: 50})
+	calls := exploreAll(t, comms, count, func(r, call int) bool { return (r+call)%2 == 0 })
+	require.Zero(t, calls%(tuneRounds*(tuneWarmups+tuneTimed)), "whole blocks")
+	for r, c := range comms {
+		p := c.decidedChoice(tuneKey(a))
+		require.NotNil(t, p, "rank %d", r)
+		require.Equal(t, algorithms.OneShot, p.Algo, "rank %d", r)
+	}
+	checkAllReduceInt64(t, comms, count, true)
+	checkAllReduceInt64(t, comms, count, false)
+}
+
 // Where the model chooses differently in place and out of place (the
 // case TestPlacementChoiceAgreement fails without autotuning), autotuned
 // calls run one algorithm whatever each rank's placement: ranks that mix
@@ -180,7 +204,11 @@ func TestDecideTuning(t *testing.T) {
 	// rec gives every timed call of candidate i the time us[i], but
 	// call 0 of each candidate 1000 µs (an outlier the median drops).
 	rec := func(us ...float64) tuneRecord {
-		r := tuneRecord{bytes: 4096, algos: [tuneMaxCands]int{int(algorithms.Direct), int(algorithms.Ring), int(algorithms.HalvingDoubling)}}
+		r := tuneRecord{bytes: 4096}
+		for i := range r.algos {
+			r.algos[i] = -1 // past the last candidate
+		}
+		copy(r.algos[:], []int{int(algorithms.Direct), int(algorithms.Ring), int(algorithms.HalvingDoubling)})
 		for i, v := range us {
 			for j := range r.us[i] {
 				r.us[i][j] = v

@@ -732,7 +732,8 @@ func explainAutotune(w io.Writer, tu *algorithms.Tuning, topo algorithms.CostTop
 	}
 	fmt.Fprintf(w, "\nAt run time the model's choice is where a size starts (GOTREE_AUTOTUNE=0 keeps it): the first\n")
 	fmt.Fprintf(w, "calls of each allreduce size run the algorithms it predicts within %gx of its choice, at most %d,\n", algorithms.AutotuneSpan, algorithms.AutotuneMaxCandidates)
-	fmt.Fprintf(w, "for 5 calls each, and all ranks keep the fastest measured (GOTREE_DEBUG=INFO\n")
+	fmt.Fprintf(w, "and one-shot where it cannot predict one-shot (more ranks than cores), 5 calls each in two\n")
+	fmt.Fprintf(w, "rounds of mirrored order (A B C, C B A); all ranks keep the fastest measured (GOTREE_DEBUG=INFO\n")
 	fmt.Fprintf(w, "GOTREE_DEBUG_SUBSYS=TUNING prints the times). Measured per size, in this order:\n")
 	for _, r := range runs {
 		fmt.Fprintf(w, "  %8s .. %-8s %s\n", fmtBytes(r.from), fmtBytes(r.to), r.list)

@@ -113,9 +113,10 @@ def parse_args(argv):
 BATCH_BYTES = 64 << 20
 
 # gotree's autotuning times up to this many allreduce calls of a new size
-# (pg/autotune.go: tuneRounds x tuneMaxCands x (tuneWarmups + tuneTimed); a Go test
+# (pg/autotune.go: tuneRounds x tuneMaxCands x (tuneWarmups + tuneTimed), tuneMaxCands
+# counting one-shot where the model cannot predict it; a Go test
 # holds the two equal); gotree's allreduce warm-up runs them first.
-AUTOTUNE_CALLS = 30
+AUTOTUNE_CALLS = 40
 
 
 def main(argv=None):
