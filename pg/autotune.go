@@ -31,6 +31,10 @@ import (
 //     a row), in tuneRounds rounds of mirrored order (A B C, then C B A),
 //     so that no candidate always follows the same one or always comes
 //     first;
+//   - where the model predicts that exploring a size would take longer than
+//     tuneBudgetUs (large messages: 4 candidates at 256 MiB on 4 ranks
+//     here, 160 ms or more a call), each block has fewer timed calls, at
+//     least one (tuneTimedFor): at 1 GiB 16 exploring calls instead of 40;
 //   - after the last one the ranks allgather their times; a call's time
 //     is the shortest any rank measured (the rank that arrived last
 //     waited for nobody; the others' times include waiting for it: a
@@ -57,6 +61,11 @@ const (
 	tuneKeepModel  = 0.03                             // the model's choice stays unless another is faster by more than this
 )
 
+// tuneBudgetUs is the model's predicted time of one size's exploration
+// above which its blocks take fewer timed calls (tuneTimedFor; a variable
+// for tests).
+var tuneBudgetUs = 1e6
+
 // tuneMaxSizes bounds the sizes a communicator tunes: calls of sizes
 // beyond the first tuneMaxSizes run the model's choice, so a workload of
 // ever new sizes keeps its memory flat (a variable for tests).
@@ -69,6 +78,7 @@ var testHookTuneDuration func(rank int, algo algorithms.Algorithm, d time.Durati
 // tuneState is the autotuning of one (collective, bytes).
 type tuneState struct {
 	cands []algorithms.Prediction // the model's choice first; nil: fewer than two, nothing to measure
+	timed int                     // timed calls per block, 1 … tuneTimed (tuneTimedFor)
 	calls int                     // exploring calls issued
 	times [][]float64             // per candidate: this rank's timed calls, µs
 	pick  *algorithms.Prediction  // the decision; nil while exploring or without candidates
@@ -116,7 +126,7 @@ func (c *Comm) tunedChoice(a collArgs) (*algorithms.Prediction, tuneSlot) {
 	i := st.calls
 	st.calls++
 	n := len(st.cands)
-	per := tuneWarmups + tuneTimed
+	per := tuneWarmups + st.timed
 	slot := tuneSlot{st: st, key: key, cand: exploreCandidate(i/per, n), timed: i%per >= tuneWarmups, last: st.calls == tuneRounds*n*per}
 	return &st.cands[slot.cand], slot
 }
@@ -176,7 +186,30 @@ func (c *Comm) newTuneState(a collArgs, key choiceKey) *tuneState {
 		return st
 	}
 	st.times = make([][]float64, len(st.cands))
+	st.timed = tuneTimedFor(st.cands)
 	return st
+}
+
+// tuneTimedFor is the number of timed calls per block for exploring
+// cands: tuneTimed, fewer where the model predicts that the exploration,
+// tuneRounds blocks of tuneWarmups+timed calls per candidate, would take
+// longer than tuneBudgetUs; at least 1. Every rank has the same
+// candidates and predictions, so every rank gets the same number.
+func tuneTimedFor(cands []algorithms.Prediction) int {
+	var sum float64
+	for _, p := range cands {
+		t := p.TimeUs
+		if !(t > 0) || math.IsInf(t, 1) {
+			t = cands[0].TimeUs // no usable prediction: count it as the model's choice
+		}
+		sum += t
+	}
+	for timed := tuneTimed; timed > 1; timed-- {
+		if float64(tuneRounds*(tuneWarmups+timed))*sum <= tuneBudgetUs {
+			return timed
+		}
+	}
+	return 1
 }
 
 // tuneRecord files a call's duration; after the last exploring call it
@@ -217,18 +250,20 @@ func (c *Comm) tuneRecord(ctx context.Context, slot tuneSlot, d time.Duration, s
 }
 
 // A tuning record is what a rank contributes to the decision: the call's
-// size, the candidates in order, and its time of each timed call per
-// candidate. It travels as tuneRecordLen float64s.
+// size, the number of timed calls per candidate, the candidates in
+// order, and its time of each timed call per candidate. It travels as
+// tuneRecordLen float64s.
 const tuneRecordLen = 2 + tuneMaxCands + tuneMaxCands*tuneSamples
 
 type tuneRecord struct {
-	bytes int64
-	algos [tuneMaxCands]int // candidate algorithms, -1 past the last
-	us    [tuneMaxCands][tuneSamples]float64
+	bytes   int64
+	samples int               // timed calls per candidate: tuneRounds × the state's timed
+	algos   [tuneMaxCands]int // candidate algorithms, -1 past the last
+	us      [tuneMaxCands][tuneSamples]float64
 }
 
 func tuneRecordOf(key choiceKey, st *tuneState) tuneRecord {
-	r := tuneRecord{bytes: key.bytes}
+	r := tuneRecord{bytes: key.bytes, samples: tuneRounds * st.timed}
 	for i := range r.algos {
 		r.algos[i] = -1
 		if i < len(st.cands) {
@@ -254,7 +289,7 @@ func median(v []float64) float64 {
 func (r tuneRecord) encode(b []byte) {
 	put := func(i int, v float64) { binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(v)) }
 	put(0, float64(r.bytes))
-	put(1, float64(tuneMaxCands))
+	put(1, float64(r.samples))
 	for i := range r.algos {
 		put(2+i, float64(r.algos[i]))
 		for j, v := range r.us[i] {
@@ -265,7 +300,7 @@ func (r tuneRecord) encode(b []byte) {
 
 func decodeTuneRecord(b []byte) tuneRecord {
 	get := func(i int) float64 { return math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:])) }
-	r := tuneRecord{bytes: int64(get(0))}
+	r := tuneRecord{bytes: int64(get(0)), samples: int(get(1))}
 	for i := range r.algos {
 		r.algos[i] = int(get(2 + i))
 		for j := range r.us[i] {
@@ -282,7 +317,7 @@ func (r tuneRecord) String() string {
 			names = append(names, algorithms.Algorithm(a).String())
 		}
 	}
-	return fmt.Sprintf("allreduce of %d bytes with candidates %s", r.bytes, strings.Join(names, ","))
+	return fmt.Sprintf("allreduce of %d bytes with candidates %s (%d timed calls each)", r.bytes, strings.Join(names, ","), r.samples)
 }
 
 // gatherTuneRecords allgathers every rank's record with the ring, after
@@ -316,20 +351,23 @@ func (c *Comm) gatherTuneRecords(ctx context.Context, rec tuneRecord, seq uint64
 func decideTuning(rank int, cands []algorithms.Prediction, all []tuneRecord) (pick int, why string, err error) {
 	mine := all[rank]
 	for r, x := range all {
-		if x.bytes != mine.bytes || x.algos != mine.algos {
+		if x.bytes != mine.bytes || x.samples != mine.samples || x.algos != mine.algos {
 			return 0, "", fmt.Errorf("rank %d: autotuning %v, but rank %d tuned %v: every rank must issue the same allreduce calls", rank, mine, r, x)
 		}
 	}
+	if mine.samples < 1 || mine.samples > tuneSamples {
+		return 0, "", fmt.Errorf("rank %d: autotuning record of %d timed calls per candidate (want 1 … %d)", rank, mine.samples, tuneSamples)
+	}
 	med := make([]float64, len(cands))
 	for i := range cands {
-		var calls [tuneSamples]float64
+		calls := make([]float64, mine.samples)
 		for j := range calls {
 			calls[j] = math.Inf(1)
 			for _, x := range all {
 				calls[j] = min(calls[j], x.us[i][j])
 			}
 		}
-		med[i] = median(calls[:])
+		med[i] = median(calls)
 	}
 	best := 0
 	for i := range med {
@@ -344,7 +382,7 @@ func decideTuning(rank int, cands []algorithms.Prediction, all []tuneRecord) (pi
 	for i, p := range cands {
 		parts = append(parts, fmt.Sprintf("%v %.1f us", p.Algo, med[i]))
 	}
-	why = fmt.Sprintf("measured %s (median of %d calls, each the shortest of %d ranks' times): %v", strings.Join(parts, ", "), tuneSamples, len(all), cands[best].Algo)
+	why = fmt.Sprintf("measured %s (median of %d calls, each the shortest of %d ranks' times): %v", strings.Join(parts, ", "), mine.samples, len(all), cands[best].Algo)
 	if best == 0 {
 		why += fmt.Sprintf(", the model's choice in place (predicted %.1f us)", cands[0].TimeUs)
 	} else {

@@ -2,6 +2,7 @@ package pg
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"sync"
@@ -204,7 +205,7 @@ func TestDecideTuning(t *testing.T) {
 	// rec gives every timed call of candidate i the time us[i], but
 	// call 0 of each candidate 1000 µs (an outlier the median drops).
 	rec := func(us ...float64) tuneRecord {
-		r := tuneRecord{bytes: 4096}
+		r := tuneRecord{bytes: 4096, samples: tuneSamples}
 		for i := range r.algos {
 			r.algos[i] = -1 // past the last candidate
 		}
@@ -248,13 +249,74 @@ func TestDecideTuning(t *testing.T) {
 	bad := rec(1, 1, 1)
 	bad.bytes = 8192
 	_, _, err = decideTuning(0, cands, []tuneRecord{rec(1, 1, 1), bad})
-	require.ErrorContains(t, err, "rank 0: autotuning allreduce of 4096 bytes with candidates direct,ring,hd, but rank 1 tuned allreduce of 8192 bytes")
+	require.ErrorContains(t, err, fmt.Sprintf("rank 0: autotuning allreduce of 4096 bytes with candidates direct,ring,hd (%d timed calls each), but rank 1 tuned allreduce of 8192 bytes", tuneSamples))
+	short := rec(1, 1, 1)
+	short.samples = tuneSamples / 2
+	_, _, err = decideTuning(0, cands, []tuneRecord{rec(1, 1, 1), short})
+	require.ErrorContains(t, err, fmt.Sprintf("(%d timed calls each), but rank 1 tuned allreduce of 4096 bytes with candidates direct,ring,hd (%d timed calls each)", tuneSamples, tuneSamples/2))
+	none := rec(1, 1, 1)
+	none.samples = 0
+	_, _, err = decideTuning(0, cands, []tuneRecord{none, none})
+	require.ErrorContains(t, err, "record of 0 timed calls per candidate")
 	var wire [8 * tuneRecordLen]byte
 	r := rec(1.5, 2.5, 3.5)
 	r.us[1][2] = 7.25
 	r.encode(wire[:])
 	require.Equal(t, r, decodeTuneRecord(wire[:]))
 	require.False(t, strings.Contains(r.String(), "-1"))
+}
+
+// Where the model predicts a long exploration (large messages) the blocks
+// have fewer timed calls, down to one; the number depends only on the
+// candidates' predictions.
+func TestTuneTimedFor(t *testing.T) {
+	p := func(us ...float64) []algorithms.Prediction {
+		var out []algorithms.Prediction
+		for _, v := range us {
+			out = append(out, algorithms.Prediction{TimeUs: v})
+		}
+		return out
+	}
+	perCand := func(timed int) float64 { return float64(tuneRounds * (tuneWarmups + timed)) }
+	require.Equal(t, tuneTimed, tuneTimedFor(p(100, 200, 300)))
+	sum := tuneBudgetUs / perCand(tuneTimed) // exactly on budget with tuneTimed
+	require.Equal(t, tuneTimed, tuneTimedFor(p(sum/2, sum/2)))
+	require.Equal(t, tuneTimed-1, tuneTimedFor(p(sum/2, sum/2*1.01)))
+	require.Equal(t, 1, tuneTimedFor(p(tuneBudgetUs, 1)), "over budget even with one: one")
+	// 4 ranks, 256 MiB here: ~160 ms a call, 4 candidates
+	require.Equal(t, 1, tuneTimedFor(p(160e3, 170e3, 200e3, 300e3)))
+	// no usable prediction (0, +Inf) counts as the model's choice
+	two := tuneBudgetUs / perCand(2) / 2
+	require.Equal(t, 2, tuneTimedFor(p(two, math.Inf(1))))
+	require.Equal(t, 2, tuneTimedFor(p(two, 0)))
+}
+
+// A size whose exploration the model predicts over the budget explores
+// in blocks of one timed call: 2 candidates, tuneRounds rounds of
+// tuneWarmups+1 calls each, and still keeps the measured fastest; every
+// call sums exactly. 3 ranks, a prime count.
+func TestAutotuneBudget(t *testing.T) {
+	defer func(b float64) { tuneBudgetUs = b }(tuneBudgetUs)
+	tuneBudgetUs = 1 // every size is over it
+	cfg := testConfig()
+	cfg.Algo = "ring,hd"
+	comms := startComms(t, 3, nil, cfg)
+	const count = 1013
+	a := collArgs{coll: algorithms.AllReduce, count: count, dt: algorithms.Int64, inPlace: true}
+	model := comms[0].choice(a).Algo
+	other := algorithms.Ring
+	if model == algorithms.Ring {
+		other = algorithms.HalvingDoubling
+	}
+	fakeTuneTimes(t, map[algorithms.Algorithm]float64{model: 300, other: 100})
+	calls := exploreAll(t, comms, count, func(r, call int) bool { return (r+call)%2 == 0 })
+	require.Equal(t, tuneRounds*2*(tuneWarmups+1), calls)
+	for r, c := range comms {
+		p := c.decidedChoice(tuneKey(a))
+		require.NotNil(t, p, "rank %d", r)
+		require.Equal(t, other, p.Algo, "rank %d", r)
+	}
+	checkAllReduceInt64(t, comms, count, false)
 }
 
 // gotree.bench warms gotree's allreduce up past autotuning's calls; its

@@ -113,7 +113,8 @@ def parse_args(argv):
 BATCH_BYTES = 64 << 20
 
 # gotree's autotuning times up to this many allreduce calls of a new size
-# (pg/autotune.go: tuneRounds x tuneMaxCands x (tuneWarmups + tuneTimed), tuneMaxCands
+# (pg/autotune.go: tuneRounds x tuneMaxCands x (tuneWarmups + tuneTimed), fewer
+# for large sizes (tuneTimedFor), tuneMaxCands
 # counting one-shot where the model cannot predict it; a Go test
 # holds the two equal); gotree's allreduce warm-up runs them first.
 AUTOTUNE_CALLS = 40
