@@ -202,8 +202,16 @@ gotree_status_t gotree_comm_will_wait(gotree_comm_t comm, int will_wait);
  * sendbuf = recvbuf + rank*count elements, reduce_scatter recvbuf = sendbuf
  * + rank*count).
  * A failure found after a call returned (a peer that never launched, a
- * lost connection) is returned by the next device call. Without an NVIDIA
- * driver, or for the other collectives, the status is
+ * lost connection) is returned by the next device call.
+ *
+ * alltoall, alltoallv, gather and scatter on device buffers run through
+ * pinned host memory: the call copies this rank's send buffer to the host
+ * after the work queued on `stream`, runs the CPU collective, copies the
+ * result back on `stream` and waits for it, so it returns (blocking the
+ * calling thread) with the result in place. Correct, not fast: every byte
+ * crosses PCIe twice. They cannot be captured in a CUDA graph.
+ * Without an NVIDIA driver, for send, recv and barrier on device buffers,
+ * and for the host-staged collectives on a capturing stream, the status is
  * GOTREE_ERR_NOT_SUPPORTED and gotree_error_text says why.
  */
 

@@ -221,10 +221,11 @@ const (
 var collNames = [...]string{"gotree_allreduce", "gotree_broadcast", "gotree_allgather", "gotree_barrier",
 	"gotree_reduce", "gotree_reduce_scatter", "gotree_alltoall", "gotree_gather", "gotree_scatter"}
 
-// cpuOnly refuses device buffers for the operations without a device path.
+// cpuOnly refuses device buffers for the operations without a device path
+// or a host-staged one.
 func cpuOnly(name string, device C.int) error {
 	if device != -1 {
-		return fmt.Errorf("%w: %s: device %d: CUDA buffers are supported by allreduce, broadcast, reduce, allgather and reduce_scatter; %s takes host memory (device = GOTREE_DEVICE_CPU)", pg.ErrNotSupported, name, device, name)
+		return fmt.Errorf("%w: %s: device %d: CUDA buffers are supported by allreduce, broadcast, reduce, allgather, reduce_scatter, alltoall(v), gather and scatter; %s takes host memory (device = GOTREE_DEVICE_CPU)", pg.ErrNotSupported, name, device, name)
 	}
 	return nil
 }
@@ -295,6 +296,11 @@ func gotreego_collective(kind C.int, h C.int64_t, send, recv unsafe.Pointer, cou
 		return fail(int64(h), fmt.Errorf("%w: unknown collective %d", pg.ErrInvalidArgument, kind))
 	}
 	name := collNames[kind]
+	if device != -1 && stagedKinds[int(kind)] {
+		return issueDevice(h, req, name, func(c *pg.Comm) error {
+			return stagedCollective(c, int(kind), name, uintptr(send), uintptr(recv), uint64(count), algorithms.DType(dtype), algorithms.Op(op), int(root), int(device), uintptr(stream))
+		})
+	}
 	if device != -1 {
 		return issueDevice(h, req, name, func(c *pg.Comm) error {
 			return deviceCollective(c, int(kind), name, uintptr(send), uintptr(recv), uint64(count), algorithms.DType(dtype), algorithms.Op(op), int(root), int(device), uintptr(stream))
@@ -308,6 +314,37 @@ func gotreego_collective(kind C.int, h C.int64_t, send, recv unsafe.Pointer, cou
 // deviceKinds maps the collectives with a device path to theirs.
 var deviceKinds = map[int]algorithms.Collective{collAllReduce: algorithms.AllReduce, collBroadcast: algorithms.Broadcast,
 	collAllGather: algorithms.AllGather, collReduce: algorithms.Reduce, collReduceScatter: algorithms.ReduceScatter}
+
+// stagedKinds are the collectives that run on CUDA buffers through host
+// memory (pg.Comm.DeviceStaged): they have no device path.
+var stagedKinds = map[int]bool{collAllToAll: true, collGather: true, collScatter: true}
+
+// stagedCollective runs a collective of stagedKinds on CUDA buffers
+// through host memory: the CPU collective (issueCollective) on host copies
+// of the buffers this rank has. It returns when the result is in place.
+func stagedCollective(c *pg.Comm, kind int, name string, send, recv uintptr, n uint64, dt algorithms.DType, op algorithms.Op, root, device int, stream uintptr) error {
+	if !dt.Valid() {
+		return fmt.Errorf("%w: %s: unknown dtype %d", pg.ErrInvalidArgument, name, int(dt))
+	}
+	if n > 1<<40 {
+		return fmt.Errorf("%w: %s: count %d is too large", pg.ErrInvalidArgument, name, n)
+	}
+	if err := checkRoot(c, kind, name, root); err != nil {
+		return err
+	}
+	b := collBuffers(kind, n, c.Size(), c.Rank(), root)
+	esize := uint64(dt.Size())
+	a := pg.StagedArgs{What: name, Device: device, Stream: stream}
+	if b.needSend {
+		a.Send, a.SendBytes = send, b.sendN*esize
+	}
+	if b.needRecv {
+		a.Recv, a.RecvBytes = recv, b.recvN*esize
+	}
+	return c.DeviceStaged(a, func(sb, rb []byte) (*pg.Request, error) {
+		return issueCollective(c, kind, name, unsafe.Pointer(unsafe.SliceData(sb)), unsafe.Pointer(unsafe.SliceData(rb)), n, dt, op, root)
+	})
+}
 
 // issueDevice runs enqueue (a collective on CUDA buffers, queued on the
 // caller's stream before it returns) and hands back a request that is
@@ -346,6 +383,45 @@ func deviceCollective(c *pg.Comm, kind int, name string, send, recv uintptr, n u
 	return c.DeviceCollective(pg.DeviceArgs{Coll: coll, Send: send, Recv: recv, Count: int64(n), DType: dt, Op: op, Root: root, Device: device, Stream: stream})
 }
 
+// checkRoot refuses a root outside the communicator for the collectives
+// that have one.
+func checkRoot(c *pg.Comm, kind int, name string, root int) error {
+	if kind == collBroadcast || kind == collReduce || kind == collGather || kind == collScatter {
+		if root < 0 || root >= c.Size() {
+			return fmt.Errorf("%w: %s: root %d is outside [0, %d)", pg.ErrInvalidArgument, name, root, c.Size())
+		}
+	}
+	return nil
+}
+
+// buffers is which buffers of a collective a rank has, and their sizes
+// in elements (the table at issueCollective).
+type buffers struct {
+	sendN, recvN       uint64
+	needSend, needRecv bool
+}
+
+func collBuffers(kind int, n uint64, size, rank, root int) buffers {
+	all := n * uint64(size)
+	isRoot := root == rank
+	b := buffers{sendN: n, recvN: n}
+	switch kind {
+	case collAllGather:
+		b.recvN = all
+	case collReduceScatter:
+		b.sendN = all
+	case collAllToAll:
+		b.sendN, b.recvN = all, all
+	case collGather:
+		b.recvN = all
+	case collScatter:
+		b.sendN = all
+	}
+	b.needSend = !(kind == collBroadcast || kind == collScatter) || isRoot
+	b.needRecv = !(kind == collReduce || kind == collGather) || isRoot
+	return b
+}
+
 // issueCollective checks the buffers of one collective and issues it.
 // Which buffers exist on which rank, and their sizes in elements:
 //
@@ -364,37 +440,19 @@ func issueCollective(c *pg.Comm, kind int, name string, send, recv unsafe.Pointe
 	if !dt.Valid() {
 		return nil, fmt.Errorf("%w: %s: unknown dtype %d", pg.ErrInvalidArgument, name, int(dt))
 	}
-	if kind == collBroadcast || kind == collReduce || kind == collGather || kind == collScatter {
-		if root < 0 || root >= c.Size() {
-			return nil, fmt.Errorf("%w: %s: root %d is outside [0, %d)", pg.ErrInvalidArgument, name, root, c.Size())
-		}
+	if err := checkRoot(c, kind, name, root); err != nil {
+		return nil, err
 	}
-	all := n * uint64(c.Size())
-	isRoot := root == c.Rank()
-	sendN, recvN := n, n
-	switch kind {
-	case collAllGather:
-		recvN = all
-	case collReduceScatter:
-		sendN = all
-	case collAllToAll:
-		sendN, recvN = all, all
-	case collGather:
-		recvN = all
-	case collScatter:
-		sendN = all
-	}
-	needSend := !(kind == collBroadcast || kind == collScatter) || isRoot
-	needRecv := !(kind == collReduce || kind == collGather) || isRoot
+	b := collBuffers(kind, n, c.Size(), c.Rank(), root)
 	var sb, rb []byte
 	var err error
-	if needSend {
-		if sb, err = view(send, sendN, dt.Size(), name, "sendbuf"); err != nil {
+	if b.needSend {
+		if sb, err = view(send, b.sendN, dt.Size(), name, "sendbuf"); err != nil {
 			return nil, err
 		}
 	}
-	if needRecv {
-		if rb, err = view(recv, recvN, dt.Size(), name, "recvbuf"); err != nil {
+	if b.needRecv {
+		if rb, err = view(recv, b.recvN, dt.Size(), name, "recvbuf"); err != nil {
 			return nil, err
 		}
 	}
@@ -429,27 +487,27 @@ func issueCollective(c *pg.Comm, kind int, name string, send, recv unsafe.Pointe
 func gotreego_alltoallv(h C.int64_t, send unsafe.Pointer, sendCounts, sendDispls *C.uint64_t, recv unsafe.Pointer, recvCounts, recvDispls *C.uint64_t, dtype, device C.int, stream unsafe.Pointer, req *C.int64_t) (st C.int) {
 	defer guard(int64(h), &st)
 	const name = "gotree_alltoallv"
-	return issue(h, req, name, device, func(c *pg.Comm) (*pg.Request, error) {
-		dt, err := checkDType(name, dtype)
-		if err != nil {
-			return nil, err
+	// vals (counts and displacements) and ends (the elements each buffer
+	// must hold), checked.
+	parse := func(c *pg.Comm) (dt algorithms.DType, vals [][]int64, ends [2]uint64, err error) {
+		if dt, err = checkDType(name, dtype); err != nil {
+			return
 		}
 		n := c.Size()
 		arrays := []struct {
 			p    *C.uint64_t
 			what string
 		}{{sendCounts, "sendcounts"}, {sendDispls, "sdispls"}, {recvCounts, "recvcounts"}, {recvDispls, "rdispls"}}
-		vals := make([][]int64, 4)
-		var ends [2]uint64 // elements each buffer must hold
+		vals = make([][]int64, 4)
 		for i, a := range arrays {
 			if a.p == nil {
-				return nil, fmt.Errorf("%w: %s: %s is NULL", pg.ErrInvalidArgument, name, a.what)
+				return dt, nil, ends, fmt.Errorf("%w: %s: %s is NULL", pg.ErrInvalidArgument, name, a.what)
 			}
 			src := unsafe.Slice((*uint64)(unsafe.Pointer(a.p)), n)
 			vals[i] = make([]int64, n)
 			for p, v := range src {
 				if v > 1<<56 {
-					return nil, fmt.Errorf("%w: %s: %s[%d] = %d is too large", pg.ErrInvalidArgument, name, a.what, p, v)
+					return dt, nil, ends, fmt.Errorf("%w: %s: %s[%d] = %d is too large", pg.ErrInvalidArgument, name, a.what, p, v)
 				}
 				vals[i][p] = int64(v)
 			}
@@ -457,6 +515,26 @@ func gotreego_alltoallv(h C.int64_t, send unsafe.Pointer, sendCounts, sendDispls
 		for p := 0; p < n; p++ {
 			ends[0] = max(ends[0], uint64(vals[0][p]+vals[1][p]))
 			ends[1] = max(ends[1], uint64(vals[2][p]+vals[3][p]))
+		}
+		return dt, vals, ends, nil
+	}
+	if device != -1 {
+		return issueDevice(h, req, name, func(c *pg.Comm) error {
+			dt, vals, ends, err := parse(c)
+			if err != nil {
+				return err
+			}
+			esize := uint64(dt.Size())
+			a := pg.StagedArgs{What: name, Send: uintptr(send), Recv: uintptr(recv), SendBytes: ends[0] * esize, RecvBytes: ends[1] * esize, Device: int(device), Stream: uintptr(stream)}
+			return c.DeviceStaged(a, func(sb, rb []byte) (*pg.Request, error) {
+				return c.AllToAll(sb, rb, vals[0], vals[1], vals[2], vals[3], dt)
+			})
+		})
+	}
+	return issue(h, req, name, device, func(c *pg.Comm) (*pg.Request, error) {
+		dt, vals, ends, err := parse(c)
+		if err != nil {
+			return nil, err
 		}
 		sb, err := view(send, ends[0], dt.Size(), name, "sendbuf")
 		if err != nil {

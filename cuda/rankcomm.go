@@ -102,6 +102,10 @@ type RankComm struct {
 	staged []backend.Conn // the proxies' links, aborted at the first failure
 
 	last atomic.Pointer[launch] // the last launch, named in kernel errors
+
+	stageMu  sync.Mutex // one Staged call at a time; Close frees stage under it
+	stage    []byte     // pinned host memory of Staged calls, the largest so far
+	stageDev DevicePtr  // its device address
 }
 
 // launch is a collective as Enqueue launched it.
@@ -271,6 +275,67 @@ func (c *RankComm) Copy(dst, src DevicePtr, n uint64, stream uintptr) error {
 		return err
 	}
 	return c.dev.Copy(dst, src, n, stream)
+}
+
+// ErrCapture is returned for work that a CUDA graph capture cannot hold.
+var ErrCapture = errors.New("gotree/cuda: not capturable")
+
+// Staged runs work on host copies of device buffers, for collectives
+// without a device path: it copies sendBytes at send into pinned host
+// memory on stream (after the work queued there so far), waits for the
+// stream, calls work with that copy and a host buffer of recvBytes for the
+// result, then copies the result to recv on stream and waits again. So,
+// unlike Enqueue, it returns with the data in place, and it blocks the
+// calling thread for as long as work takes. A stream that captures a CUDA
+// graph is refused (a capture cannot wait for the host). The pinned
+// buffer stays for the next call (the largest so far) until Close.
+func (c *RankComm) Staged(send, recv DevicePtr, sendBytes, recvBytes uint64, stream uintptr, work func(send, recv []byte) error) error {
+	if err := c.Err(); err != nil {
+		return err
+	}
+	if capturing, err := c.dev.Capturing(stream); err != nil || capturing {
+		if err == nil {
+			err = fmt.Errorf("%w: rank %d: this collective runs through host memory on CUDA buffers, which a CUDA graph capture cannot do", ErrCapture, c.rank)
+		}
+		return err
+	}
+	c.stageMu.Lock()
+	defer c.stageMu.Unlock()
+	total := sendBytes + recvBytes
+	if uint64(len(c.stage)) < total {
+		if c.stage != nil {
+			if err := c.dev.HostFree(c.stage); err != nil {
+				return err
+			}
+			c.stage, c.stageDev = nil, 0
+		}
+		host, dev, err := c.dev.HostAlloc(int(total))
+		if err != nil {
+			return fmt.Errorf("gotree/cuda: rank %d: %d bytes of pinned host memory for a host-staged collective: %w", c.rank, total, err)
+		}
+		c.stage, c.stageDev = host, dev
+	}
+	hostSend, hostRecv := c.stage[:sendBytes], c.stage[sendBytes:total]
+	if sendBytes > 0 {
+		if err := c.dev.Copy(c.stageDev, send, sendBytes, stream); err != nil {
+			return err
+		}
+		if err := c.dev.SyncStream(stream); err != nil {
+			return err
+		}
+	}
+	if err := work(hostSend, hostRecv); err != nil {
+		return err
+	}
+	if recvBytes > 0 {
+		if err := c.dev.Copy(recv, c.stageDev+DevicePtr(sendBytes), recvBytes, stream); err != nil {
+			return err
+		}
+		if err := c.dev.SyncStream(stream); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // finalizeBlocks is the grid of a finalize kernel over bytes of dt.
@@ -587,6 +652,12 @@ func (c *RankComm) Close() error {
 	for _, h := range c.hosts {
 		errs = append(errs, c.dev.HostFree(h))
 	}
+	c.stageMu.Lock()
+	if c.stage != nil {
+		errs = append(errs, c.dev.HostFree(c.stage))
+		c.stage, c.stageDev = nil, 0
+	}
+	c.stageMu.Unlock()
 	c.failMu.Lock()
 	errs = append(errs, c.dev.HostFree(c.status))
 	c.status = make([]byte, 128) // Err and fail keep working, on Go memory

@@ -221,6 +221,62 @@ func (c *Comm) DeviceCollective(a DeviceArgs) error {
 	return nil
 }
 
+// StagedArgs is a collective without a device path (all-to-all, gather,
+// scatter) on CUDA buffers: the device buffers this rank has and their
+// sizes in bytes (0 and 0 where it has none, like a scatter's send buffer
+// off the root).
+type StagedArgs struct {
+	What                 string // the collective, for errors
+	Send, Recv           uintptr
+	SendBytes, RecvBytes uint64
+	Device               int
+	Stream               uintptr
+}
+
+// DeviceStaged runs a collective that has no device path on CUDA buffers
+// through pinned host memory (cuda.RankComm.Staged): the send buffer is
+// copied to the host after the work queued on a.Stream, issue starts the
+// CPU collective on the host copies, and the result is copied back to the
+// device. It returns when the result is in place, so it blocks the
+// calling thread for the whole exchange; every byte crosses the host
+// twice. Every rank must issue it in the same order as its other
+// collectives, as always.
+func (c *Comm) DeviceStaged(a StagedArgs, issue func(send, recv []byte) (*Request, error)) error {
+	c.mu.Lock()
+	err := c.usable(a.What)
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	for _, b := range []struct {
+		p     uintptr
+		n     uint64
+		which string
+	}{{a.Send, a.SendBytes, "send"}, {a.Recv, a.RecvBytes, "receive"}} {
+		if b.n > 0 && b.p == 0 {
+			return fmt.Errorf("%w: rank %d: %s: null device %s buffer for %d bytes", ErrInvalidArgument, c.rank, a.What, b.which, b.n)
+		}
+	}
+	rc, err := c.deviceComm(a.Device)
+	if err != nil {
+		return err
+	}
+	err = rc.Staged(cuda.DevicePtr(a.Send), cuda.DevicePtr(a.Recv), a.SendBytes, a.RecvBytes, a.Stream, func(send, recv []byte) error {
+		r, err := issue(send, recv)
+		if err != nil {
+			return err
+		}
+		return r.Wait(-1)
+	})
+	switch {
+	case err == nil || errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrAborted) || errors.Is(err, ErrRemote) || errors.Is(err, ErrTimeout):
+		return err // the CPU collective's, classified
+	case errors.Is(err, cuda.ErrCapture):
+		return fmt.Errorf("%w: %v", ErrNotSupported, err)
+	}
+	return fmt.Errorf("%w: rank %d: %s on CUDA device %d through host memory: %v", ErrSystem, c.rank, a.What, a.Device, err)
+}
+
 // DevicePlan is the plan a device collective with these arguments runs
 // (the same on every rank), for tools that name it. It issues nothing.
 func (c *Comm) DevicePlan(a DeviceArgs) (*algorithms.Plan, error) { return c.devicePlan(a) }

@@ -63,9 +63,11 @@ it without blocking the host, Work.is_completed() says whether the GPU has
 finished it, and the Work's future is CUDA-aware (its value, wait and then
 wait on the current stream). Staging copies (non-contiguous tensors,
 PREMUL_SUM's scaling) run on the group's stream. Which collectives run on
-the GPU is up to libgotree.so: the others, and machines where it finds no
-NVIDIA driver, raise NotImplementedError naming the collective, the device
-and the library's reason. barrier stays a host operation.
+the GPU is up to libgotree.so: all-to-all, gather and scatter run through
+pinned host memory (the call blocks until the result is in place);
+send/recv, and machines where it finds no NVIDIA driver, raise
+NotImplementedError naming the collective, the device and the library's
+reason. barrier stays a host operation.
 """
 
 import os

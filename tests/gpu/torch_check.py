@@ -8,7 +8,8 @@ Every rank uses cuda:(rank % device count): with one GPU all ranks share
 it (their kernels time-slice unless MPS runs). Checks, with exact expected
 values computed here: all_reduce (sum, avg, max), broadcast, reduce,
 all_gather_into_tensor, reduce_scatter_tensor at awkward sizes, in place
-and through async work; that a collective waits for the caller's stream
+and through async work; all_to_all_single (equal and uneven), gather and
+scatter, which run through host memory; that a collective waits for the caller's stream
 (the input is written by a long kernel just before) and that work.wait()
 orders later kernels after it. Then times float32 all_reduce with CUDA
 events. Prints one line per rank; exit status 1 on any mismatch.
@@ -102,6 +103,40 @@ def main():
         x = ones[rank].to(dtype)
         dist.all_reduce(x, op=dist.ReduceOp.MAX)
         check(f"all_reduce max {dtype} n={n}", x.float(), torch.stack(ones).max(0).values)
+
+    # Host-staged collectives (all-to-all, gather, scatter run through host
+    # memory): exact values; the input is written just after a long kernel
+    # on the current stream, so a call that read it early sees -7s.
+    def late(t):
+        torch.cuda._sleep(20_000_000)
+        x = torch.full_like(t, -7)
+        x.copy_(t)
+        return x
+
+    ar = lambda n: torch.arange(n, device=dev, dtype=torch.int64)  # noqa: E731
+    for n in [0, 1, 13, 4099]:
+        tag = f"n={n}"
+        inp = late(torch.cat([ar(n) + 1000 * rank + 100_000 * p for p in range(world)]))
+        out = torch.full((n * world,), -1, device=dev, dtype=torch.int64)
+        dist.all_to_all_single(out, inp)
+        check(f"all_to_all_single {tag}", out, torch.cat([ar(n) + 1000 * p + 100_000 * rank for p in range(world)]))
+        # uneven: rank r sends (r + p) % 3 + n elements to rank p
+        sizes_to = [(rank + p) % 3 + n for p in range(world)]
+        sizes_from = [(r + rank) % 3 + n for r in range(world)]
+        inp = late(torch.cat([ar(sizes_to[p]) + 1000 * rank + 100_000 * p for p in range(world)]))
+        out = torch.full((sum(sizes_from),), -1, device=dev, dtype=torch.int64)
+        dist.all_to_all_single(out, inp, output_split_sizes=sizes_from, input_split_sizes=sizes_to)
+        check(f"all_to_all_single uneven {tag}", out, torch.cat([ar(sizes_from[r]) + 1000 * r + 100_000 * rank for r in range(world)]))
+        x = late(ar(n) + 1000 * rank)
+        dst = world - 1
+        outs = [torch.full((n,), -1, device=dev, dtype=torch.int64) for _ in range(world)] if rank == dst else None
+        dist.gather(x, gather_list=outs, dst=dst)
+        if rank == dst:
+            check(f"gather {tag}", torch.cat(outs), torch.cat([ar(n) + 1000 * r for r in range(world)]))
+        ins = [late(ar(n) + 1000 * r + 7) for r in range(world)] if rank == 0 else None
+        out = torch.full((n,), -1, device=dev, dtype=torch.int64)
+        dist.scatter(out, scatter_list=ins, src=0)
+        check(f"scatter {tag}", out, ar(n) + 1000 * rank + 7)
 
     # Stream semantics: the input is written by a slow kernel on the current
     # stream just before the call; async work, then a kernel after wait().
