@@ -99,6 +99,20 @@ func (d *ctxDevice) Copy(dst, src DevicePtr, n uint64, stream uintptr) error {
 	return d.ctx.MemcpyDtoDAsync(dst, src, n, d.ctx.WrapStream(stream))
 }
 
+func (d *ctxDevice) CopyToHost(dst []byte, src DevicePtr, stream uintptr) error {
+	if len(dst) == 0 {
+		return nil
+	}
+	return d.ctx.MemcpyDtoHAsync(hostAddr(dst), src, uint64(len(dst)), d.ctx.WrapStream(stream))
+}
+
+func (d *ctxDevice) CopyFromHost(dst DevicePtr, src []byte, stream uintptr) error {
+	if len(src) == 0 {
+		return nil
+	}
+	return d.ctx.MemcpyHtoDAsync(dst, hostAddr(src), uint64(len(src)), d.ctx.WrapStream(stream))
+}
+
 func (d *ctxDevice) Ordinal() int { return d.ctx.Dev.Ordinal }
 
 func (d *ctxDevice) Capturing(stream uintptr) (bool, error) {

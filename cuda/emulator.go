@@ -378,6 +378,20 @@ func (g *Emulator) Copy(dst, src DevicePtr, n uint64, stream uintptr) error {
 	return nil
 }
 
+// CopyToHost queues a copy from device memory into host memory on stream.
+func (g *Emulator) CopyToHost(dst []byte, src DevicePtr, stream uintptr) error {
+	g.pending.Add(1)
+	g.stream(stream) <- func() { copy(dst, g.m.bytes(src, len(dst))) }
+	return nil
+}
+
+// CopyFromHost queues a copy from host memory into device memory on stream.
+func (g *Emulator) CopyFromHost(dst DevicePtr, src []byte, stream uintptr) error {
+	g.pending.Add(1)
+	g.stream(stream) <- func() { copy(g.m.bytes(dst, len(src)), src) }
+	return nil
+}
+
 // SyncStream waits for the work queued on stream so far.
 func (g *Emulator) SyncStream(stream uintptr) error {
 	done := make(chan struct{})

@@ -36,6 +36,10 @@ type GPU interface {
 	Launch(name string, grid, block int, stream uintptr, params ...[]byte) error
 	// Copy queues a copy of n bytes of device memory on stream.
 	Copy(dst, src DevicePtr, n uint64, stream uintptr) error
+	// CopyToHost and CopyFromHost queue a copy between device memory and
+	// pinned host memory from HostAlloc on stream.
+	CopyToHost(dst []byte, src DevicePtr, stream uintptr) error
+	CopyFromHost(dst DevicePtr, src []byte, stream uintptr) error
 	// Ordinal is the device's CUDA ordinal.
 	Ordinal() int
 	// Capturing says whether stream is capturing a CUDA graph.
@@ -103,9 +107,8 @@ type RankComm struct {
 
 	last atomic.Pointer[launch] // the last launch, named in kernel errors
 
-	stageMu  sync.Mutex // one Staged call at a time; Close frees stage under it
-	stage    []byte     // pinned host memory of Staged calls, the largest so far
-	stageDev DevicePtr  // its device address
+	stageMu sync.Mutex // one Staged call at a time; Close frees stage under it
+	stage   []byte     // pinned host memory of Staged calls, the largest so far
 }
 
 // launch is a collective as Enqueue launched it.
@@ -307,17 +310,17 @@ func (c *RankComm) Staged(send, recv DevicePtr, sendBytes, recvBytes uint64, str
 			if err := c.dev.HostFree(c.stage); err != nil {
 				return err
 			}
-			c.stage, c.stageDev = nil, 0
+			c.stage = nil
 		}
-		host, dev, err := c.dev.HostAlloc(int(total))
+		host, _, err := c.dev.HostAlloc(int(total))
 		if err != nil {
 			return fmt.Errorf("gotree/cuda: rank %d: %d bytes of pinned host memory for a host-staged collective: %w", c.rank, total, err)
 		}
-		c.stage, c.stageDev = host, dev
+		c.stage = host
 	}
 	hostSend, hostRecv := c.stage[:sendBytes], c.stage[sendBytes:total]
 	if sendBytes > 0 {
-		if err := c.dev.Copy(c.stageDev, send, sendBytes, stream); err != nil {
+		if err := c.dev.CopyToHost(hostSend, send, stream); err != nil {
 			return err
 		}
 		if err := c.dev.SyncStream(stream); err != nil {
@@ -328,7 +331,7 @@ func (c *RankComm) Staged(send, recv DevicePtr, sendBytes, recvBytes uint64, str
 		return err
 	}
 	if recvBytes > 0 {
-		if err := c.dev.Copy(recv, c.stageDev+DevicePtr(sendBytes), recvBytes, stream); err != nil {
+		if err := c.dev.CopyFromHost(recv, hostRecv, stream); err != nil {
 			return err
 		}
 		if err := c.dev.SyncStream(stream); err != nil {
@@ -655,7 +658,7 @@ func (c *RankComm) Close() error {
 	c.stageMu.Lock()
 	if c.stage != nil {
 		errs = append(errs, c.dev.HostFree(c.stage))
-		c.stage, c.stageDev = nil, 0
+		c.stage = nil
 	}
 	c.stageMu.Unlock()
 	c.failMu.Lock()
