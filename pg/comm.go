@@ -139,6 +139,7 @@ func Init(id UniqueID, rank, nranks int, cfg Config) (*Comm, error) {
 		host = defaultHostID()
 	}
 	log.Infof("INIT", "rank %d/%d host %q using interface %s %v", rank, nranks, host, ifc.Name, ln.Addr())
+	reportVars(log, cfg, rank)
 	cma := false
 	if cfg.ShmDisable {
 		log.Infof("INIT", "GOTREE_SHM_DISABLE=1: ranks of one host link over TCP; direct (single-copy) allreduce off")

@@ -3,6 +3,7 @@ package pg
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -61,6 +62,120 @@ type Config struct {
 	// Tuning is the cost model's calibration: the tuning file's, or
 	// algorithms.DefaultTuning() when nil (see TuningFor).
 	Tuning *algorithms.Tuning
+	// Unknown lists the GOTREE_* variables set in the environment that
+	// gotree does not read (misspelt, or NCCL names gotree lacks), and
+	// Ignored the NCCL_* variables set whose GOTREE_* counterpart is not:
+	// Init reports both (UnknownVar).
+	Unknown, Ignored []UnknownVar
+}
+
+// LibraryVars are the environment variables the library reads
+// (LoadConfig); ToolVars those of the Python package, the tools and the
+// tests. A test keeps both lists equal to what the source reads.
+var (
+	LibraryVars = []string{"GOTREE_ALGO", "GOTREE_AUTOTUNE", "GOTREE_BUFFSIZE", "GOTREE_CACHE_DIR", "GOTREE_CMA_DISABLE",
+		"GOTREE_DEBUG", "GOTREE_DEBUG_FILE", "GOTREE_DEBUG_SUBSYS", "GOTREE_HOST_ID", "GOTREE_LIBCUDA",
+		"GOTREE_MAX_NCHANNELS", "GOTREE_MIN_NCHANNELS", "GOTREE_NSOCKS_PERTHREAD", "GOTREE_NVRTC", "GOTREE_PROTO",
+		"GOTREE_SHM_DISABLE", "GOTREE_SOCKET_IFNAME", "GOTREE_SOCKET_NTHREADS", "GOTREE_TIMEOUT_MS",
+		"GOTREE_TOPO_DUMP_FILE", "GOTREE_TOPO_FILE", "GOTREE_TUNING_FILE"}
+	ToolVars = []string{"GOTREE_LIBRARY", "GOTREE_SKIP_GO", "GOTREE_PERF_UID", "GOTREE_PERF_RANK", "GOTREE_PERF_NRANKS",
+		"GOTREE_TEST_ONLY", "GOTREE_TEST_NO_BUILD", "GOTREE_TEST_UID", "GOTREE_TEST_RANK", "GOTREE_TEST_NRANKS",
+		"GOTREE_TEST_HOST", "GOTREE_TEST_NVRTC", "GOTREE_CONSUMERS_OUT", "GOTREE_CONFORMANCE_UNSKIP",
+		"GOTREE_BENCH_SPEC", "GOTREE_SOAK_N", "GOTREE_REQUIRE_GPU", "GOTREE_GPU_MAXBYTES", "GOTREE_GPU_RANKS",
+		"GOTREE_GPU_TIMEOUT", "GOTREE_GPU_REPORT", "GOTREE_GPU_DEVICE", "GOTREE_CUDA_NVRTC"}
+)
+
+// UnknownVar is an environment variable gotree does not act on, and the
+// one it probably meant ("" when none is close).
+type UnknownVar struct{ Name, Meant string }
+
+func (u UnknownVar) String() string {
+	if strings.HasPrefix(u.Name, "NCCL_") {
+		return fmt.Sprintf("%s is set, but gotree reads %s (unset)", u.Name, u.Meant)
+	}
+	s := fmt.Sprintf("%s is set but is not a gotree setting; it is ignored", u.Name)
+	if u.Meant != "" {
+		s += fmt.Sprintf(" (did you mean %s?)", u.Meant)
+	}
+	return s
+}
+
+// environ lists the environment as NAME=value strings (a variable for
+// tests).
+var environ = os.Environ
+
+// unknownVars finds, in env (NAME=value strings), the GOTREE_* names
+// outside LibraryVars and ToolVars (with the closest known name within
+// two edits, or with the same words in another order) and the NCCL_*
+// names with a GOTREE_* counterpart in LibraryVars that is not set.
+// Sorted by name.
+func unknownVars(env []string) (unknown, ignored []UnknownVar) {
+	set := map[string]bool{}
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		set[name] = true
+	}
+	known := map[string]bool{}
+	for _, v := range append(slices.Clone(LibraryVars), ToolVars...) {
+		known[v] = true
+	}
+	for name := range set {
+		switch {
+		case strings.HasPrefix(name, "GOTREE_") && !known[name]:
+			unknown = append(unknown, UnknownVar{name, closestVar(name)})
+		case strings.HasPrefix(name, "NCCL_"):
+			ours := "GOTREE_" + strings.TrimPrefix(name, "NCCL_")
+			if slices.Contains(LibraryVars, ours) && !set[ours] {
+				ignored = append(ignored, UnknownVar{name, ours})
+			}
+		}
+	}
+	byName := func(a, b UnknownVar) int { return strings.Compare(a.Name, b.Name) }
+	slices.SortFunc(unknown, byName)
+	slices.SortFunc(ignored, byName)
+	return unknown, ignored
+}
+
+// closestVar is the library variable within two edits of name, or whose
+// words (between underscores) are name's in another order; "" if none.
+func closestVar(name string) string {
+	words := func(s string) string {
+		w := strings.Split(s, "_")
+		slices.Sort(w)
+		return strings.Join(w, "_")
+	}
+	best, bestD := "", 3
+	for _, v := range LibraryVars {
+		d := editDistance(name, v)
+		if words(name) == words(v) {
+			d = min(d, 1)
+		}
+		if d < bestD {
+			best, bestD = v, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b (bytes).
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			sub := prev[j-1]
+			if a[i-1] != b[j-1] {
+				sub++
+			}
+			cur[j] = min(sub, prev[j]+1, cur[j-1]+1)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // TuningFor returns the calibration the cost model uses on nodes of cores
@@ -166,6 +281,7 @@ func LoadConfig(getenv Getenv) (Config, error) {
 			return c, fmt.Errorf("gotree: %s=%q: want 0 or 1", f.name, v)
 		}
 	}
+	c.Unknown, c.Ignored = unknownVars(environ())
 	c.Timeout = time.Duration(timeoutMS) * time.Millisecond
 	c.SlotBytes = buff / 8
 	if e := algorithms.CheckSpecs(c.Algo, c.Proto); e != nil {
@@ -245,4 +361,22 @@ func (c Config) algoFor(coll algorithms.Collective) (forced *algorithms.Algorith
 		return &a, nil
 	}
 	return nil, nil
+}
+
+// reportVars reports the environment variables gotree ignores: on rank 0
+// a misspelt or unknown GOTREE_* name as a warning even without
+// GOTREE_DEBUG (a setting that silently does nothing is worse than a
+// line on stderr), elsewhere only at WARN; an NCCL_* name whose GOTREE_*
+// counterpart is unset at INFO.
+func reportVars(log *Logger, cfg Config, rank int) {
+	for _, u := range cfg.Unknown {
+		lv := LevelWarn
+		if rank == 0 {
+			lv = LevelNone
+		}
+		log.logf(lv, "", "WARN", "%v", u)
+	}
+	for _, u := range cfg.Ignored {
+		log.Infof("INIT", "%v", u)
+	}
 }
