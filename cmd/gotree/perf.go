@@ -90,7 +90,7 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&dt, "d", "float32", "dtype (float32, float64, bfloat16, float16, int32, int64, ...)")
 	fs.StringVar(&op, "o", "sum", "reduction op (sum, prod, min, max, avg)")
 	fs.StringVar(&o.algo, "algo", "auto", fmt.Sprintf("ring, tree, hd (halving-doubling, one host), direct (single-copy, one host), oneshot (up to %d KiB, one host) or auto", algorithms.OneShotMaxBytes>>10))
-	fs.StringVar(&coll, "coll", "allreduce", "allreduce, allgather or broadcast")
+	fs.StringVar(&coll, "coll", "allreduce", "allreduce, allgather, reducescatter, broadcast or reduce (root 0); sizes as nccl-tests: the allgather output, the reduce-scatter input")
 	fs.BoolVar(&o.asJSON, "json", false, "print JSON instead of the table")
 	fs.IntVar(&o.device, "device", -1, "CUDA buffers: rank r uses device (N+r) mod the device count (-1: host memory)")
 	fs.IntVar(&o.hosts, "hosts", 0, "with --nproc: split the ranks over this many host ids (rank r on host r mod K), as if on K nodes")
@@ -116,6 +116,10 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 			o.coll = algorithms.AllGather
 		case "broadcast":
 			o.coll = algorithms.Broadcast
+		case "reducescatter", "reduce_scatter":
+			o.coll = algorithms.ReduceScatter
+		case "reduce":
+			o.coll = algorithms.Reduce
 		default:
 			err = fmt.Errorf("unknown collective %q", coll)
 		}
@@ -318,6 +322,17 @@ type perfRow struct {
 	PlanChannels int    `json:"plan_channels"`
 }
 
+// perRankDivisor is what a size divides by into the elements per rank:
+// nccl-tests' allgather and reduce-scatter sizes are the whole buffer
+// (the allgather's output, the reduce-scatter's input), n blocks of one
+// rank's count.
+func perRankDivisor(c algorithms.Collective, n int) int64 {
+	if c == algorithms.AllGather || c == algorithms.ReduceScatter {
+		return int64(n)
+	}
+	return 1
+}
+
 func busFactor(c algorithms.Collective, n int) float64 {
 	switch c {
 	case algorithms.AllReduce:
@@ -336,8 +351,12 @@ func perfRun(o perfOpts, uid pg.UniqueID, rank, n int, cfg pg.Config, stdout, st
 	}
 	defer comm.Destroy()
 	esize := int64(o.dtype.Size())
-	maxCount := max(o.maxBytes/esize, 1)
+	per := perRankDivisor(o.coll, n)
+	maxCount := max(o.maxBytes/esize/per, 1) // elements per rank (allgather's input, reduce-scatter's output)
 	inCount, outCount := algorithms.BufferCounts(o.coll, maxCount, n)
+	if o.coll == algorithms.ReduceScatter {
+		outCount = inCount // in place, the input is the receive buffer
+	}
 	var mem perfMem
 	if o.onDevice {
 		dm, err := newDeviceMem(o, cfg, rank, inCount*esize, outCount*esize)
@@ -351,7 +370,7 @@ func perfRun(o perfOpts, uid pg.UniqueID, rank, n int, cfg pg.Config, stdout, st
 		mem = &hostMem{send: make([]byte, inCount*esize), recv: make([]byte, outCount*esize)}
 	}
 	var sizes []int64
-	for s := max(o.minBytes, esize); s <= o.maxBytes; s *= o.factor {
+	for s := max(o.minBytes, esize*per); s <= o.maxBytes; s *= o.factor {
 		sizes = append(sizes, s)
 	}
 	if rank == 0 && !o.asJSON {
@@ -367,8 +386,8 @@ func perfRun(o perfOpts, uid pg.UniqueID, rank, n int, cfg pg.Config, stdout, st
 	var rows []perfRow
 	var busSum float64
 	for si, size := range sizes {
-		count := size / esize
-		row := perfRow{Bytes: count * esize, Count: count, Type: o.dtype.String(), Op: o.op.String(), Root: 0}
+		count := size / esize / per // per rank; the row counts the whole buffer, as nccl-tests
+		row := perfRow{Bytes: count * per * esize, Count: count * per, Type: o.dtype.String(), Op: o.op.String(), Root: 0}
 		for pass, inplace := range []bool{false, true} {
 			times, wrong, err := perfSize(comm, o, count, mem, inplace)
 			if err != nil {
@@ -430,17 +449,22 @@ func perfSize(comm *pg.Comm, o perfOpts, count int64, mem perfMem, inplace bool)
 	esize := int64(o.dtype.Size())
 	inCount, outCount := algorithms.BufferCounts(o.coll, count, n)
 	// The input: the send buffer, or in place a region of the receive
-	// buffer (allgather: this rank's block).
+	// buffer (allgather: this rank's block); in place, a reduce-scatter's
+	// output is this rank's block of its input (NCCL's layout).
 	in := perfRegion{recv: inplace, n: inCount * esize}
-	if inplace && o.coll == algorithms.AllGather {
-		in.off = int64(comm.Rank()) * count * esize
-	}
 	out := perfRegion{recv: true, n: outCount * esize}
+	block := int64(comm.Rank()) * count * esize
+	switch {
+	case inplace && o.coll == algorithms.AllGather:
+		in.off = block
+	case inplace && o.coll == algorithms.ReduceScatter:
+		out.off = block
+	}
 	issue := func() error { return mem.run(comm, o, in, out, count) }
 	// Fill the input also when results are not checked: memory never
 	// written reads as the kernel's shared zero page, which stays in the
 	// cache and would time a collective that reads no memory at all.
-	if err := mem.fill(in, func(b []byte) { fillPerf(b, o.dtype, comm.Rank(), count) }); err != nil {
+	if err := mem.fill(in, func(b []byte) { fillPerf(b, o.dtype, comm.Rank(), inCount) }); err != nil {
 		return nil, 0, err
 	}
 	var wrong int64
@@ -480,7 +504,7 @@ func perfSize(comm *pg.Comm, o perfOpts, count int64, mem perfMem, inplace bool)
 		explored = true
 	}
 	if explored && o.check != 0 {
-		if err := mem.fill(in, func(b []byte) { fillPerf(b, o.dtype, comm.Rank(), count) }); err != nil {
+		if err := mem.fill(in, func(b []byte) { fillPerf(b, o.dtype, comm.Rank(), inCount) }); err != nil {
 			return nil, 0, err
 		}
 		if err := check(); err != nil {
@@ -625,14 +649,17 @@ func fillPerf(b []byte, dt algorithms.DType, rank int, count int64) {
 	}
 }
 
-// perfWant is element i of the correct output of a call of count elements
-// per rank on n ranks.
-func perfWant(o perfOpts, n int, count, i int64) int64 {
+// perfWant is element i of rank's correct output of a call of count
+// elements per rank (allgather's input, reduce-scatter's output) on n
+// ranks.
+func perfWant(o perfOpts, rank, n int, count, i int64) int64 {
 	switch o.coll {
 	case algorithms.AllGather:
 		return perfValue(o.dtype, int(i/max(count, 1)), i%max(count, 1))
 	case algorithms.Broadcast:
 		return perfValue(o.dtype, 0, i)
+	case algorithms.ReduceScatter:
+		i += int64(rank) * count // this rank's block of the inputs
 	}
 	acc := perfValue(o.dtype, 0, i)
 	for r := 1; r < n; r++ {
@@ -665,6 +692,9 @@ func perfWant(o perfOpts, n int, count, i int64) int64 {
 }
 
 func checkPerf(out []byte, o perfOpts, rank, n int, count int64) int64 {
+	if o.coll == algorithms.Reduce && rank != 0 {
+		return 0 // only the root's output is written
+	}
 	_, outCount := algorithms.BufferCounts(o.coll, count, n)
 	es := int64(o.dtype.Size())
 	outCount = min(outCount, int64(len(out))/es)
@@ -674,11 +704,11 @@ func checkPerf(out []byte, o perfOpts, rank, n int, count int64) int64 {
 	for lo := int64(0); lo < outCount; lo += perfBlock {
 		w := want[:min(perfBlock, outCount-lo)]
 		for j := range w {
-			w[j] = perfWant(o, n, count, lo+int64(j))
+			w[j] = perfWant(o, rank, n, count, lo+int64(j))
 		}
 		wb := wantB[:int64(len(w))*es]
 		encodeInts(wb, o.dtype, w)
-		if o.op == algorithms.Avg && o.coll == algorithms.AllReduce {
+		if o.op == algorithms.Avg && o.coll.Reduces() {
 			algorithms.Finalize(wb, o.dtype, o.op, n)
 		}
 		got := out[lo*es:]

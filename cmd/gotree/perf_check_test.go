@@ -1,8 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"math"
+	"sync"
 	"testing"
 	"time"
 
@@ -46,6 +49,41 @@ func TestCheckPerfCountsWrongElements(t *testing.T) {
 		ag := perfOpts{coll: algorithms.AllGather, dtype: algorithms.Float32, op: algorithms.Sum}
 		if got := checkPerf(gathered, ag, 0, n, count); got != 0 {
 			t.Errorf("allgather count %d: %d wrong, want 0", count, got)
+		}
+		// reduce-scatter: rank r's output is block r of the sum of the
+		// ranks' inputs of n*count elements; reduce: rank 0's the sum, and
+		// nothing is checked elsewhere.
+		rs := perfOpts{coll: algorithms.ReduceScatter, dtype: algorithms.Float32, op: algorithms.Sum}
+		full := make([][]byte, n)
+		for r := range full {
+			full[r] = make([]byte, n*count*4)
+			fillPerf(full[r], algorithms.Float32, r, n*count)
+		}
+		for r := 0; r < n; r++ {
+			block := make([]byte, count*4)
+			for i := int64(0); i < count; i++ {
+				var s float64
+				for q := range full {
+					s += float64(f32(full[q], int64(r)*count+i))
+				}
+				put(block, i, float32(s))
+			}
+			if got := checkPerf(block, rs, r, n, count); got != 0 {
+				t.Errorf("reducescatter count %d rank %d: %d wrong, want 0", count, r, got)
+			}
+			if count > 0 {
+				put(block, count-1, f32(block, count-1)+1)
+				if got := checkPerf(block, rs, r, n, count); got != 1 {
+					t.Errorf("reducescatter count %d rank %d with 1 planted error: %d wrong", count, r, got)
+				}
+			}
+		}
+		rd := perfOpts{coll: algorithms.Reduce, dtype: algorithms.Float32, op: algorithms.Sum}
+		if got := checkPerf(sum, rd, 0, n, count); got != 0 {
+			t.Errorf("reduce count %d: %d wrong on the root, want 0", count, got)
+		}
+		if got := checkPerf(make([]byte, count*4), rd, 1, n, count); got != 0 {
+			t.Errorf("reduce count %d: %d wrong off the root, want 0 (nothing written there)", count, got)
 		}
 		if count < 2 {
 			continue
@@ -145,5 +183,55 @@ func TestPerfCheckAgreesWithReference(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// gotree perf for every collective it offers on 3 ranks of this process
+// (host memory): every row checked without a wrong element, out of place
+// and in place; sizes as nccl-tests (allgather and reduce-scatter count
+// the whole buffer, a multiple of 3 elements, algbw = those bytes / time),
+// busbw = algbw × the collective's factor.
+func TestPerfCollectives(t *testing.T) {
+	const n = 3
+	cfg := pg.Config{Timeout: 30 * time.Second, SocketIfname: "lo"}
+	for _, coll := range []algorithms.Collective{algorithms.AllReduce, algorithms.AllGather, algorithms.ReduceScatter, algorithms.Broadcast, algorithms.Reduce} {
+		o := perfOpts{minBytes: 4, maxBytes: 1 << 16, factor: 13, iters: 2, warmup: 1, check: 1, dtype: algorithms.Int32,
+			op: algorithms.Sum, algo: "auto", coll: coll, asJSON: true, timeout: cfg.Timeout}
+		uid, err := pg.NewUniqueID(cfg)
+		require.NoError(t, err)
+		var outs, errs [n]bytes.Buffer
+		rcs := make([]int, n)
+		var wg sync.WaitGroup
+		for r := 0; r < n; r++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rcs[r] = perfRun(o, uid, r, n, cfg, &outs[r], &errs[r])
+			}()
+		}
+		wg.Wait()
+		require.Equal(t, []int{0, 0, 0}, rcs, "%v: %s %s %s", coll, errs[0].String(), errs[1].String(), errs[2].String())
+		var res struct {
+			Rows []perfRow `json:"rows"`
+		}
+		require.NoError(t, json.Unmarshal(outs[0].Bytes(), &res), outs[0].String())
+		per := int64(1)
+		if coll == algorithms.AllGather || coll == algorithms.ReduceScatter {
+			per = n
+		}
+		var want []int64
+		for s := max(o.minBytes, 4*per); s <= o.maxBytes; s *= o.factor {
+			want = append(want, s/4/per*per*4)
+		}
+		var got []int64
+		for _, row := range res.Rows {
+			got = append(got, row.Bytes)
+			assert.Equal(t, row.Bytes/4, row.Count, "%v size %d: count", coll, row.Bytes)
+			assert.Zero(t, row.OutWrong, "%v size %d out of place", coll, row.Bytes)
+			assert.Zero(t, row.InWrong, "%v size %d in place", coll, row.Bytes)
+			assert.InDelta(t, float64(row.Bytes)/(row.OutTime*1e3), row.OutAlgBW, 1e-9*row.OutAlgBW+1e-12, "%v algbw", coll)
+			assert.InDelta(t, row.OutAlgBW*busFactor(coll, n), row.OutBusBW, 1e-12, "%v busbw", coll)
+		}
+		assert.Equal(t, want, got, "%v sizes", coll)
 	}
 }

@@ -59,6 +59,12 @@ func (m *hostMem) run(comm *pg.Comm, o perfOpts, in, out perfRegion, count int64
 		r, err = comm.AllGather(ib, ob, count, o.dtype)
 	case algorithms.Broadcast:
 		r, err = comm.Broadcast(ib, ob, count, o.dtype, 0)
+	case algorithms.ReduceScatter:
+		r, err = comm.ReduceScatter(ib, ob, count, o.dtype, o.op)
+	case algorithms.Reduce:
+		r, err = comm.Reduce(ib, ob, count, o.dtype, o.op, 0)
+	default:
+		err = fmt.Errorf("gotree perf: %v is not supported", o.coll)
 	}
 	if err != nil {
 		comm.WillWait(false)
