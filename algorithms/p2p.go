@@ -23,7 +23,17 @@ type LocalCopy struct {
 // Only rank's entry of Plan.Ranks has steps: the peers plan their own
 // sides, and their counts must match (executors check each message's
 // length). Transfers with zero count are dropped.
-func LocalP2PPlan(coll Collective, nranks, rank, ch int, dt DType, sends, recvs []Transfer, copies []LocalCopy) (*Plan, error) {
+//
+// oneStream > 0 puts everything in one stream instead where every
+// transfer's bytes are at most oneStream: the sends (in the order given),
+// then the copies, then the receives (in the order given). A caller sets it
+// to what a link's free FIFO slots take in one piece, so that no send
+// waits for its receiver and a rank that sends before it receives never
+// waits for itself (as one-shot does); that spares the executor one
+// goroutine per transfer, which on ranks sharing CPUs costs more than the
+// messages (4 ranks on 2 CPUs, a 4 KiB all-to-all through torch: see
+// docs/bench.md).
+func LocalP2PPlan(coll Collective, nranks, rank, ch int, dt DType, sends, recvs []Transfer, copies []LocalCopy, oneStream int64) (*Plan, error) {
 	if nranks < 1 || rank < 0 || rank >= nranks {
 		return nil, badReq("rank %d outside [0, %d)", rank, nranks)
 	}
@@ -74,10 +84,36 @@ func LocalP2PPlan(coll Collective, nranks, rank, ch int, dt DType, sends, recvs 
 	if len(local) > 0 {
 		cp.Streams = append(cp.Streams, local)
 	}
+	if oneStream > 0 && len(cp.Streams) > 1 && fitsOneStream(sends, recvs, int64(dt.Size()), oneStream) {
+		var one Stream
+		for _, s := range cp.Streams { // sends, receives, copies as built
+			if s[0].Prim != Recv {
+				one = append(one, s...)
+			}
+		}
+		for _, s := range cp.Streams {
+			if s[0].Prim == Recv {
+				one = append(one, s...)
+			}
+		}
+		cp.Streams = []Stream{one}
+	}
 	if len(cp.Streams) > 0 {
 		p.Ranks[rank].Channels = []ChannelPlan{cp}
 	}
 	return p, nil
+}
+
+// fitsOneStream says whether every transfer moves at most limit bytes.
+func fitsOneStream(sends, recvs []Transfer, esize, limit int64) bool {
+	for _, l := range [][]Transfer{sends, recvs} {
+		for _, t := range l {
+			if t.Count*esize > limit {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // AllToAllTransfers returns rank's sends, receives and self-copy for an

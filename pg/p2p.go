@@ -400,7 +400,7 @@ func (c *Comm) transferP2P(send bool, buf []byte, count int64, dt algorithms.DTy
 		recvs = t
 		from, to, name, dir = peer, c.rank, "recv", "from"
 	}
-	plan, err := algorithms.LocalP2PPlan(algorithms.SendRecv, c.nranks, c.rank, p2pChannel, dt, sends, recvs, nil)
+	plan, err := algorithms.LocalP2PPlan(algorithms.SendRecv, c.nranks, c.rank, p2pChannel, dt, sends, recvs, nil, 0)
 	if err != nil {
 		return fmt.Errorf("%w: %s: %v", ErrInvalidArgument, name, err)
 	}
@@ -462,8 +462,23 @@ func (c *Comm) allP2PKeys() []p2pKey {
 }
 
 // enqueueP2P queues a point-to-point collective on the ordered queue.
+// p2pOneStream is LocalP2PPlan's oneStream for these transfers: one FIFO
+// slot (what Exec moves in one piece) where every peer is a shared-memory
+// link, so that a small all-to-all, gather or scatter runs in one stream
+// on the caller's goroutine; 0 (a stream per transfer) otherwise.
+func (c *Comm) p2pOneStream(sends, recvs []algorithms.Transfer) int64 {
+	for _, l := range [][]algorithms.Transfer{sends, recvs} {
+		for _, t := range l {
+			if !c.shmLink(t.Peer) {
+				return 0
+			}
+		}
+	}
+	return int64(c.cfg.SlotBytes)
+}
+
 func (c *Comm) enqueueP2P(a collArgs, sends, recvs []algorithms.Transfer, copies []algorithms.LocalCopy) (*Request, error) {
-	plan, err := algorithms.LocalP2PPlan(a.coll, c.nranks, c.rank, p2pChannel, a.dt, sends, recvs, copies)
+	plan, err := algorithms.LocalP2PPlan(a.coll, c.nranks, c.rank, p2pChannel, a.dt, sends, recvs, copies, c.p2pOneStream(sends, recvs))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v: %v", ErrInvalidArgument, a.coll, err)
 	}

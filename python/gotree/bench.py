@@ -1,11 +1,12 @@
 """Collective sweep through torch.distributed: gotree and gloo side by side, results checked.
 
     torchrun --nproc-per-node 4 -m gotree.bench [--sizes 4,4K,64K,1M,64M] [--iters 20]
-        [--coll allreduce|allgather|reducescatter|broadcast]
+        [--coll allreduce|allgather|reducescatter|alltoall|broadcast]
         [--dtype float32] [--op sum] [--backends gotree,gloo] [--json FILE]
 
-Sizes follow nccl-tests: the allreduce and broadcast buffer, the allgather output and
-the reducescatter input (n blocks of one rank's share; at least one element per rank).
+Sizes follow nccl-tests: the allreduce and broadcast buffer, the allgather output,
+the reducescatter input and the alltoall buffer (n blocks of one rank's share; at least
+one element per rank). alltoall is all_to_all_single with equal splits.
 
 Both backends run in the same processes of one torchrun job: the default group is
 gotree, a second group over the same ranks uses gloo. At every size each iteration
@@ -21,7 +22,7 @@ is reported, which takes the barrier's exit skew out of
 small-message latency (nccl-tests style); the default is K = 1. Reported per backend
 and size: median, P95 and the interquartile range (IQR, P75 - P25) of those iteration
 times, busbw = bytes x factor / median with nccl-tests' factors (allreduce 2(n-1)/n,
-allgather and reducescatter (n-1)/n, broadcast 1), and the ratio gloo median / gotree
+allgather, reducescatter and alltoall (n-1)/n, broadcast 1), and the ratio gloo median / gotree
 median (> 1: gotree is faster).
 
 Checks: inputs are small integers in the chosen dtype, so every sum (and min/max/prod)
@@ -38,7 +39,7 @@ import time
 
 DTYPES = ["float32", "float64", "bfloat16", "float16", "int8", "uint8", "int16", "int32", "int64"]
 OPS = ["sum", "max", "min", "prod", "avg"]
-COLLS = ["allreduce", "allgather", "reducescatter", "broadcast"]
+COLLS = ["allreduce", "allgather", "reducescatter", "alltoall", "broadcast"]
 
 
 def parse_size(s):
@@ -177,6 +178,14 @@ def main(argv=None):
             x, full = inputs(n * c)
             return n * c, x, full[rank * c:(rank + 1) * c].clone(), lambda t: torch.empty(c, dtype=dtype), \
                 lambda t, o, g: dist.reduce_scatter_tensor(o, t, op=op, group=g)
+        if args.coll == "alltoall":
+            # block p of rank r's input goes to rank p: rank r receives block r
+            # of every rank's input, in rank order
+            c = max(1, nbytes // esize // n)
+            x = inputs(n * c)[0]
+            want = torch.cat([inputs(n * c, p)[0][rank * c:(rank + 1) * c] for p in range(n)])
+            return n * c, x, want, lambda t: torch.empty(n * c, dtype=dtype), \
+                lambda t, o, g: dist.all_to_all_single(o, t, group=g)
         count = max(1, nbytes // esize)
         if args.coll == "broadcast":
             want = inputs(count, 0)[0]
@@ -185,7 +194,7 @@ def main(argv=None):
         x, want = inputs(count)
         return count, x, want, None, lambda t, o, g: dist.all_reduce(t, op=op, group=g)
 
-    factor = {"allreduce": 2 * (n - 1) / n, "allgather": (n - 1) / n, "reducescatter": (n - 1) / n, "broadcast": 1.0}[args.coll]
+    factor = {"allreduce": 2 * (n - 1) / n, "allgather": (n - 1) / n, "reducescatter": (n - 1) / n, "alltoall": (n - 1) / n, "broadcast": 1.0}[args.coll]
 
     def log(*a):
         if rank == 0:

@@ -284,7 +284,7 @@ def test_wheel_in_fresh_venv_from_another_directory(built, tmp_path):
     assert rc == 0 and "ratio gloo/gotree (step time)" in out and "identical across ranks for each backend: yes" in out, out[-4000:]
     # the side-by-side sweep for every collective it measures (odd world size,
     # sizes not divisible by it): every result checked exactly
-    for coll in ("allreduce", "allgather", "reducescatter", "broadcast"):
+    for coll in ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast"):
         rc, out = run_command(
             [str(vpy), "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=3",
              "-m", "gotree.bench", "--coll", coll, "--sizes", "4,100,65537", "--batch", "3",
