@@ -27,9 +27,9 @@ type LocalCopy struct {
 // oneStream > 0 puts everything in one stream instead where every
 // transfer's bytes are at most oneStream: the sends (in the order given),
 // then the copies, then the receives (in the order given). A caller sets it
-// to what a link's free FIFO slots take in one piece, so that no send
-// waits for its receiver and a rank that sends before it receives never
-// waits for itself (as one-shot does); that spares the executor one
+// to what a link's FIFO holds besides the call's other messages, so that
+// no send waits for its receiver and a rank that sends before it receives
+// never waits for itself (as one-shot does); that spares the executor one
 // goroutine per transfer, which on ranks sharing CPUs costs more than the
 // messages (4 ranks on 2 CPUs, a 4 KiB all-to-all through torch: see
 // docs/bench.md).

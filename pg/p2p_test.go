@@ -3,7 +3,9 @@ package pg
 import (
 	"encoding/binary"
 	"fmt"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -170,4 +172,95 @@ func TestSendRecvBothWays(t *testing.T) {
 	require.Contains(t, err.Error(), "different operation")
 	_, err = comms[0].Send(bufs[0], count, algorithms.Int64, 0)
 	require.ErrorIs(t, err, ErrInvalidArgument)
+}
+
+// Many all-to-alls, gathers and scatters issued back to back without
+// waiting, per-peer sizes at and around the one-stream bound
+// (p2pOneStreamSlots FIFO slots: one stream, sends before receives, just
+// below and at it; a stream per transfer above), zero and uneven
+// counts, one rank issuing late: every call completes and every element
+// is exact (a one-stream plan whose sends waited on a receiver that waits
+// on its own sends would hang here until the timeout).
+func TestAllToAllOneStreamBackToBack(t *testing.T) {
+	for _, n := range []int{3, 4} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			cfg := testConfig()
+			cfg.SlotBytes = 4096
+			comms := startComms(t, n, nil, cfg)
+			bound := int64(p2pOneStreamSlots * cfg.SlotBytes / 8) // int64 elements
+			sizes := []int64{bound, bound + 1, 0, 1, bound - 1, 7, bound, 2 * bound}
+			const calls = 24
+			type call struct {
+				send, recv [][]byte
+				cnt        func(from, to int) int64
+			}
+			cs := make([]call, calls)
+			for j := range cs {
+				base := sizes[j%len(sizes)]
+				cnt := func(from, to int) int64 {
+					if base <= 1 {
+						return base
+					}
+					return base - int64((from+2*to+j)%3) // uneven, all within base
+				}
+				cs[j] = call{send: make([][]byte, n), recv: make([][]byte, n), cnt: cnt}
+				for r := 0; r < n; r++ {
+					var vals []int64
+					var in int64
+					for p := 0; p < n; p++ {
+						for i := int64(0); i < cnt(r, p); i++ {
+							vals = append(vals, int64(j)<<40|int64(r)<<32|int64(p)<<24|i)
+						}
+						in += cnt(p, r)
+					}
+					cs[j].send[r] = i64s(vals)
+					cs[j].recv[r] = make([]byte, 8*in)
+				}
+			}
+			reqs := make([][]*Request, n)
+			var wg sync.WaitGroup
+			for r, c := range comms {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for j := range cs {
+						if r == n-1 && j%5 == 0 {
+							time.Sleep(2 * time.Millisecond) // this rank falls behind now and then
+						}
+						var sc, sd, rc, rd []int64
+						var so, ro int64
+						for p := 0; p < n; p++ {
+							sc, sd = append(sc, cs[j].cnt(r, p)), append(sd, so)
+							rc, rd = append(rc, cs[j].cnt(p, r)), append(rd, ro)
+							so += cs[j].cnt(r, p)
+							ro += cs[j].cnt(p, r)
+						}
+						q, err := c.AllToAll(cs[j].send[r], cs[j].recv[r], sc, sd, rc, rd, algorithms.Int64)
+						if err != nil {
+							t.Errorf("rank %d call %d: %v", r, j, err)
+							return
+						}
+						reqs[r] = append(reqs[r], q)
+					}
+				}()
+			}
+			wg.Wait()
+			for r := range reqs {
+				for j, q := range reqs[r] {
+					require.NoError(t, q.Wait(-1), "rank %d call %d", r, j)
+				}
+			}
+			for j := range cs {
+				for r := 0; r < n; r++ {
+					var off int64
+					for p := 0; p < n; p++ {
+						for i := int64(0); i < cs[j].cnt(p, r); i++ {
+							require.Equal(t, int64(j)<<40|int64(p)<<32|int64(r)<<24|i, getI64(cs[j].recv[r], off+i), "call %d rank %d from %d elem %d", j, r, p, i)
+						}
+						off += cs[j].cnt(p, r)
+					}
+				}
+			}
+		})
+	}
 }
