@@ -90,7 +90,7 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&dt, "d", "float32", "dtype (float32, float64, bfloat16, float16, int32, int64, ...)")
 	fs.StringVar(&op, "o", "sum", "reduction op (sum, prod, min, max, avg)")
 	fs.StringVar(&o.algo, "algo", "auto", fmt.Sprintf("ring, tree, hd (halving-doubling, one host), direct (single-copy, one host), oneshot (up to %d KiB, one host) or auto", algorithms.OneShotMaxBytes>>10))
-	fs.StringVar(&coll, "coll", "allreduce", "allreduce, allgather, reducescatter, broadcast or reduce (root 0); sizes as nccl-tests: the allgather output, the reduce-scatter input")
+	fs.StringVar(&coll, "coll", "allreduce", "allreduce, allgather, reducescatter, broadcast, reduce, alltoall, gather or scatter (root 0); sizes as nccl-tests: the whole buffer of allgather, reducescatter, alltoall, gather and scatter (out of place only for the last three)")
 	fs.BoolVar(&o.asJSON, "json", false, "print JSON instead of the table")
 	fs.IntVar(&o.device, "device", -1, "CUDA buffers: rank r uses device (N+r) mod the device count (-1: host memory)")
 	fs.IntVar(&o.hosts, "hosts", 0, "with --nproc: split the ranks over this many host ids (rank r on host r mod K), as if on K nodes")
@@ -120,11 +120,20 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 			o.coll = algorithms.ReduceScatter
 		case "reduce":
 			o.coll = algorithms.Reduce
+		case "alltoall":
+			o.coll = algorithms.AllToAll
+		case "gather":
+			o.coll = algorithms.Gather
+		case "scatter":
+			o.coll = algorithms.Scatter
 		default:
 			err = fmt.Errorf("unknown collective %q", coll)
 		}
 	}
 	o.onDevice = o.device >= 0
+	if err == nil && o.onDevice && pointToPoint(o.coll) {
+		err = fmt.Errorf("--coll %s: --device runs the collectives with device plans (allreduce, allgather, reducescatter, broadcast, reduce)", coll)
+	}
 	if err == nil && (o.factor < 2 || o.iters < 1 || o.warmup < 0 || o.maxBytes < o.minBytes) {
 		err = errors.New("need -f >= 2, -n >= 1, -w >= 0 and -e >= -b")
 	}
@@ -327,17 +336,37 @@ type perfRow struct {
 // (the allgather's output, the reduce-scatter's input), n blocks of one
 // rank's count.
 func perRankDivisor(c algorithms.Collective, n int) int64 {
-	if c == algorithms.AllGather || c == algorithms.ReduceScatter {
+	if c == algorithms.AllGather || c == algorithms.ReduceScatter || pointToPoint(c) {
 		return int64(n)
 	}
 	return 1
+}
+
+// pointToPoint says whether gotree runs c as point-to-point transfers
+// (no ring or tree plan, no in-place form).
+func pointToPoint(c algorithms.Collective) bool {
+	return c == algorithms.AllToAll || c == algorithms.Gather || c == algorithms.Scatter
+}
+
+// perfCounts is each rank's input and output element count for count
+// elements per rank (one block).
+func perfCounts(c algorithms.Collective, count int64, n int) (in, out int64) {
+	switch c {
+	case algorithms.AllToAll:
+		return int64(n) * count, int64(n) * count
+	case algorithms.Gather:
+		return count, int64(n) * count
+	case algorithms.Scatter:
+		return int64(n) * count, count
+	}
+	return algorithms.BufferCounts(c, count, n)
 }
 
 func busFactor(c algorithms.Collective, n int) float64 {
 	switch c {
 	case algorithms.AllReduce:
 		return 2 * float64(n-1) / float64(n)
-	case algorithms.AllGather, algorithms.ReduceScatter:
+	case algorithms.AllGather, algorithms.ReduceScatter, algorithms.AllToAll, algorithms.Gather, algorithms.Scatter:
 		return float64(n-1) / float64(n)
 	}
 	return 1
@@ -353,7 +382,7 @@ func perfRun(o perfOpts, uid pg.UniqueID, rank, n int, cfg pg.Config, stdout, st
 	esize := int64(o.dtype.Size())
 	per := perRankDivisor(o.coll, n)
 	maxCount := max(o.maxBytes/esize/per, 1) // elements per rank (allgather's input, reduce-scatter's output)
-	inCount, outCount := algorithms.BufferCounts(o.coll, maxCount, n)
+	inCount, outCount := perfCounts(o.coll, maxCount, n)
 	if o.coll == algorithms.ReduceScatter {
 		outCount = inCount // in place, the input is the receive buffer
 	}
@@ -375,6 +404,9 @@ func perfRun(o perfOpts, uid pg.UniqueID, rank, n int, cfg pg.Config, stdout, st
 	}
 	if rank == 0 && !o.asJSON {
 		fmt.Fprintf(stdout, "# gotree perf: %v, %d ranks, algo %s, dtype %v, op %v, %d iterations after %d warm-up, %s\n", o.coll, n, o.algo, o.dtype, o.op, o.iters, o.warmup, mem)
+		if pointToPoint(o.coll) {
+			fmt.Fprintf(stdout, "# %v runs as point-to-point transfers: out of place only (the in-place columns stay 0), no memory-traffic bound\n", o.coll)
+		}
 		fmt.Fprintf(stdout, "#%11s %12s %9s %6s %5s   %9s %7s %7s %6s   %9s %7s %7s %6s   %9s %9s %6s   %7s %9s %6s %6s   %11s %3s\n",
 			"size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "median", "p95", "cv",
 			"copybw", "bound", "%bnd", "%bnd", "algo", "ch")
@@ -389,6 +421,9 @@ func perfRun(o perfOpts, uid pg.UniqueID, rank, n int, cfg pg.Config, stdout, st
 		count := size / esize / per // per rank; the row counts the whole buffer, as nccl-tests
 		row := perfRow{Bytes: count * per * esize, Count: count * per, Type: o.dtype.String(), Op: o.op.String(), Root: 0}
 		for pass, inplace := range []bool{false, true} {
+			if inplace && pointToPoint(o.coll) {
+				continue
+			}
 			times, wrong, err := perfSize(comm, o, count, mem, inplace)
 			if err != nil {
 				fmt.Fprintf(stderr, "gotree perf: rank %d: size %d: %v\n", rank, size, err)
@@ -403,7 +438,9 @@ func perfRun(o perfOpts, uid pg.UniqueID, rank, n int, cfg pg.Config, stdout, st
 				row.InTime, row.InAlgBW, row.InBusBW, row.InWrong = med, alg, alg*busFactor(o.coll, n), wrong
 			}
 		}
-		if err := mem.bound(comm, o, count, &row); err != nil {
+		if pointToPoint(o.coll) {
+			row.PlanAlgo, row.PlanChannels = "p2p", 1
+		} else if err := mem.bound(comm, o, count, &row); err != nil {
 			fmt.Fprintf(stderr, "gotree perf: rank %d: size %d: memory-traffic bound: %v\n", rank, size, err)
 			return 1
 		}
@@ -447,7 +484,7 @@ func perfRun(o perfOpts, uid pg.UniqueID, rank, n int, cfg pg.Config, stdout, st
 func perfSize(comm *pg.Comm, o perfOpts, count int64, mem perfMem, inplace bool) ([]float64, int64, error) {
 	n := comm.Size()
 	esize := int64(o.dtype.Size())
-	inCount, outCount := algorithms.BufferCounts(o.coll, count, n)
+	inCount, outCount := perfCounts(o.coll, count, n)
 	// The input: the send buffer, or in place a region of the receive
 	// buffer (allgather: this rank's block); in place, a reduce-scatter's
 	// output is this rank's block of its input (NCCL's layout).
@@ -660,6 +697,14 @@ func perfWant(o perfOpts, rank, n int, count, i int64) int64 {
 		return perfValue(o.dtype, 0, i)
 	case algorithms.ReduceScatter:
 		i += int64(rank) * count // this rank's block of the inputs
+	case algorithms.AllToAll: // block p comes from rank p: its block for this rank
+		c := max(count, 1)
+		return perfValue(o.dtype, int(i/c), int64(rank)*count+i%c)
+	case algorithms.Gather: // on the root (rank 0): every rank's input in rank order
+		c := max(count, 1)
+		return perfValue(o.dtype, int(i/c), i%c)
+	case algorithms.Scatter: // the root's block for this rank
+		return perfValue(o.dtype, 0, int64(rank)*count+i)
 	}
 	acc := perfValue(o.dtype, 0, i)
 	for r := 1; r < n; r++ {
@@ -692,10 +737,10 @@ func perfWant(o perfOpts, rank, n int, count, i int64) int64 {
 }
 
 func checkPerf(out []byte, o perfOpts, rank, n int, count int64) int64 {
-	if o.coll == algorithms.Reduce && rank != 0 {
+	if (o.coll == algorithms.Reduce || o.coll == algorithms.Gather) && rank != 0 {
 		return 0 // only the root's output is written
 	}
-	_, outCount := algorithms.BufferCounts(o.coll, count, n)
+	_, outCount := perfCounts(o.coll, count, n)
 	es := int64(o.dtype.Size())
 	outCount = min(outCount, int64(len(out))/es)
 	want := make([]int64, min(outCount, perfBlock))

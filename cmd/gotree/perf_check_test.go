@@ -188,13 +188,15 @@ func TestPerfCheckAgreesWithReference(t *testing.T) {
 
 // gotree perf for every collective it offers on 3 ranks of this process
 // (host memory): every row checked without a wrong element, out of place
-// and in place; sizes as nccl-tests (allgather and reduce-scatter count
-// the whole buffer, a multiple of 3 elements, algbw = those bytes / time),
-// busbw = algbw × the collective's factor.
+// and in place (all-to-all, gather and scatter: out of place only); sizes
+// as nccl-tests (allgather, reduce-scatter, all-to-all, gather and scatter
+// count the whole buffer, a multiple of 3 elements, algbw = those bytes /
+// time), busbw = algbw × the collective's factor.
 func TestPerfCollectives(t *testing.T) {
 	const n = 3
 	cfg := pg.Config{Timeout: 30 * time.Second, SocketIfname: "lo"}
-	for _, coll := range []algorithms.Collective{algorithms.AllReduce, algorithms.AllGather, algorithms.ReduceScatter, algorithms.Broadcast, algorithms.Reduce} {
+	for _, coll := range []algorithms.Collective{algorithms.AllReduce, algorithms.AllGather, algorithms.ReduceScatter, algorithms.Broadcast, algorithms.Reduce,
+		algorithms.AllToAll, algorithms.Gather, algorithms.Scatter} {
 		o := perfOpts{minBytes: 4, maxBytes: 1 << 16, factor: 13, iters: 2, warmup: 1, check: 1, dtype: algorithms.Int32,
 			op: algorithms.Sum, algo: "auto", coll: coll, asJSON: true, timeout: cfg.Timeout}
 		uid, err := pg.NewUniqueID(cfg)
@@ -216,7 +218,7 @@ func TestPerfCollectives(t *testing.T) {
 		}
 		require.NoError(t, json.Unmarshal(outs[0].Bytes(), &res), outs[0].String())
 		per := int64(1)
-		if coll == algorithms.AllGather || coll == algorithms.ReduceScatter {
+		if coll == algorithms.AllGather || coll == algorithms.ReduceScatter || pointToPoint(coll) {
 			per = n
 		}
 		var want []int64
@@ -229,6 +231,12 @@ func TestPerfCollectives(t *testing.T) {
 			assert.Equal(t, row.Bytes/4, row.Count, "%v size %d: count", coll, row.Bytes)
 			assert.Zero(t, row.OutWrong, "%v size %d out of place", coll, row.Bytes)
 			assert.Zero(t, row.InWrong, "%v size %d in place", coll, row.Bytes)
+			if pointToPoint(coll) {
+				assert.Zero(t, row.InTime, "%v: no in-place form", coll)
+				assert.Equal(t, "p2p", row.PlanAlgo)
+			} else {
+				assert.Positive(t, row.InTime, "%v size %d: in place timed", coll, row.Bytes)
+			}
 			assert.InDelta(t, float64(row.Bytes)/(row.OutTime*1e3), row.OutAlgBW, 1e-9*row.OutAlgBW+1e-12, "%v algbw", coll)
 			assert.InDelta(t, row.OutAlgBW*busFactor(coll, n), row.OutBusBW, 1e-12, "%v busbw", coll)
 		}

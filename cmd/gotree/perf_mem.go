@@ -63,6 +63,16 @@ func (m *hostMem) run(comm *pg.Comm, o perfOpts, in, out perfRegion, count int64
 		r, err = comm.ReduceScatter(ib, ob, count, o.dtype, o.op)
 	case algorithms.Reduce:
 		r, err = comm.Reduce(ib, ob, count, o.dtype, o.op, 0)
+	case algorithms.AllToAll:
+		counts, displs := make([]int64, comm.Size()), make([]int64, comm.Size())
+		for p := range counts {
+			counts[p], displs[p] = count, int64(p)*count
+		}
+		r, err = comm.AllToAll(ib, ob, counts, displs, counts, displs, o.dtype)
+	case algorithms.Gather:
+		r, err = comm.Gather(ib, ob, count, o.dtype, 0)
+	case algorithms.Scatter:
+		r, err = comm.Scatter(ib, ob, count, o.dtype, 0)
 	default:
 		err = fmt.Errorf("gotree perf: %v is not supported", o.coll)
 	}
