@@ -469,12 +469,7 @@ func issueCollective(c *pg.Comm, kind int, name string, send, recv unsafe.Pointe
 	case collReduceScatter:
 		return c.ReduceScatter(sb, rb, cnt, dt, op)
 	case collAllToAll:
-		counts := make([]int64, c.Size())
-		displs := make([]int64, c.Size())
-		for p := range counts {
-			counts[p], displs[p] = cnt, int64(p)*cnt
-		}
-		return c.AllToAll(sb, rb, counts, displs, counts, displs, dt)
+		return c.AllToAllEqual(sb, rb, cnt, dt)
 	case collGather:
 		return c.Gather(sb, rb, cnt, dt, root)
 	case collScatter:

@@ -254,6 +254,16 @@ func (c *Comm) AllToAll(send, recv []byte, sendCounts, sendDispls, recvCounts, r
 		sendCounts: append([]int64(nil), sendCounts...), recvCounts: append([]int64(nil), recvCounts...)}, sends, recvs, copies)
 }
 
+// AllToAllEqual is AllToAll with count elements to and from every rank,
+// block p of send to rank p and block p of recv from it.
+func (c *Comm) AllToAllEqual(send, recv []byte, count int64, dt algorithms.DType) (*Request, error) {
+	counts, displs := make([]int64, c.nranks), make([]int64, c.nranks)
+	for p := range counts {
+		counts[p], displs[p] = count, int64(p)*count
+	}
+	return c.AllToAll(send, recv, counts, displs, counts, displs, dt)
+}
+
 func checkSplits(coll, what string, b []byte, counts, displs []int64, dt algorithms.DType) error {
 	if len(displs) != len(counts) {
 		return fmt.Errorf("%w: %s: %d %s counts but %d displacements", ErrInvalidArgument, coll, len(counts), what, len(displs))

@@ -109,26 +109,7 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 		o.op, err = algorithms.ParseOp(op)
 	}
 	if err == nil {
-		switch coll {
-		case "allreduce":
-			o.coll = algorithms.AllReduce
-		case "allgather":
-			o.coll = algorithms.AllGather
-		case "broadcast":
-			o.coll = algorithms.Broadcast
-		case "reducescatter", "reduce_scatter":
-			o.coll = algorithms.ReduceScatter
-		case "reduce":
-			o.coll = algorithms.Reduce
-		case "alltoall":
-			o.coll = algorithms.AllToAll
-		case "gather":
-			o.coll = algorithms.Gather
-		case "scatter":
-			o.coll = algorithms.Scatter
-		default:
-			err = fmt.Errorf("unknown collective %q", coll)
-		}
+		o.coll, err = perfCollective(coll)
 	}
 	o.onDevice = o.device >= 0
 	if err == nil && o.onDevice && pointToPoint(o.coll) {
@@ -329,6 +310,21 @@ type perfRow struct {
 	// algorithm) and its number of channels.
 	PlanAlgo     string `json:"plan_algo"`
 	PlanChannels int    `json:"plan_channels"`
+}
+
+// perfCollective is the collective --coll names: its Collective.String
+// name ("reduce_scatter" too); send/recv is not a collective here.
+func perfCollective(name string) (algorithms.Collective, error) {
+	want := name
+	if want == "reduce_scatter" {
+		want = "reducescatter"
+	}
+	for c := algorithms.AllReduce; c < algorithms.SendRecv; c++ {
+		if c.String() == want {
+			return c, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown collective %q", name)
 }
 
 // perRankDivisor is what a size divides by into the elements per rank:

@@ -64,11 +64,7 @@ func (m *hostMem) run(comm *pg.Comm, o perfOpts, in, out perfRegion, count int64
 	case algorithms.Reduce:
 		r, err = comm.Reduce(ib, ob, count, o.dtype, o.op, 0)
 	case algorithms.AllToAll:
-		counts, displs := make([]int64, comm.Size()), make([]int64, comm.Size())
-		for p := range counts {
-			counts[p], displs[p] = count, int64(p)*count
-		}
-		r, err = comm.AllToAll(ib, ob, counts, displs, counts, displs, o.dtype)
+		r, err = comm.AllToAllEqual(ib, ob, count, o.dtype)
 	case algorithms.Gather:
 		r, err = comm.Gather(ib, ob, count, o.dtype, 0)
 	case algorithms.Scatter:
