@@ -50,6 +50,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -78,6 +79,14 @@ template <typename O>
 bool isAsyncOp(const O&, long) {
   return true;
 }
+
+// Marks options as a synchronous call where they carry asyncOp.
+template <typename O>
+auto setSyncOp(O& o, int) -> decltype(o.asyncOp, void()) {
+  o.asyncOp = false;
+}
+template <typename O>
+void setSyncOp(O&, long) {}
 
 // Backend::split(store, ranks, options), which ProcessGroup::splitGroup
 // (torch.distributed.split_group) calls, exists from torch 2.9 on.
@@ -544,8 +553,8 @@ void* streamHandle(const c10::Stream& s) {
 #endif
 }
 
-void checkTensor(const at::Tensor& t, const char* coll, const std::string& what) {
-  TORCH_CHECK_VALUE(t.defined(), "gotree: ", coll, ": ", what, " is undefined");
+// The tensor lives on the CPU or on a CUDA device this process can use.
+void checkDevice(const at::Tensor& t, const char* coll, const std::string& what) {
   if (t.device().is_cuda()) {
     // Refused before any data is touched.
     std::string why = noCudaStream(t.device());
@@ -558,9 +567,15 @@ void checkTensor(const at::Tensor& t, const char* coll, const std::string& what)
         t.device().is_cpu(), "gotree: ", coll, ": ", what, " is on device ",
         t.device().str(), "; only CPU and CUDA tensors are supported");
   }
+}
+
+void checkTensor(const at::Tensor& t, const char* coll, const std::string& what) {
+  TORCH_CHECK_VALUE(t.defined(), "gotree: ", coll, ": ", what, " is undefined");
+  checkDevice(t, coll, what);
   TORCH_CHECK(
       t.layout() == at::kStrided, "gotree: ", coll, ": ", what,
-      " has layout ", t.layout(), "; only dense (strided) tensors are supported");
+      " has layout ", t.layout(), "; only dense (strided) tensors are supported",
+      std::string(coll) == "allreduce" ? " (and sparse COO tensors, for SUM)" : "");
   TORCH_CHECK(
       !t.is_quantized(), "gotree: ", coll, ": ", what,
       " is quantized; quantized tensors are not supported");
@@ -1073,10 +1088,15 @@ class GotreeBackend : public c10d::Backend {
     const char* coll = "allreduce";
     checkUsable(coll);
     const at::Tensor& t = single(tensors, coll, "tensors");
+    if (t.defined() && t.layout() == at::kSparse) {
+      return allreduceSparse(t, opts);
+    }
     checkTensor(t, coll, "the tensor");
     checkWritable(t, coll, "the tensor");
     TORCH_CHECK_VALUE(
-        !opts.sparseIndices.has_value(), "gotree: sparse allreduce is not supported");
+        !opts.sparseIndices.has_value(), "gotree: allreduce with sparse indices "
+        "for a dense tensor (NCCL's allreduce_sparse) is not supported; pass a "
+        "sparse COO tensor instead");
     ReducePlan p = planReduce(t.scalar_type(), opts.reduceOp, coll);
     auto work = makeWork(c10d::OpType::ALLREDUCE, coll, {t}, {}, opts);
     work->detail_ = c10::str(describe(t), ", ", opName(opts.reduceOp.op_));
@@ -1084,6 +1104,158 @@ class GotreeBackend : public c10d::Backend {
       addAllreduce(work, t, p, calls);
     });
     return work;
+  }
+
+  // allreduce of a sparse COO tensor, SUM only (as gloo offers it): the
+  // sum of sparse tensors is sparse, with a number of elements no rank
+  // knows in advance, so the ranks exchange what they hold and each builds
+  // the sum itself. Two exchanges: a fixed-size header per rank (dtype,
+  // dims, sizes, nnz; checked to agree), then every rank's coalesced indices
+  // and values as bytes (all-gather, sized by the headers). Each rank
+  // concatenates the pieces in rank order and coalesces, which adds the
+  // duplicates in the same order everywhere: every rank gets the same bits.
+  // The tensor is then replaced by the sum (its nnz changes), as with gloo.
+  //
+  // The call completes on the calling thread before it returns (the second
+  // exchange depends on the first), holding issueMu_ throughout so that no
+  // other thread's collective slips in between the two on some rank.
+  // A CUDA tensor goes through host memory.
+  static constexpr int64_t kSparseMaxDims = 32;
+  static constexpr int64_t kSparseHeader = 5 + kSparseMaxDims;
+
+  c10::intrusive_ptr<c10d::Work> allreduceSparse(
+      const at::Tensor& t, const c10d::AllreduceOptions& opts) {
+    const char* coll = "allreduce";
+    checkDevice(t, coll, "the sparse tensor");
+    TORCH_CHECK_VALUE(
+        opts.reduceOp.op_ == c10d::ReduceOp::SUM, "gotree: allreduce of a "
+        "sparse tensor supports ReduceOp.SUM only (as gloo), got ",
+        opName(opts.reduceOp.op_));
+    TORCH_CHECK_VALUE(
+        !opts.sparseIndices.has_value(), "gotree: allreduce: sparse indices "
+        "were passed with a sparse tensor; pass the sparse COO tensor alone");
+    TORCH_CHECK_VALUE(
+        t.dim() <= kSparseMaxDims, "gotree: allreduce: the sparse tensor has ",
+        t.dim(), " dimensions; at most ", kSparseMaxDims, " are supported");
+    std::lock_guard<std::recursive_mutex> g(issueMu_);
+    TORCH_CHECK_VALUE(
+        !coalescing_, "gotree: allreduce of a sparse tensor cannot be part of "
+        "a coalesced batch (it completes before it returns); issue it outside "
+        "the coalescing manager");
+    at::AutoDispatchBelowAutograd belowAutograd;  // the sum is data, not a graph
+    const int n = getSize();
+    at::Tensor local = t.to(at::kCPU).coalesce();
+    const int64_t sparseDim = local.sparse_dim();
+    const int64_t denseDim = local.dense_dim();
+
+    at::Tensor header = at::zeros({kSparseHeader}, at::kLong);
+    int64_t* h = header.data_ptr<int64_t>();
+    h[0] = static_cast<int64_t>(local.scalar_type());
+    h[1] = sparseDim;
+    h[2] = denseDim;
+    h[3] = local._nnz();
+    h[4] = local.dim();
+    for (int64_t d = 0; d < local.dim(); d++) {
+      h[5 + d] = local.size(d);
+    }
+    at::Tensor headers = at::empty({n * kSparseHeader}, at::kLong);
+    c10d::AllgatherOptions ag;
+    ag.timeout = opts.timeout;
+    setSyncOp(ag, 0);
+    sparsePart(_allgather_base(headers, header, ag), "exchanging the tensors' shapes");
+
+    const int64_t* all = headers.data_ptr<int64_t>();
+    auto shapeOf = [&](int r) {
+      const int64_t* hr = all + r * kSparseHeader;
+      const int64_t dims = std::min(std::max<int64_t>(hr[4], 0), kSparseMaxDims);
+      std::vector<int64_t> sizes(hr + 5, hr + 5 + dims);
+      auto dt = static_cast<at::ScalarType>(hr[0]);
+      return c10::str(
+          "sizes ", c10::IntArrayRef(sizes), ", sparse_dim ", hr[1], ", ",
+          hr[0] >= 0 && hr[0] < static_cast<int64_t>(at::ScalarType::NumOptions)
+              ? dtypeName(dt) : c10::str("dtype #", hr[0]));
+    };
+    const int me = getRank();
+    for (int r = 0; r < n; r++) {
+      const int64_t* hr = all + r * kSparseHeader;
+      // Every field but nnz must agree (every rank checks the same table,
+      // so every rank raises the same error).
+      bool same = std::equal(hr, hr + 3, all) &&
+          std::equal(hr + 4, hr + kSparseHeader, all + 4);
+      if (!same) {
+        C10_THROW_ERROR(
+            DistBackendError,
+            c10::str("gotree: allreduce of a sparse tensor: rank ", r,
+                     " passed ", shapeOf(r), ", rank 0 ", shapeOf(0),
+                     " (this is rank ", me, "); every rank must pass the same "
+                     "shape, sparse_dim and dtype"));
+      }
+    }
+
+    // Rank r's bytes: its indices (sparse_dim x nnz int64), then its values
+    // (nnz x the dense sizes).
+    at::Tensor indices = local._indices().contiguous();
+    at::Tensor values = local._values().contiguous();
+    const int64_t denseNumel = c10::multiply_integers(local.sizes().slice(sparseDim));
+    const int64_t rowBytes = sparseDim * 8 + denseNumel * values.element_size();
+    at::Tensor send = at::empty({local._nnz() * rowBytes}, at::kByte);
+    const int64_t idxBytes = indices.numel() * 8;
+    if (idxBytes) {
+      std::memcpy(send.data_ptr(), indices.data_ptr(), idxBytes);
+    }
+    if (values.nbytes()) {
+      std::memcpy(static_cast<char*>(send.data_ptr()) + idxBytes,
+                  values.data_ptr(), values.nbytes());
+    }
+    std::vector<std::vector<at::Tensor>> outs(1);
+    for (int r = 0; r < n; r++) {
+      outs[0].push_back(at::empty({all[r * kSparseHeader + 3] * rowBytes}, at::kByte));
+    }
+    std::vector<at::Tensor> ins{send};
+    sparsePart(allgather(outs, ins, ag), "gathering the indices and values");
+
+    std::vector<at::Tensor> idxs, vals;
+    std::vector<int64_t> valShape(local.sizes().begin() + sparseDim, local.sizes().end());
+    valShape.insert(valShape.begin(), 0);
+    for (int r = 0; r < n; r++) {
+      const int64_t nnz = all[r * kSparseHeader + 3];
+      const char* src = static_cast<const char*>(outs[0][r].data_ptr());
+      at::Tensor ir = at::empty({sparseDim, nnz}, at::kLong);
+      valShape[0] = nnz;
+      at::Tensor vr = at::empty(valShape, values.options());
+      if (ir.nbytes()) {
+        std::memcpy(ir.data_ptr(), src, ir.nbytes());
+      }
+      if (vr.nbytes()) {
+        std::memcpy(vr.data_ptr(), src + ir.nbytes(), vr.nbytes());
+      }
+      idxs.push_back(ir);
+      vals.push_back(vr);
+    }
+    at::Tensor sum = at::sparse_coo_tensor(
+                         at::cat(idxs, 1), at::cat(vals, 0), local.sizes(),
+                         local.options())
+                         .coalesce();
+    t.copy_(sum.to(t.device()));
+
+    auto work = makeWork(c10d::OpType::ALLREDUCE, coll, {t}, {}, opts);
+    work->seq_ = seq_;
+    work->detail_ = c10::str("sparse ", t.sizes(), " x ", dtypeName(t.scalar_type()),
+                             ", nnz ", local._nnz(), " -> ", sum._nnz(), ", SUM");
+    work->finish(nullptr);
+    return work;
+  }
+
+  // Waits for one exchange of a sparse allreduce, naming it on failure.
+  static void sparsePart(const c10::intrusive_ptr<c10d::Work>& w, const char* what) {
+    try {
+      w->wait();
+    } catch (const c10::Error& e) {
+      C10_THROW_ERROR(
+          DistBackendError,
+          c10::str("gotree: allreduce of a sparse tensor failed while ", what,
+                   ": ", e.what_without_backtrace()));
+    }
   }
 
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
@@ -1942,7 +2114,7 @@ class GotreeBackend : public c10d::Backend {
   }
 
   void startCoalescing() override {
-    std::lock_guard<std::mutex> g(issueMu_);
+    std::lock_guard<std::recursive_mutex> g(issueMu_);
     TORCH_CHECK(!coalescing_, "gotree: startCoalescing called twice without endCoalescing");
     coalescing_ = true;
     coalesced_.clear();
@@ -1951,7 +2123,7 @@ class GotreeBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> endCoalescing() override {
     std::vector<c10::intrusive_ptr<GotreeWork>> children;
     {
-      std::lock_guard<std::mutex> g(issueMu_);
+      std::lock_guard<std::recursive_mutex> g(issueMu_);
       TORCH_CHECK(coalescing_, "gotree: endCoalescing without startCoalescing");
       coalescing_ = false;
       children.swap(coalesced_);
@@ -1975,7 +2147,7 @@ class GotreeBackend : public c10d::Backend {
       markOnStream(*work);
     }
     {
-      std::lock_guard<std::mutex> g(issueMu_);
+      std::lock_guard<std::recursive_mutex> g(issueMu_);
       work->seq_ = seq_;
       enqueue(work);
     }
@@ -2421,7 +2593,7 @@ class GotreeBackend : public c10d::Backend {
     const bool sync = work->sync_ && !coalescing_ && !p2p && idle();
     const bool announce = sync && !work->explicitTimeout_ && calls.size() == 1 && !onDevice;
     const Api& a = api();
-    std::unique_lock<std::mutex> issue(issueMu_);
+    std::unique_lock<std::recursive_mutex> issue(issueMu_);
     work->seq_ = p2p ? seq_ : ++seq_;
     gotree_status_t st = GOTREE_SUCCESS;
     for (auto& call : calls) {
@@ -2742,7 +2914,9 @@ class GotreeBackend : public c10d::Backend {
   uint64_t seq_ = 0;
   bool coalescing_ = false;                               // under issueMu_
   std::vector<c10::intrusive_ptr<GotreeWork>> coalesced_;  // under issueMu_
-  std::mutex issueMu_;
+  // Recursive: a sparse allreduce holds it across the collectives it is
+  // made of, which take it again each.
+  std::recursive_mutex issueMu_;
   std::mutex splitMu_;
   std::string lastSplitName_;  // the group, store and backend of the last split
   // A weak reference keeps the store's memory, so no later store can take

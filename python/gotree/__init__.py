@@ -51,7 +51,11 @@ Semantics (CPU tensors):
 * groups: new_group, and split_group (supports_splitting, torch >= 2.9:
   each split is a new communicator of the ranks listed, bootstrapped
   through the parent's store; ranks left out get None).
-* not offered: sparse allreduce.
+* sparse COO tensors: all_reduce with SUM (as gloo): every rank's indices
+  and values are gathered, and the tensor is replaced by the coalesced sum
+  (identical on every rank; CUDA ones go through host memory). The call
+  completes before it returns, even with async_op=True; other ops, and
+  sparse tensors in any other collective, are refused.
 * LD_BIND_NOW=1 is not supported (libgotree.so binds NVML lazily).
 * $GOTREE_LIBRARY overrides the path of libgotree.so.
 

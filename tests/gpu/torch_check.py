@@ -138,6 +138,20 @@ def main():
         dist.scatter(out, scatter_list=ins, src=0)
         check(f"scatter {tag}", out, ar(n) + 1000 * rank + 7)
 
+    # Sparse COO allreduce (SUM) of CUDA tensors, through host memory: rank r
+    # holds value r+1 at indices r..r+9 (one duplicate at r), so index i sums
+    # the ranks r with r <= i <= r+9, and index r also gets r+1 once more.
+    idx = torch.tensor([list(range(rank, rank + 10)) + [rank]], device=dev)
+    sp = torch.sparse_coo_tensor(idx, torch.full((11,), float(rank + 1), device=dev), (world + 10,))
+    dist.all_reduce(sp)
+    want = torch.zeros(world + 10)
+    for r in range(world):
+        want[r:r + 10] += r + 1
+        want[r] += r + 1
+    if not (sp.is_sparse and sp.device == dev):
+        fails.append(f"sparse all_reduce: result is sparse={sp.is_sparse} on {sp.device}, want sparse on {dev}")
+    check("sparse all_reduce cuda", sp.to_dense(), want.to(dev))
+
     # Stream semantics: the input is written by a slow kernel on the current
     # stream just before the call; async work, then a kernel after wait().
     n = 1 << 24

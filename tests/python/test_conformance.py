@@ -17,6 +17,7 @@ pytest.importorskip("expecttest", reason="torch.testing._internal needs the expe
 SUBSET = [
     "test_all_reduce_sum",
     "test_all_reduce_coalesced_sum",
+    "test_sparse_all_reduce_sum",
     "test_all_to_all_single_unequal_split",
     "test_batch_isend_irecv_gloo",
     "test_broadcast",

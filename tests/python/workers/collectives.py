@@ -346,6 +346,81 @@ def check_coalesced(c, rank, n):
     c.check(torch.equal(z2, a[0]), "functional broadcast")
 
 
+SPARSE_DTYPES = [torch.float32, torch.float64, torch.int64, torch.int32, torch.bfloat16, torch.float16]
+
+
+def sparse_input(tag, rank, n, sizes, sparse_dim, nnz, dtype):
+    """Rank `rank`'s sparse COO tensor: nnz entries at random indices, duplicates
+    left uncoalesced (so the backend must add them), values of `dtype`."""
+    g = gen("sparse", tag, rank, nnz, str(dtype))
+    idx = torch.stack([torch.randint(0, sizes[d], (nnz,), generator=g) for d in range(sparse_dim)]) if sparse_dim else torch.zeros(0, nnz, dtype=torch.int64)
+    shape = (nnz,) + tuple(sizes[sparse_dim:])
+    if dtype.is_floating_point:
+        vals = (torch.randn(shape, generator=g, dtype=torch.float64) * 4).to(dtype)
+    else:
+        vals = torch.randint(-1000, 1000, shape, generator=g, dtype=torch.int64).to(dtype)
+    return torch.sparse_coo_tensor(idx, vals, sizes, check_invariants=True)
+
+
+def check_sparse(c, rank, n):
+    """allreduce of sparse COO tensors (SUM, as gloo): the result is the sum of every
+    rank's tensor, coalesced, and holds exactly the union of the ranks' indices."""
+    cases = [
+        ("1d", (101,), 1, lambda r: 3 * r + 5),
+        ("empty-rank0", (13,), 1, lambda r: 0 if r == 0 else 7),
+        ("all-empty", (13,), 1, lambda r: 0),
+        ("2d", (7, 11), 2, lambda r: 17 + r),
+        ("hybrid", (29, 3, 2), 1, lambda r: 4 + 2 * r),  # rows of dense 3x2 blocks (embedding-style)
+        ("many", (5000, 4), 1, lambda r: 2000 + 97 * r),
+    ]
+    for tag, sizes, sdim, nnz_of in cases:
+        for dtype in SPARSE_DTYPES:
+            inputs = [sparse_input(tag, r, n, sizes, sdim, nnz_of(r), dtype) for r in range(n)]
+            t = inputs[rank].clone()
+            what = f"sparse allreduce {tag} {list(sizes)} {dtype}"
+            if tag == "1d" and dtype == torch.float32:
+                w = dist.all_reduce(t, async_op=True)
+                w.wait()
+                c.check(w.get_future().wait()[0] is t or torch.equal(w.get_future().wait()[0].to_dense(), t.to_dense()),
+                        f"{what}: the future's value is the result")
+            else:
+                dist.all_reduce(t)
+            c.check(t.is_sparse and t.is_coalesced(), f"{what}: result is a coalesced sparse tensor")
+            c.check(t.dtype == dtype and tuple(t.shape) == sizes, f"{what}: dtype/shape kept ({t.dtype}, {tuple(t.shape)})")
+            union = torch.cat([x.coalesce().indices() for x in inputs], 1)
+            n_unique = torch.unique(union, dim=1).shape[1] if union.shape[1] else 0
+            c.check(t._nnz() == n_unique, f"{what}: nnz {t._nnz()}, expected {n_unique} (the union of the ranks' indices)")
+            wide = torch.float64 if dtype.is_floating_point else torch.int64
+            ref = sum(x.to_dense().to(wide) for x in inputs)
+            got = t.to_dense().to(wide)
+            if dtype.is_floating_point:
+                scale = sum(x.to_dense().to(wide).abs() for x in inputs)
+                per_elem_terms = max(n * (max(nnz_of(r) for r in range(n)) or 1), 1)
+                tol = (per_elem_terms + 2) * torch.finfo(dtype).eps * scale + torch.finfo(dtype).tiny
+                ok = bool(((got - ref).abs() <= tol).all())
+            else:
+                ok = torch.equal(got, ref)
+            c.check(ok, f"{what}: values match the float64/int64 sum (max err {(got - ref).abs().max().item() if got.numel() else 0})")
+    # every rank ends with the same bits (gathered as dense bytes)
+    t = sparse_input("same", rank, n, (64,), 1, 40, torch.float32)
+    dist.all_reduce(t)
+    dense = t.to_dense()
+    all_dense = [torch.empty_like(dense) for _ in range(n)]
+    dist.all_gather(all_dense, dense)
+    c.check(all(torch.equal(all_dense[0], d) for d in all_dense), "sparse allreduce: identical result on every rank")
+    # a shape that differs between ranks fails on every rank, naming both, and the
+    # group stays usable
+    if n >= 2:
+        bad = sparse_input("bad", rank, n, (10 + (rank == n - 1),), 1, 3, torch.float32)
+        c.expect_raises(lambda: dist.all_reduce(bad), ["rank " + str(n - 1), "[11]", "[10]", "same shape"],
+                        "sparse allreduce with mismatched sizes")
+        t = torch.ones(3)
+        dist.all_reduce(t)
+        c.check(torch.equal(t, torch.full((3,), float(n))), "dense allreduce after a refused sparse one")
+    c.expect_raises(lambda: dist.all_reduce(sparse_input("op", rank, n, (8,), 1, 2, torch.float32), op=ReduceOp.MAX),
+                    ["sparse", "SUM only", "MAX"], "sparse allreduce with MAX", (ValueError,))
+
+
 def check_misc(c, rank, n):
     dist.barrier()
     works = [dist.barrier(async_op=True) for _ in range(3)]
@@ -806,7 +881,7 @@ def main():
     dist.init_process_group(backend="gotree")
     c = Checker("collectives")
     rank, n = dist.get_rank(), dist.get_world_size()
-    only = os.environ.get("GOTREE_TEST_ONLY", "allreduce,more_dtypes,broadcast,allgather,coalesced,misc,reduce,reduce_scatter,alltoall,gather_scatter,p2p,split").split(",")
+    only = os.environ.get("GOTREE_TEST_ONLY", "allreduce,more_dtypes,broadcast,allgather,coalesced,misc,reduce,reduce_scatter,alltoall,gather_scatter,p2p,split,sparse").split(",")
     for name in only:
         globals()["check_" + name](c, rank, n)
         print(f"[rank {rank}] {name}: passed={c.passed} failed={len(c.failures)}", flush=True)

@@ -30,21 +30,39 @@ class WithUnused(torch.nn.Module):
         return self.spare(y) if self.step % 2 == 0 else y
 
 
-def make_model(unused=False):
+class SparseEmbed(torch.nn.Module):
+    """An embedding bag with sparse gradients (a recommender's table): DDP
+    allreduces its gradient as a sparse COO tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.EmbeddingBag(97, 32, mode="sum", sparse=True)
+        self.head = torch.nn.Linear(32, 8)
+
+    def forward(self, x):
+        # x: 16 x 32 floats; map them to 16 bags of 4 rows each
+        ids = (x[:, :4].abs() * 1000).long() % 97
+        return self.head(self.emb(ids) + x)
+
+
+def make_model(unused=False, sparse=False):
     torch.manual_seed(1234)
+    if sparse:
+        return SparseEmbed()
     if unused:
         return WithUnused()
     return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 8))
 
 
-def train(pg, rank, **ddp_kwargs):
-    model = make_model(ddp_kwargs.get("find_unused_parameters", False))
+def train(pg, rank, sparse=False, **ddp_kwargs):
+    model = make_model(ddp_kwargs.get("find_unused_parameters", False), sparse)
     # every rank starts differently: DDP's construction broadcast must fix that
     with torch.no_grad():
         for p in model.parameters():
             p.add_(rank * 0.01)
     ddp = DDP(model, process_group=pg, **ddp_kwargs)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+    # (SGD without momentum for sparse gradients)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.0 if sparse else 0.9)
     losses = []
     for step in range(STEPS):
         g = torch.Generator().manual_seed(1000 * step + rank)
@@ -53,6 +71,9 @@ def train(pg, rank, **ddp_kwargs):
         loss = torch.nn.functional.mse_loss(ddp(x), y)
         opt.zero_grad()
         loss.backward()
+        if sparse:
+            # the gradient DDP reduced is still sparse (the sparse allreduce ran)
+            assert model.emb.weight.grad.is_sparse, "embedding gradient is not sparse"
         opt.step()
         losses.append(loss.item())
     return [p.detach().clone() for p in model.parameters()], losses
@@ -68,8 +89,9 @@ def main():
         {},
         {"bucket_cap_mb": 0.001, "gradient_as_bucket_view": True},
         {"find_unused_parameters": True},
+        {"sparse": True},
     ):
-        init = [p.detach().clone() for p in make_model(kwargs.get("find_unused_parameters", False)).parameters()]
+        init = [p.detach().clone() for p in make_model(kwargs.get("find_unused_parameters", False), kwargs.get("sparse", False)).parameters()]
         got, got_losses = train(None, rank, **kwargs)  # default group: gotree
         ref, ref_losses = train(gloo, rank, **kwargs)
         tag = f"DDP {kwargs or 'default buckets'}"
