@@ -124,6 +124,10 @@ func checkStep(s *Step, rank, n int, inN, outN int64) error {
 		sh = shape{0, 0, 0, true, true}
 	case Notify:
 		sh = shape{0, 0, 1, false, false}
+	case Offer:
+		sh = shape{0, 0, 1, true, false}
+	case ReadCopy:
+		sh = shape{0, 0, 0, false, true}
 	case Wait:
 		sh = shape{1, n, 0, false, false}
 	default:
@@ -134,9 +138,18 @@ func checkStep(s *Step, rank, n int, inN, outN int64) error {
 		if len(s.ReadFrom) < 1 {
 			return fmt.Errorf("reads from %d peers", len(s.ReadFrom))
 		}
+	case ReadCopy:
+		if len(s.ReadFrom) != 1 {
+			return fmt.Errorf("reads from %d peers (a ReadCopy reads one offer)", len(s.ReadFrom))
+		}
 	case Notify, Wait:
 		if s.Count != 1 {
 			return fmt.Errorf("count %d (a descriptor message counts 1)", s.Count)
+		}
+		fallthrough
+	case Offer:
+		if s.Prim == Offer && len(s.SendTo) != 1 {
+			return fmt.Errorf("offers to %d peers (an Offer names one)", len(s.SendTo))
 		}
 		fallthrough
 	default:

@@ -15,25 +15,44 @@ type LocalCopy struct {
 	Src, Dst, Count int64
 }
 
+// P2POptions tunes LocalP2PPlan.
+type P2POptions struct {
+	// OneStream > 0 puts everything in one stream instead where every
+	// transfer's bytes are at most OneStream: the sends (in the order
+	// given), then the copies, then the receives (in the order given). A
+	// caller sets it to what a link's FIFO holds besides the call's other
+	// messages, so that no send waits for its receiver and a rank that
+	// sends before it receives never waits for itself (as one-shot does);
+	// that spares the executor one goroutine per transfer, which on ranks
+	// sharing CPUs costs more than the messages (4 ranks on 2 CPUs, a
+	// 4 KiB all-to-all through torch: see docs/bench.md).
+	OneStream int64
+	// DirectMin > 0 moves the transfers with a peer single-copy where the
+	// larger of the two (to it and from it) is at least DirectMin bytes:
+	// the sender Offers its block, the receiver ReadCopies it straight
+	// from the sender's memory and Notifies it when done, and the sender
+	// Waits for that before it returns. Both ranks of a pair see the same
+	// two counts, so they decide alike. Only for ranks that can read each
+	// other's memory (the caller's to know).
+	DirectMin int64
+}
+
 // LocalP2PPlan plans one rank's side of a point-to-point pattern
 // (all-to-all, gather, scatter, send/recv) on channel ch: every send and
 // every receive gets a stream of its own so that all of them progress at
 // once (a rank that sends a large block to one peer while receiving one
-// from another never waits for itself), and copies run in one more stream.
-// Only rank's entry of Plan.Ranks has steps: the peers plan their own
-// sides, and their counts must match (executors check each message's
-// length). Transfers with zero count are dropped.
+// from another never waits for itself), and copies run in one more stream
+// (see P2POptions for the alternatives). Only rank's entry of Plan.Ranks
+// has steps: the peers plan their own sides, and their counts must match
+// (executors check each message's length). Transfers with zero count are
+// dropped.
 //
-// oneStream > 0 puts everything in one stream instead where every
-// transfer's bytes are at most oneStream: the sends (in the order given),
-// then the copies, then the receives (in the order given). A caller sets it
-// to what a link's FIFO holds besides the call's other messages, so that
-// no send waits for its receiver and a rank that sends before it receives
-// never waits for itself (as one-shot does); that spares the executor one
-// goroutine per transfer, which on ranks sharing CPUs costs more than the
-// messages (4 ranks on 2 CPUs, a 4 KiB all-to-all through torch: see
-// docs/bench.md).
-func LocalP2PPlan(coll Collective, nranks, rank, ch int, dt DType, sends, recvs []Transfer, copies []LocalCopy, oneStream int64) (*Plan, error) {
+// The single-copy transfers (DirectMin) share one stream, which uses no
+// link that another stream uses: its Offers (in send order) and the local
+// copies, then per receive (in order) Wait for the offer, ReadCopy and
+// Notify, then a Wait per offer. Every rank offers before it waits, so no
+// rank waits for one that waits for it.
+func LocalP2PPlan(coll Collective, nranks, rank, ch int, dt DType, sends, recvs []Transfer, copies []LocalCopy, opt P2POptions) (*Plan, error) {
 	if nranks < 1 || rank < 0 || rank >= nranks {
 		return nil, badReq("rank %d outside [0, %d)", rank, nranks)
 	}
@@ -44,7 +63,6 @@ func LocalP2PPlan(coll Collective, nranks, rank, ch int, dt DType, sends, recvs 
 	for r := range p.Ranks {
 		p.Ranks[r].Rank = r
 	}
-	cp := ChannelPlan{Channel: ch}
 	check := func(kind string, t Transfer) error {
 		switch {
 		case t.Peer < 0 || t.Peer >= nranks:
@@ -60,16 +78,10 @@ func LocalP2PPlan(coll Collective, nranks, rank, ch int, dt DType, sends, recvs 
 		if err := check("send", t); err != nil {
 			return nil, err
 		}
-		if t.Count > 0 {
-			cp.Streams = append(cp.Streams, Stream{{Prim: Send, SendTo: []int{t.Peer}, Src: Ref{Input, t.Off}, Count: t.Count}})
-		}
 	}
 	for _, t := range recvs {
 		if err := check("receive", t); err != nil {
 			return nil, err
-		}
-		if t.Count > 0 {
-			cp.Streams = append(cp.Streams, Stream{{Prim: Recv, RecvFrom: []int{t.Peer}, Dst: Ref{Output, t.Off}, Count: t.Count}})
 		}
 	}
 	var local Stream
@@ -81,27 +93,108 @@ func LocalP2PPlan(coll Collective, nranks, rank, ch int, dt DType, sends, recvs 
 			local = append(local, Step{Prim: Copy, Src: Ref{Input, c.Src}, Dst: Ref{Output, c.Dst}, Count: c.Count})
 		}
 	}
-	if len(local) > 0 {
-		cp.Streams = append(cp.Streams, local)
+	direct := directPeers(sends, recvs, int64(dt.Size()), opt)
+	cp := ChannelPlan{Channel: ch}
+	if len(direct) > 0 {
+		var ds Stream
+		for _, t := range sends {
+			if direct[t.Peer] && t.Count > 0 {
+				ds = append(ds, Step{Prim: Offer, SendTo: []int{t.Peer}, Src: Ref{Input, t.Off}, Count: t.Count})
+			}
+		}
+		ds = append(ds, local...)
+		local = nil
+		for _, t := range recvs {
+			if direct[t.Peer] && t.Count > 0 {
+				ds = append(ds,
+					Step{Prim: Wait, RecvFrom: []int{t.Peer}, Count: 1},
+					Step{Prim: ReadCopy, ReadFrom: []int{t.Peer}, Dst: Ref{Output, t.Off}, Count: t.Count},
+					Step{Prim: Notify, SendTo: []int{t.Peer}, Count: 1})
+			}
+		}
+		for _, t := range sends {
+			if direct[t.Peer] && t.Count > 0 {
+				ds = append(ds, Step{Prim: Wait, RecvFrom: []int{t.Peer}, Count: 1})
+			}
+		}
+		if len(ds) > 0 {
+			cp.Streams = append(cp.Streams, ds)
+		}
 	}
-	if oneStream > 0 && len(cp.Streams) > 1 && fitsOneStream(sends, recvs, int64(dt.Size()), oneStream) {
+	var sendSt, recvSt []Stream
+	var fifoSends, fifoRecvs []Transfer
+	for _, t := range sends {
+		if t.Count > 0 && !direct[t.Peer] {
+			sendSt = append(sendSt, Stream{{Prim: Send, SendTo: []int{t.Peer}, Src: Ref{Input, t.Off}, Count: t.Count}})
+			fifoSends = append(fifoSends, t)
+		}
+	}
+	for _, t := range recvs {
+		if t.Count > 0 && !direct[t.Peer] {
+			recvSt = append(recvSt, Stream{{Prim: Recv, RecvFrom: []int{t.Peer}, Dst: Ref{Output, t.Off}, Count: t.Count}})
+			fifoRecvs = append(fifoRecvs, t)
+		}
+	}
+	n := len(sendSt) + len(recvSt)
+	if len(local) > 0 {
+		n++
+	}
+	if opt.OneStream > 0 && n > 1 && fitsOneStream(fifoSends, fifoRecvs, int64(dt.Size()), opt.OneStream) {
 		var one Stream
-		for _, s := range cp.Streams { // sends, receives, copies as built
-			if s[0].Prim != Recv {
-				one = append(one, s...)
-			}
+		for _, s := range sendSt {
+			one = append(one, s...)
 		}
-		for _, s := range cp.Streams {
-			if s[0].Prim == Recv {
-				one = append(one, s...)
-			}
+		one = append(one, local...)
+		for _, s := range recvSt {
+			one = append(one, s...)
 		}
-		cp.Streams = []Stream{one}
+		cp.Streams = append(cp.Streams, one)
+	} else {
+		cp.Streams = append(append(cp.Streams, sendSt...), recvSt...)
+		if len(local) > 0 {
+			cp.Streams = append(cp.Streams, local)
+		}
 	}
 	if len(cp.Streams) > 0 {
 		p.Ranks[rank].Channels = []ChannelPlan{cp}
 	}
 	return p, nil
+}
+
+// Direct says whether a pair of ranks that send each other sent and
+// received bytes moves them single-copy. Every data-carrying message of
+// such a pair is then a descriptor: each rank of the pair sends the other
+// at least one (an Offer, or the Notify after reading its offer).
+func (o P2POptions) Direct(sent, received int64) bool {
+	return o.DirectMin > 0 && max(sent, received) >= o.DirectMin
+}
+
+// directPeers returns the peers whose transfers move single-copy
+// (P2POptions.Direct).
+func directPeers(sends, recvs []Transfer, esize int64, opt P2POptions) map[int]bool {
+	if opt.DirectMin <= 0 {
+		return nil
+	}
+	sent, received := map[int]int64{}, map[int]int64{}
+	for _, t := range sends {
+		sent[t.Peer] += t.Count * esize
+	}
+	for _, t := range recvs {
+		received[t.Peer] += t.Count * esize
+	}
+	var d map[int]bool
+	for _, m := range []map[int]int64{sent, received} {
+		for peer := range m {
+			if !opt.Direct(sent[peer], received[peer]) {
+				continue
+			}
+			if d == nil {
+				d = map[int]bool{}
+			}
+			d[peer] = true
+		}
+	}
+	return d
 }
 
 // fitsOneStream says whether every transfer moves at most limit bytes.

@@ -39,10 +39,18 @@ const (
 	// and offset) of the buffers of every peer in WriteTo. The peers'
 	// descriptors must have arrived by a Wait before.
 	ReadReduceCopy
+	// Offer sends SendTo[0] a descriptor of the Count elements at Src of
+	// this rank's buffers, for that peer's ReadCopy (single-copy
+	// point-to-point between ranks that can read each other's memory).
+	Offer
+	// ReadCopy copies the Count elements that ReadFrom[0] offered (the
+	// descriptor its Offer sent, received by a Wait before) into Dst. The
+	// offer must be exactly Count elements.
+	ReadCopy
 )
 
 var primNames = [...]string{"Send", "Recv", "RecvReduceSend", "RecvReduceCopySend", "RecvCopySend", "Copy",
-	"Notify", "Wait", "ReadReduceCopy"}
+	"Notify", "Wait", "ReadReduceCopy", "Offer", "ReadCopy"}
 
 func (p Prim) String() string {
 	if int(p) < len(primNames) {
@@ -87,8 +95,8 @@ type Step struct {
 	Src      Ref // local operand (Send, reduce steps, Copy); for ReadReduceCopy also the range read from each peer
 	Dst      Ref // where the result is written (Recv, *Copy*)
 	Count    int64
-	// ReadFrom lists the peers whose memory a ReadReduceCopy reads (no
-	// message passes).
+	// ReadFrom lists the peers whose memory a ReadReduceCopy or ReadCopy
+	// reads (no message passes).
 	ReadFrom []int
 	// WriteTo lists the peers whose memory a ReadReduceCopy also writes
 	// its result to.

@@ -96,7 +96,7 @@ func (p *Plan) Stats(r int) PlanStats {
 			for _, step := range st {
 				s.Steps++
 				n := step.Count
-				if step.Prim == Notify || step.Prim == Wait {
+				if step.Prim == Notify || step.Prim == Wait || step.Prim == Offer {
 					continue // one descriptor message per peer, no elements
 				}
 				s.ReadPeer += n * int64(len(step.ReadFrom))

@@ -43,7 +43,9 @@ func stepTraffic(p *Plan, rank int, s Step, inPlace bool) int64 {
 	switch s.Prim {
 	case ReadReduceCopy: // ours and every peer's range read, ours and WriteTo's written
 		return int64(2+len(s.ReadFrom)+len(s.WriteTo)) * s.Count
-	case Notify, Wait:
+	case ReadCopy: // the peer's block read, ours written
+		return 2 * s.Count
+	case Notify, Wait, Offer:
 		return 0
 	}
 	var k int64

@@ -158,13 +158,18 @@ func (x *executor) peerAccess(st *algorithms.Step, descs map[int]*memDesc, ch, p
 	return nil
 }
 
-// directStep runs a Notify, Wait or ReadReduceCopy step. descs
-// holds the descriptors the stream's Waits received, by peer.
+// directStep runs a Notify, Wait, Offer, ReadCopy or ReadReduceCopy step.
+// descs holds the descriptors the stream's Waits received, by peer.
 func (x *executor) directStep(ctx context.Context, ch int, st *algorithms.Step, src, dst []byte, descs map[int]*memDesc, scratch **[]byte) error {
 	switch st.Prim {
-	case algorithms.Notify:
+	case algorithms.Notify, algorithms.Offer:
 		var msg [memDescBytes]byte
-		x.ownDesc().encode(msg[:])
+		d := x.ownDesc()
+		if st.Prim == algorithms.Offer {
+			// The input range offered is all the reader may touch.
+			d.in, d.inLen = addrOf(src), int64(len(src))
+		}
+		d.encode(msg[:])
 		for _, peer := range st.SendTo {
 			c, err := x.conn(ch, peer)
 			if err != nil {
@@ -196,6 +201,9 @@ func (x *executor) directStep(ctx context.Context, ch int, st *algorithms.Step, 
 			descs[peer] = &d
 		}
 		return nil
+	}
+	if st.Prim == algorithms.ReadCopy {
+		return x.readOffer(st, descs, ch, dst)
 	}
 	if st.Prim != algorithms.ReadReduceCopy {
 		return fmt.Errorf("gotree/backend: unknown primitive %v", st.Prim)
@@ -229,6 +237,26 @@ func (x *executor) directStep(ctx context.Context, ch int, st *algorithms.Step, 
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// readOffer runs a ReadCopy: the block ReadFrom[0] offered, read from its
+// memory into dst, which must be exactly its size.
+func (x *executor) readOffer(st *algorithms.Step, descs map[int]*memDesc, ch int, dst []byte) error {
+	peer := st.ReadFrom[0]
+	d := descs[peer]
+	if d == nil {
+		return fmt.Errorf("gotree/backend: ReadCopy from rank %d before a Wait received its offer", peer)
+	}
+	if d.inLen != int64(len(dst)) {
+		return &MismatchError{Peer: peer, Channel: ch, WantTag: x.tag, GotTag: x.tag, WantBytes: int64(len(dst)), GotBytes: d.inLen}
+	}
+	if err := readPeerMemory(d.pid, d.in, dst); err != nil {
+		if errors.Is(err, syscall.ESRCH) {
+			return x.peerGone(ch, peer, "read", d.pid)
+		}
+		return &PeerError{Peer: peer, Channel: ch, Op: "read", Err: fmt.Errorf("reading the %d bytes it offered (process %d): %w; set GOTREE_CMA_DISABLE=1 to use the FIFO", len(dst), d.pid, err)}
 	}
 	return nil
 }

@@ -212,7 +212,7 @@ func (x *executor) runStream(ctx context.Context, ch int, steps algorithms.Strea
 			continue
 		}
 		switch st.Prim {
-		case algorithms.Notify, algorithms.Wait, algorithms.ReadReduceCopy:
+		case algorithms.Notify, algorithms.Wait, algorithms.ReadReduceCopy, algorithms.Offer, algorithms.ReadCopy:
 			if descs == nil {
 				descs = map[int]*memDesc{}
 			}

@@ -138,6 +138,9 @@ type collArgs struct {
 	// all-to-all: elements sent to / expected from each rank (the
 	// agreement check compares them pairwise)
 	sendCounts, recvCounts []int64
+	// point-to-point plans: which pairs move single-copy (the agreement
+	// check needs no verdict from a peer whose descriptors arrive anyway)
+	p2pOpt algorithms.P2POptions
 }
 
 // planTag is the data tag of a call that runs a plan of algorithm algo:
@@ -342,6 +345,9 @@ func (c *Comm) runColl(a collArgs, desc fmt.Stringer, byCaller bool) error {
 	defer ctx.release()
 	explain := func(peer int, tag uint32) string { return c.explainTag(a, peer, tag) }
 	if a.plan != nil {
+		if c.log.Enabled(LevelInfo, "COLL") {
+			c.log.Infof("COLL", "%s: point-to-point%s", desc, p2pSummary(a.plan, c.rank))
+		}
 		// The whole ring check first: the links of the split check and
 		// the data are made (or waited for) only once all issued this.
 		if _, err := c.ringAgree(ctx, a, false, func(int) bool { return true }); err != nil {

@@ -407,11 +407,15 @@ func (c *Comm) p2pPeers(a collArgs) []p2pPeer {
 		return nil
 	}
 	n := c.nranks
+	es := int64(a.dt.Size())
 	var out []p2pPeer
 	for k := 1; k < n; k++ {
 		p := (c.rank + k) % n
 		s, r := a.sendCounts[p], a.recvCounts[p]
-		out = append(out, p2pPeer{peer: p, send: s, recv: r, verdictOut: s == 0, verdictIn: r == 0})
+		// A single-copy pair exchanges descriptors both ways during the
+		// data, after each side's check passed: no verdicts.
+		direct := a.p2pOpt.Direct(s*es, r*es)
+		out = append(out, p2pPeer{peer: p, send: s, recv: r, verdictOut: s == 0 && !direct, verdictIn: r == 0 && !direct})
 	}
 	return out
 }

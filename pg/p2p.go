@@ -6,6 +6,7 @@ import (
 	"net"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/gotree/gotree/algorithms"
 	"github.com/gotree/gotree/backend"
@@ -410,7 +411,7 @@ func (c *Comm) transferP2P(send bool, buf []byte, count int64, dt algorithms.DTy
 		recvs = t
 		from, to, name, dir = peer, c.rank, "recv", "from"
 	}
-	plan, err := algorithms.LocalP2PPlan(algorithms.SendRecv, c.nranks, c.rank, p2pChannel, dt, sends, recvs, nil, 0)
+	plan, err := algorithms.LocalP2PPlan(algorithms.SendRecv, c.nranks, c.rank, p2pChannel, dt, sends, recvs, nil, algorithms.P2POptions{})
 	if err != nil {
 		return fmt.Errorf("%w: %s: %v", ErrInvalidArgument, name, err)
 	}
@@ -497,11 +498,79 @@ func (c *Comm) p2pOneStream(sends, recvs []algorithms.Transfer) int64 {
 // 1872–2434 → 1421–1817 µs; 2 ranks 1 MiB 267–283 → 214–219 µs.
 const p2pOneStreamSlots = backend.DefaultSlots / 2
 
+// p2pDirectMin is the size from which a pair of ranks moves an
+// all-to-all's, gather's or scatter's blocks single-copy (the receiver
+// reads the sender's block from its memory; LocalP2PPlan's DirectMin)
+// where direct plans may run; below it the FIFO. all_to_all_single
+// through torch (`gotree.bench --coll alltoall --batch 500`, cold
+// buffers), FIFO only against this bound, alternating, 3 runs each,
+// medians in ms: 4 ranks (blocks of a quarter) 8 MiB 6.3–7.6 → 4.4–4.8,
+// 16 MiB 13.6–20.3 → 7.7–13.2, 64 MiB 52–66 → 34–40 (with a 256 KiB
+// bound); 2 ranks 4 MiB 1.5–2.2 → 1.0–1.2, 64 MiB 19–26 → 12–14; blocks
+// of 256 KiB to 1 MiB within the spread, which is why the bound is not
+// lower (on this VM a process_vm_readv copy runs at about 5 GB/s against
+// 11–22 GB/s for memcpy: one such copy costs about what the FIFO's two
+// cost on hot buffers, and wins on cold ones).
+var p2pDirectMin int64 = 1 << 20
+
+// p2pOptions are LocalP2PPlan's options for a collective of these
+// transfers. Single-copy transfers need ranks that may read each other's
+// memory (directUsable, the same on every rank) and an input that the
+// call's output does not overlap (peers read the input while this rank
+// writes its output); a rank whose buffers overlap copies its input
+// first, so that the plan is the same on every rank.
+func (c *Comm) p2pOptions(a *collArgs, sends, recvs []algorithms.Transfer) algorithms.P2POptions {
+	opt := algorithms.P2POptions{OneStream: c.p2pOneStream(sends, recvs)}
+	if c.direct && a.coll != algorithms.SendRecv {
+		opt.DirectMin = p2pDirectMin
+		if overlaps(a.in, a.out) {
+			a.in = append([]byte(nil), a.in...)
+		}
+	}
+	return opt
+}
+
+// overlaps says whether a and b share any byte.
+func overlaps(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	pa, pb := uintptr(unsafe.Pointer(unsafe.SliceData(a))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return pa < pb+uintptr(len(b)) && pb < pa+uintptr(len(a))
+}
+
 func (c *Comm) enqueueP2P(a collArgs, sends, recvs []algorithms.Transfer, copies []algorithms.LocalCopy) (*Request, error) {
-	plan, err := algorithms.LocalP2PPlan(a.coll, c.nranks, c.rank, p2pChannel, a.dt, sends, recvs, copies, c.p2pOneStream(sends, recvs))
+	a.p2pOpt = c.p2pOptions(&a, sends, recvs)
+	plan, err := algorithms.LocalP2PPlan(a.coll, c.nranks, c.rank, p2pChannel, a.dt, sends, recvs, copies, a.p2pOpt)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v: %v", ErrInvalidArgument, a.coll, err)
 	}
 	a.plan = plan
 	return c.enqueue(a)
+}
+
+// p2pSummary names the peers a point-to-point plan reads from single-copy
+// and those it receives from through the FIFO, for the COLL log.
+func p2pSummary(p *algorithms.Plan, rank int) string {
+	var direct, fifo []int
+	for _, cp := range p.Ranks[rank].Channels {
+		for _, st := range cp.Streams {
+			for _, s := range st {
+				switch s.Prim {
+				case algorithms.ReadCopy:
+					direct = append(direct, s.ReadFrom[0])
+				case algorithms.Recv:
+					fifo = append(fifo, s.RecvFrom[0])
+				}
+			}
+		}
+	}
+	out := ""
+	if len(direct) > 0 {
+		out += fmt.Sprintf(", single-copy from ranks %v", direct)
+	}
+	if len(fifo) > 0 {
+		out += fmt.Sprintf(", through the FIFO from ranks %v", fifo)
+	}
+	return out
 }

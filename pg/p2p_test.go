@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gotree/gotree/algorithms"
+	"github.com/gotree/gotree/backend"
 )
 
 func getI64(b []byte, i int64) int64 { return int64(binary.LittleEndian.Uint64(b[8*i:])) }
@@ -260,6 +261,161 @@ func TestAllToAllOneStreamBackToBack(t *testing.T) {
 						off += cs[j].cnt(p, r)
 					}
 				}
+			}
+		})
+	}
+}
+
+// Single-copy all-to-all, gather and scatter (p2pDirectMin lowered so
+// that small blocks take it): pairs whose larger block reaches the bound
+// move single-copy (the receiver reads the sender's block), the others
+// through the FIFO, in the same calls; some pairs send nothing one way;
+// calls issued back to back without waiting, one rank late now and then;
+// in place too. Every element is exact, and the plans hold ReadCopy steps
+// exactly for the pairs at or above the bound.
+func TestP2PDirect(t *testing.T) {
+	if ok, why := backend.CMAUsable(); !ok {
+		t.Skip(why)
+	}
+	old := p2pDirectMin
+	p2pDirectMin = 64 * 8
+	t.Cleanup(func() { p2pDirectMin = old })
+	for _, n := range []int{2, 3, 5} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			cfg := testConfig()
+			cfg.SlotBytes = 4096
+			comms := startComms(t, n, nil, cfg)
+			require.True(t, comms[0].direct, "direct plans usable")
+			sizes := []int64{0, 3, 64, 63, 1000, 5000}
+			cnt := func(j, from, to int) int64 { return sizes[(j+from*2+to*3)%len(sizes)] }
+			const calls = 18
+			send, recv := make([][][]byte, calls), make([][][]byte, calls)
+			for j := 0; j < calls; j++ {
+				send[j], recv[j] = make([][]byte, n), make([][]byte, n)
+				for r := 0; r < n; r++ {
+					var vals []int64
+					var in int64
+					for p := 0; p < n; p++ {
+						for i := int64(0); i < cnt(j, r, p); i++ {
+							vals = append(vals, int64(j)<<40|int64(r)<<32|int64(p)<<24|i)
+						}
+						in += cnt(j, p, r)
+					}
+					send[j][r] = i64s(vals)
+					recv[j][r] = make([]byte, 8*in)
+				}
+			}
+			splits := func(j, r int) (sc, sd, rc, rd []int64) {
+				var so, ro int64
+				for p := 0; p < n; p++ {
+					sc, sd = append(sc, cnt(j, r, p)), append(sd, so)
+					rc, rd = append(rc, cnt(j, p, r)), append(rd, ro)
+					so += cnt(j, r, p)
+					ro += cnt(j, p, r)
+				}
+				return
+			}
+			// The plans: ReadCopy from p exactly where the pair's larger
+			// block reaches the bound and p sends something.
+			for j := 0; j < calls; j++ {
+				for r, c := range comms {
+					sc, sd, rc, rd := splits(j, r)
+					sends, recvs, copies, err := algorithms.AllToAllTransfers(r, sc, sd, rc, rd)
+					require.NoError(t, err)
+					a := collArgs{coll: algorithms.AllToAll, in: send[j][r], out: recv[j][r]}
+					plan, err := algorithms.LocalP2PPlan(algorithms.AllToAll, n, r, p2pChannel, algorithms.Int64, sends, recvs, copies, c.p2pOptions(&a, sends, recvs))
+					require.NoError(t, err)
+					reads := map[int]bool{}
+					for _, cp := range plan.Ranks[r].Channels {
+						for _, st := range cp.Streams {
+							for _, s := range st {
+								if s.Prim == algorithms.ReadCopy {
+									reads[s.ReadFrom[0]] = true
+								}
+							}
+						}
+					}
+					for p := 0; p < n; p++ {
+						want := p != r && cnt(j, p, r) > 0 && 8*max(cnt(j, p, r), cnt(j, r, p)) >= p2pDirectMin
+						require.Equal(t, want, reads[p], "call %d rank %d reads from %d", j, r, p)
+					}
+				}
+			}
+			reqs := make([][]*Request, n)
+			var wg sync.WaitGroup
+			for r, c := range comms {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for j := 0; j < calls; j++ {
+						if r == n-1 && j%4 == 0 {
+							time.Sleep(2 * time.Millisecond)
+						}
+						sc, sd, rc, rd := splits(j, r)
+						q, err := c.AllToAll(send[j][r], recv[j][r], sc, sd, rc, rd, algorithms.Int64)
+						if err != nil {
+							t.Errorf("rank %d call %d: %v", r, j, err)
+							return
+						}
+						reqs[r] = append(reqs[r], q)
+					}
+				}()
+			}
+			wg.Wait()
+			for r := range reqs {
+				for j, q := range reqs[r] {
+					require.NoError(t, q.Wait(-1), "rank %d call %d", r, j)
+				}
+			}
+			for j := 0; j < calls; j++ {
+				for r := 0; r < n; r++ {
+					var off int64
+					for p := 0; p < n; p++ {
+						for i := int64(0); i < cnt(j, p, r); i++ {
+							require.Equal(t, int64(j)<<40|int64(p)<<32|int64(r)<<24|i, getI64(recv[j][r], off+i), "call %d rank %d from %d elem %d", j, r, p, i)
+						}
+						off += cnt(j, p, r)
+					}
+				}
+			}
+			// In place (equal splits, one buffer): every rank's buffer ends
+			// holding block r of every rank.
+			const k = 700
+			bufs := make([][]byte, n)
+			for r := range bufs {
+				v := make([]int64, k*n)
+				for i := range v {
+					v[i] = val(r, int64(i))
+				}
+				bufs[r] = i64s(v)
+			}
+			runAll(t, comms, func(r int, c *Comm) (*Request, error) {
+				return c.AllToAllEqual(bufs[r], bufs[r], k, algorithms.Int64)
+			})
+			for r := 0; r < n; r++ {
+				for p := 0; p < n; p++ {
+					for i := int64(0); i < k; i++ {
+						require.Equal(t, val(p, int64(r)*k+i), getI64(bufs[r], int64(p)*k+i), "in place rank %d from %d elem %d", r, p, i)
+					}
+				}
+			}
+			// Gather to rank 1 and scatter back, single-copy.
+			root := 1 % n
+			mine, all, back := make([][]byte, n), make([][]byte, n), make([][]byte, n)
+			for r := 0; r < n; r++ {
+				v := make([]int64, k)
+				for i := range v {
+					v[i] = val(r+7, int64(i))
+				}
+				mine[r], all[r], back[r] = i64s(v), make([]byte, 8*k*n), make([]byte, 8*k)
+			}
+			runAll(t, comms, func(r int, c *Comm) (*Request, error) { return c.Gather(mine[r], all[r], k, algorithms.Int64, root) })
+			for p := 0; p < n; p++ {
+				require.Equal(t, mine[p], all[root][8*k*p:8*k*(p+1)], "gather from %d", p)
+			}
+			runAll(t, comms, func(r int, c *Comm) (*Request, error) { return c.Scatter(all[r], back[r], k, algorithms.Int64, root) })
+			for r := 0; r < n; r++ {
+				require.Equal(t, mine[r], back[r], "scatter to %d", r)
 			}
 		})
 	}

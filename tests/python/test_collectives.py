@@ -69,3 +69,19 @@ def test_collectives_shm_disabled(built):
     passed = assert_checks(rc, out, 3, min_passed=1500)
     assert "GOTREE_SHM_DISABLE=1: ranks of one host link over TCP" in out
     print(f"{passed} checks passed over 3 ranks linked by TCP")
+
+
+def test_alltoall_single_copy(built):
+    # all_to_all with blocks of 1 MiB and more moves them single-copy (the
+    # receiver reads the sender's block from its memory) where the ranks of
+    # the host may read each other's memory; GOTREE_CMA_DISABLE=1 keeps every
+    # block on the FIFO. Both must be exact; the COLL log says which ran.
+    only = {"GOTREE_TEST_ONLY": "alltoall,gather_scatter", "GOTREE_DEBUG": "INFO", "GOTREE_DEBUG_SUBSYS": "INIT,COLL"}
+    rc, out = torchrun("collectives.py", 3, timeout=300, env=worker_env(only))
+    assert_checks(rc, out, 3, min_passed=100)
+    if "direct (single-copy) allreduce off" not in out:
+        assert "single-copy from ranks" in out, "no all-to-all block moved single-copy"
+    rc, out = torchrun("collectives.py", 3, timeout=300, env=worker_env({**only, "GOTREE_CMA_DISABLE": "1"}))
+    assert_checks(rc, out, 3, min_passed=100)
+    assert "single-copy from ranks" not in out
+    assert "through the FIFO from ranks" in out

@@ -742,6 +742,22 @@ def check_alltoall(c, rank, n):
         dist.all_to_all(out_list, in_list)
         ok = all(bytes_equal(out_list[p], make_input("a2al", p * 100 + rank, p + rank + 1, dtype, "SUM")) for p in range(n))
         c.check(ok, f"all_to_all list {dtype}")
+    # large blocks: a pair whose larger block reaches 1 MiB moves single-copy (the
+    # receiver reads the sender's block from its memory), mixed with small and
+    # empty blocks in the same call; then equal splits, in place (one tensor)
+    big = [0, 7, 150_001]  # int64 elements: 0 B, 56 B, 1.2 MB
+    rows = [[big[(r + 2 * p) % 3] for p in range(n)] for r in range(n)]
+    ins = [make_input("a2abig", r, sum(rows[r]), torch.int64, "SUM") for r in range(n)]
+    out_splits = [rows[p][rank] for p in range(n)]
+    expect = torch.cat([ins[p][sum(rows[p][:rank]):sum(rows[p][:rank + 1])] for p in range(n)])
+    out = torch.empty(sum(out_splits), dtype=torch.int64)
+    dist.all_to_all_single(out, ins[rank], out_splits, rows[rank])
+    c.check(torch.equal(out, expect), "all_to_all_single large uneven blocks")
+    k = 140_001  # float32 rows of 2: 1.1 MB per block
+    t = make_input("a2abigeq", rank, n * k * 2, torch.float32, "SUM").view(n * k, 2)
+    expect = torch.cat([make_input("a2abigeq", p, n * k * 2, torch.float32, "SUM").view(n * k, 2)[rank * k:(rank + 1) * k] for p in range(n)])
+    dist.all_to_all_single(t, t)
+    c.check(torch.equal(t, expect), "all_to_all_single large, in place")
     # strided input and output
     src = torch.arange(n * 4 * 2, dtype=torch.float32).view(n * 4, 2) + 1000 * rank
     out = torch.zeros(2, n * 4).t()  # non-contiguous
