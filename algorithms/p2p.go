@@ -27,14 +27,16 @@ type P2POptions struct {
 	// sharing CPUs costs more than the messages (4 ranks on 2 CPUs, a
 	// 4 KiB all-to-all through torch: see docs/bench.md).
 	OneStream int64
-	// DirectMin > 0 moves the transfers with a peer single-copy where the
-	// larger of the two (to it and from it) is at least DirectMin bytes:
-	// the sender Offers its block, the receiver ReadCopies it straight
-	// from the sender's memory and Notifies it when done, and the sender
-	// Waits for that before it returns. Both ranks of a pair see the same
-	// two counts, so they decide alike. Only for ranks that can read each
-	// other's memory (the caller's to know).
+	// DirectMin > 0 moves the transfers with a peer of DirectWith
+	// single-copy where the larger of the two (to it and from it) is at
+	// least DirectMin bytes: the sender Offers its block, the receiver
+	// ReadCopies it straight from the sender's memory and Notifies it when
+	// done, and the sender Waits for that before it returns. Both ranks of
+	// a pair see the same two counts, so they decide alike.
 	DirectMin int64
+	// DirectWith[p] says that this rank and p can read each other's
+	// memory (the caller's to know, the same on both sides of a pair).
+	DirectWith []bool
 }
 
 // LocalP2PPlan plans one rank's side of a point-to-point pattern
@@ -161,12 +163,13 @@ func LocalP2PPlan(coll Collective, nranks, rank, ch int, dt DType, sends, recvs 
 	return p, nil
 }
 
-// Direct says whether a pair of ranks that send each other sent and
-// received bytes moves them single-copy. Every data-carrying message of
+// Direct says whether this rank and peer, which send each other sent and
+// received bytes, move them single-copy. Every data-carrying message of
 // such a pair is then a descriptor: each rank of the pair sends the other
 // at least one (an Offer, or the Notify after reading its offer).
-func (o P2POptions) Direct(sent, received int64) bool {
-	return o.DirectMin > 0 && max(sent, received) >= o.DirectMin
+func (o P2POptions) Direct(peer int, sent, received int64) bool {
+	return o.DirectMin > 0 && peer >= 0 && peer < len(o.DirectWith) && o.DirectWith[peer] &&
+		max(sent, received) >= o.DirectMin
 }
 
 // directPeers returns the peers whose transfers move single-copy
@@ -185,7 +188,7 @@ func directPeers(sends, recvs []Transfer, esize int64, opt P2POptions) map[int]b
 	var d map[int]bool
 	for _, m := range []map[int]int64{sent, received} {
 		for peer := range m {
-			if !opt.Direct(sent[peer], received[peer]) {
+			if !opt.Direct(peer, sent[peer], received[peer]) {
 				continue
 			}
 			if d == nil {

@@ -54,6 +54,7 @@ type Comm struct {
 	nodeOf       []int
 	waitPolicy   backend.WaitPolicy // of the shared-memory links (waitPolicyFor)
 	direct       bool               // direct (single-copy) plans may run (directUsable)
+	cmaPeers     []bool             // the ranks that this one may read and be read by (cmaPeersOf); nil: none
 	directFrag   int                // Exec's fragment for direct plans (directFragment)
 	tuning       *algorithms.Tuning // the cost model's calibration (Config.TuningFor)
 	tuner        autoTuner          // measured choices (autotune.go)
@@ -173,6 +174,7 @@ func Init(id UniqueID, rank, nranks int, cfg Config) (*Comm, error) {
 	c.devs.maxChannels = devChannels
 	c.waitPolicy = waitPolicyFor(table, rank)
 	c.direct = directUsable(table)
+	c.cmaPeers = cmaPeersOf(table, rank)
 	c.directFrag = directFragment(table, rank, cfg.SlotBytes)
 	c.tuning = cfg.TuningFor(hostCores(table))
 	setGOMAXPROCS(table, rank, log)

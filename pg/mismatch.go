@@ -414,7 +414,7 @@ func (c *Comm) p2pPeers(a collArgs) []p2pPeer {
 		s, r := a.sendCounts[p], a.recvCounts[p]
 		// A single-copy pair exchanges descriptors both ways during the
 		// data, after each side's check passed: no verdicts.
-		direct := a.p2pOpt.Direct(s*es, r*es)
+		direct := a.p2pOpt.Direct(p, s*es, r*es)
 		out = append(out, p2pPeer{peer: p, send: s, recv: r, verdictOut: s == 0 && !direct, verdictIn: r == 0 && !direct})
 	}
 	return out

@@ -514,20 +514,38 @@ const p2pOneStreamSlots = backend.DefaultSlots / 2
 var p2pDirectMin int64 = 1 << 20
 
 // p2pOptions are LocalP2PPlan's options for a collective of these
-// transfers. Single-copy transfers need ranks that may read each other's
-// memory (directUsable, the same on every rank) and an input that the
-// call's output does not overlap (peers read the input while this rank
-// writes its output); a rank whose buffers overlap copies its input
-// first, so that the plan is the same on every rank.
+// transfers. Single-copy transfers need a pair of ranks that may read
+// each other's memory (c.cmaPeers: same host, both able, the same on both
+// sides) and an input that the call's output does not overlap (peers read
+// the input while this rank writes its output); a rank whose buffers
+// overlap copies its input first, so that the plan is the same on every
+// rank.
 func (c *Comm) p2pOptions(a *collArgs, sends, recvs []algorithms.Transfer) algorithms.P2POptions {
 	opt := algorithms.P2POptions{OneStream: c.p2pOneStream(sends, recvs)}
-	if c.direct && a.coll != algorithms.SendRecv {
-		opt.DirectMin = p2pDirectMin
+	if c.cmaPeers != nil && a.coll != algorithms.SendRecv {
+		opt.DirectMin, opt.DirectWith = p2pDirectMin, c.cmaPeers
 		if overlaps(a.in, a.out) {
 			a.in = append([]byte(nil), a.in...)
 		}
 	}
 	return opt
+}
+
+// cmaPeersOf marks the ranks that rank and it may read each other's
+// memory: the same host, shared memory between them, and both able to
+// (rankInfo.CMA: it is false on every rank with GOTREE_SHM_DISABLE or
+// GOTREE_CMA_DISABLE). nil where there is none.
+func cmaPeersOf(table []rankInfo, rank int) []bool {
+	var out []bool
+	for p, r := range table {
+		if p != rank && r.CMA && table[rank].CMA && r.HostID == table[rank].HostID {
+			if out == nil {
+				out = make([]bool, len(table))
+			}
+			out[p] = true
+		}
+	}
+	return out
 }
 
 // overlaps says whether a and b share any byte.

@@ -267,9 +267,10 @@ func TestAllToAllOneStreamBackToBack(t *testing.T) {
 }
 
 // Single-copy all-to-all, gather and scatter (p2pDirectMin lowered so
-// that small blocks take it): pairs whose larger block reaches the bound
-// move single-copy (the receiver reads the sender's block), the others
-// through the FIFO, in the same calls; some pairs send nothing one way;
+// that small blocks take it): pairs of one host whose larger block
+// reaches the bound move single-copy (the receiver reads the sender's
+// block), the others through the FIFO or TCP, in the same calls, also
+// with ranks on two hosts; some pairs send nothing one way;
 // calls issued back to back without waiting, one rank late now and then;
 // in place too. Every element is exact, and the plans hold ReadCopy steps
 // exactly for the pairs at or above the bound.
@@ -280,12 +281,17 @@ func TestP2PDirect(t *testing.T) {
 	old := p2pDirectMin
 	p2pDirectMin = 64 * 8
 	t.Cleanup(func() { p2pDirectMin = old })
-	for _, n := range []int{2, 3, 5} {
-		t.Run(fmt.Sprint(n), func(t *testing.T) {
+	for _, tc := range []struct {
+		n     int
+		hosts []string
+	}{{2, nil}, {3, nil}, {5, nil}, {5, []string{"a", "a", "b", "b", "a"}}} {
+		n := tc.n
+		sameHost := func(p, q int) bool { return tc.hosts == nil || tc.hosts[p] == tc.hosts[q] }
+		t.Run(fmt.Sprint(n, tc.hosts), func(t *testing.T) {
 			cfg := testConfig()
 			cfg.SlotBytes = 4096
-			comms := startComms(t, n, nil, cfg)
-			require.True(t, comms[0].direct, "direct plans usable")
+			comms := startComms(t, n, tc.hosts, cfg)
+			require.Equal(t, tc.hosts == nil, comms[0].direct, "direct plans usable on one host only")
 			sizes := []int64{0, 3, 64, 63, 1000, 5000}
 			cnt := func(j, from, to int) int64 { return sizes[(j+from*2+to*3)%len(sizes)] }
 			const calls = 18
@@ -336,7 +342,7 @@ func TestP2PDirect(t *testing.T) {
 						}
 					}
 					for p := 0; p < n; p++ {
-						want := p != r && cnt(j, p, r) > 0 && 8*max(cnt(j, p, r), cnt(j, r, p)) >= p2pDirectMin
+						want := p != r && sameHost(p, r) && cnt(j, p, r) > 0 && 8*max(cnt(j, p, r), cnt(j, r, p)) >= p2pDirectMin
 						require.Equal(t, want, reads[p], "call %d rank %d reads from %d", j, r, p)
 					}
 				}
