@@ -190,79 +190,100 @@ func TestAllToAllOneStreamBackToBack(t *testing.T) {
 			comms := startComms(t, n, nil, cfg)
 			bound := int64(p2pOneStreamSlots * cfg.SlotBytes / 8) // int64 elements
 			sizes := []int64{bound, bound + 1, 0, 1, bound - 1, 7, bound, 2 * bound}
-			const calls = 24
-			type call struct {
-				send, recv [][]byte
-				cnt        func(from, to int) int64
-			}
-			cs := make([]call, calls)
-			for j := range cs {
+			cnt := func(j, from, to int) int64 {
 				base := sizes[j%len(sizes)]
-				cnt := func(from, to int) int64 {
-					if base <= 1 {
-						return base
-					}
-					return base - int64((from+2*to+j)%3) // uneven, all within base
+				if base <= 1 {
+					return base
 				}
-				cs[j] = call{send: make([][]byte, n), recv: make([][]byte, n), cnt: cnt}
-				for r := 0; r < n; r++ {
-					var vals []int64
-					var in int64
-					for p := 0; p < n; p++ {
-						for i := int64(0); i < cnt(r, p); i++ {
-							vals = append(vals, int64(j)<<40|int64(r)<<32|int64(p)<<24|i)
-						}
-						in += cnt(p, r)
-					}
-					cs[j].send[r] = i64s(vals)
-					cs[j].recv[r] = make([]byte, 8*in)
-				}
+				return base - int64((from+2*to+j)%3) // uneven, all within base
 			}
-			reqs := make([][]*Request, n)
-			var wg sync.WaitGroup
-			for r, c := range comms {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for j := range cs {
-						if r == n-1 && j%5 == 0 {
-							time.Sleep(2 * time.Millisecond) // this rank falls behind now and then
-						}
-						var sc, sd, rc, rd []int64
-						var so, ro int64
-						for p := 0; p < n; p++ {
-							sc, sd = append(sc, cs[j].cnt(r, p)), append(sd, so)
-							rc, rd = append(rc, cs[j].cnt(p, r)), append(rd, ro)
-							so += cs[j].cnt(r, p)
-							ro += cs[j].cnt(p, r)
-						}
-						q, err := c.AllToAll(cs[j].send[r], cs[j].recv[r], sc, sd, rc, rd, algorithms.Int64)
-						if err != nil {
-							t.Errorf("rank %d call %d: %v", r, j, err)
-							return
-						}
-						reqs[r] = append(reqs[r], q)
-					}
-				}()
-			}
-			wg.Wait()
-			for r := range reqs {
-				for j, q := range reqs[r] {
-					require.NoError(t, q.Wait(-1), "rank %d call %d", r, j)
-				}
-			}
-			for j := range cs {
-				for r := 0; r < n; r++ {
-					var off int64
-					for p := 0; p < n; p++ {
-						for i := int64(0); i < cs[j].cnt(p, r); i++ {
-							require.Equal(t, int64(j)<<40|int64(p)<<32|int64(r)<<24|i, getI64(cs[j].recv[r], off+i), "call %d rank %d from %d elem %d", j, r, p, i)
-						}
-						off += cs[j].cnt(p, r)
-					}
-				}
-			}
+			runAllToAlls(t, comms, 24, 5, cnt)
 		})
+	}
+}
+
+// a2aSplits are rank r's counts and displacements in call j of
+// all-to-alls where rank from sends cnt(j, from, to) elements to rank to.
+func a2aSplits(n, j, r int, cnt func(j, from, to int) int64) (sc, sd, rc, rd []int64) {
+	var so, ro int64
+	for p := 0; p < n; p++ {
+		sc, sd = append(sc, cnt(j, r, p)), append(sd, so)
+		rc, rd = append(rc, cnt(j, p, r)), append(rd, ro)
+		so += cnt(j, r, p)
+		ro += cnt(j, p, r)
+	}
+	return sc, sd, rc, rd
+}
+
+// a2aVal is element i of the block rank from sends rank to in call j.
+func a2aVal(j, from, to int, i int64) int64 {
+	return int64(j)<<40 | int64(from)<<32 | int64(to)<<24 | i
+}
+
+// a2aBuffers are every rank's send (filled with a2aVal) and receive
+// buffers of calls all-to-alls sized by cnt.
+func a2aBuffers(n, calls int, cnt func(j, from, to int) int64) (send, recv [][][]byte) {
+	send, recv = make([][][]byte, calls), make([][][]byte, calls)
+	for j := range calls {
+		send[j], recv[j] = make([][]byte, n), make([][]byte, n)
+		for r := range n {
+			var vals []int64
+			var in int64
+			for p := range n {
+				for i := range cnt(j, r, p) {
+					vals = append(vals, a2aVal(j, r, p, i))
+				}
+				in += cnt(j, p, r)
+			}
+			send[j][r], recv[j][r] = i64s(vals), make([]byte, 8*in)
+		}
+	}
+	return send, recv
+}
+
+// runAllToAlls issues calls all-to-alls sized by cnt on every rank back
+// to back without waiting (the last rank falling behind every lateEvery
+// calls), waits for all and checks every element.
+func runAllToAlls(t *testing.T, comms []*Comm, calls, lateEvery int, cnt func(j, from, to int) int64) {
+	t.Helper()
+	n := len(comms)
+	send, recv := a2aBuffers(n, calls, cnt)
+	reqs := make([][]*Request, n)
+	var wg sync.WaitGroup
+	for r, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range calls {
+				if r == n-1 && j%lateEvery == 0 {
+					time.Sleep(2 * time.Millisecond) // this rank falls behind now and then
+				}
+				sc, sd, rc, rd := a2aSplits(n, j, r, cnt)
+				q, err := c.AllToAll(send[j][r], recv[j][r], sc, sd, rc, rd, algorithms.Int64)
+				if err != nil {
+					t.Errorf("rank %d call %d: %v", r, j, err)
+					return
+				}
+				reqs[r] = append(reqs[r], q)
+			}
+		}()
+	}
+	wg.Wait()
+	for r := range reqs {
+		for j, q := range reqs[r] {
+			require.NoError(t, q.Wait(-1), "rank %d call %d", r, j)
+		}
+	}
+	for j := range calls {
+		for r := range n {
+			var off int64
+			for p := range n {
+				for i := range cnt(j, p, r) {
+					require.Equal(t, a2aVal(j, p, r, i), getI64(recv[j][r], off+i), "call %d rank %d from %d elem %d", j, r, p, i)
+				}
+				off += cnt(j, p, r)
+			}
+		}
 	}
 }
 
@@ -295,37 +316,12 @@ func TestP2PDirect(t *testing.T) {
 			sizes := []int64{0, 3, 64, 63, 1000, 5000}
 			cnt := func(j, from, to int) int64 { return sizes[(j+from*2+to*3)%len(sizes)] }
 			const calls = 18
-			send, recv := make([][][]byte, calls), make([][][]byte, calls)
-			for j := 0; j < calls; j++ {
-				send[j], recv[j] = make([][]byte, n), make([][]byte, n)
-				for r := 0; r < n; r++ {
-					var vals []int64
-					var in int64
-					for p := 0; p < n; p++ {
-						for i := int64(0); i < cnt(j, r, p); i++ {
-							vals = append(vals, int64(j)<<40|int64(r)<<32|int64(p)<<24|i)
-						}
-						in += cnt(j, p, r)
-					}
-					send[j][r] = i64s(vals)
-					recv[j][r] = make([]byte, 8*in)
-				}
-			}
-			splits := func(j, r int) (sc, sd, rc, rd []int64) {
-				var so, ro int64
-				for p := 0; p < n; p++ {
-					sc, sd = append(sc, cnt(j, r, p)), append(sd, so)
-					rc, rd = append(rc, cnt(j, p, r)), append(rd, ro)
-					so += cnt(j, r, p)
-					ro += cnt(j, p, r)
-				}
-				return
-			}
 			// The plans: ReadCopy from p exactly where the pair's larger
 			// block reaches the bound and p sends something.
+			send, recv := a2aBuffers(n, calls, cnt)
 			for j := 0; j < calls; j++ {
 				for r, c := range comms {
-					sc, sd, rc, rd := splits(j, r)
+					sc, sd, rc, rd := a2aSplits(n, j, r, cnt)
 					sends, recvs, copies, err := algorithms.AllToAllTransfers(r, sc, sd, rc, rd)
 					require.NoError(t, err)
 					a := collArgs{coll: algorithms.AllToAll, in: send[j][r], out: recv[j][r]}
@@ -347,43 +343,7 @@ func TestP2PDirect(t *testing.T) {
 					}
 				}
 			}
-			reqs := make([][]*Request, n)
-			var wg sync.WaitGroup
-			for r, c := range comms {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for j := 0; j < calls; j++ {
-						if r == n-1 && j%4 == 0 {
-							time.Sleep(2 * time.Millisecond)
-						}
-						sc, sd, rc, rd := splits(j, r)
-						q, err := c.AllToAll(send[j][r], recv[j][r], sc, sd, rc, rd, algorithms.Int64)
-						if err != nil {
-							t.Errorf("rank %d call %d: %v", r, j, err)
-							return
-						}
-						reqs[r] = append(reqs[r], q)
-					}
-				}()
-			}
-			wg.Wait()
-			for r := range reqs {
-				for j, q := range reqs[r] {
-					require.NoError(t, q.Wait(-1), "rank %d call %d", r, j)
-				}
-			}
-			for j := 0; j < calls; j++ {
-				for r := 0; r < n; r++ {
-					var off int64
-					for p := 0; p < n; p++ {
-						for i := int64(0); i < cnt(j, p, r); i++ {
-							require.Equal(t, int64(j)<<40|int64(p)<<32|int64(r)<<24|i, getI64(recv[j][r], off+i), "call %d rank %d from %d elem %d", j, r, p, i)
-						}
-						off += cnt(j, p, r)
-					}
-				}
-			}
+			runAllToAlls(t, comms, calls, 4, cnt)
 			// In place (equal splits, one buffer): every rank's buffer ends
 			// holding block r of every rank.
 			const k = 700
