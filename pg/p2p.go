@@ -499,9 +499,13 @@ func (c *Comm) p2pOneStream(sends, recvs []algorithms.Transfer) int64 {
 const p2pOneStreamSlots = backend.DefaultSlots / 2
 
 // p2pDirectMin is the size from which a pair of ranks moves an
-// all-to-all's, gather's or scatter's blocks single-copy (the receiver
-// reads the sender's block from its memory; LocalP2PPlan's DirectMin)
-// where direct plans may run; below it the FIFO. all_to_all_single
+// all-to-all's blocks single-copy (the receiver reads the sender's block
+// from its memory; LocalP2PPlan's DirectMin) where both may; below it the
+// FIFO. Not gather and scatter: there one rank would do every copy (the
+// root reads all blocks of a gather) where the FIFO splits the copying
+// between sender and receiver; `gotree perf --nproc 4 --coll gather`,
+// 16 MiB, 3 alternating runs: 1.6–1.7 ms FIFO, 2.5–3.3 ms single-copy
+// (64 MiB 6.5–9.3 against 10.7–14.4; scatter within the spread). all_to_all_single
 // through torch (`gotree.bench --coll alltoall --batch 500`, cold
 // buffers), FIFO only against this bound, alternating, 3 runs each,
 // medians in ms: 4 ranks (blocks of a quarter) 8 MiB 6.3–7.6 → 4.4–4.8,
@@ -514,7 +518,7 @@ const p2pOneStreamSlots = backend.DefaultSlots / 2
 var p2pDirectMin int64 = 1 << 20
 
 // p2pOptions are LocalP2PPlan's options for a collective of these
-// transfers. Single-copy transfers need a pair of ranks that may read
+// transfers. Single-copy transfers (all-to-all only) need a pair of ranks that may read
 // each other's memory (c.cmaPeers: same host, both able, the same on both
 // sides) and an input that the call's output does not overlap (peers read
 // the input while this rank writes its output); a rank whose buffers
@@ -522,7 +526,7 @@ var p2pDirectMin int64 = 1 << 20
 // rank.
 func (c *Comm) p2pOptions(a *collArgs, sends, recvs []algorithms.Transfer) algorithms.P2POptions {
 	opt := algorithms.P2POptions{OneStream: c.p2pOneStream(sends, recvs)}
-	if c.cmaPeers != nil && a.coll != algorithms.SendRecv {
+	if c.cmaPeers != nil && a.coll == algorithms.AllToAll {
 		opt.DirectMin, opt.DirectWith = p2pDirectMin, c.cmaPeers
 		if overlaps(a.in, a.out) {
 			a.in = append([]byte(nil), a.in...)

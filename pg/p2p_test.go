@@ -287,7 +287,7 @@ func runAllToAlls(t *testing.T, comms []*Comm, calls, lateEvery int, cnt func(j,
 	}
 }
 
-// Single-copy all-to-all, gather and scatter (p2pDirectMin lowered so
+// Single-copy all-to-all (p2pDirectMin lowered so
 // that small blocks take it): pairs of one host whose larger block
 // reaches the bound move single-copy (the receiver reads the sender's
 // block), the others through the FIFO or TCP, in the same calls, also
@@ -365,7 +365,11 @@ func TestP2PDirect(t *testing.T) {
 					}
 				}
 			}
-			// Gather to rank 1 and scatter back, single-copy.
+			// Gather to rank 1 and scatter back (through the FIFO: the root
+			// would make every copy), after and between single-copy calls.
+			for _, coll := range []algorithms.Collective{algorithms.Gather, algorithms.Scatter, algorithms.SendRecv} {
+				require.Zero(t, comms[0].p2pOptions(&collArgs{coll: coll}, nil, nil).DirectMin, "%v keeps the FIFO", coll)
+			}
 			root := 1 % n
 			mine, all, back := make([][]byte, n), make([][]byte, n), make([][]byte, n)
 			for r := 0; r < n; r++ {
