@@ -535,6 +535,20 @@ func (c *Comm) p2pOptions(a *collArgs, sends, recvs []algorithms.Transfer) algor
 	return opt
 }
 
+// AllToAllSingleCopyPeers lists the peers with which an all-to-all of
+// count elements to and from every rank moves its blocks single-copy.
+func (c *Comm) AllToAllSingleCopyPeers(count int64, dt algorithms.DType) []int {
+	opt := algorithms.P2POptions{DirectMin: p2pDirectMin, DirectWith: c.cmaPeers}
+	b := count * int64(dt.Size())
+	var out []int
+	for p := range c.nranks {
+		if opt.Direct(p, b, b) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // cmaPeersOf marks the ranks that rank and it may read each other's
 // memory: the same host, shared memory between them, and both able to
 // (rankInfo.CMA: it is false on every rank with GOTREE_SHM_DISABLE or

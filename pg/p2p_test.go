@@ -345,8 +345,19 @@ func TestP2PDirect(t *testing.T) {
 			}
 			runAllToAlls(t, comms, calls, 4, cnt)
 			// In place (equal splits, one buffer): every rank's buffer ends
-			// holding block r of every rank.
+			// holding block r of every rank; single-copy with the ranks of
+			// its host (5600-byte blocks), as AllToAllSingleCopyPeers says.
 			const k = 700
+			for r, c := range comms {
+				var want []int
+				for p := range n {
+					if p != r && sameHost(p, r) {
+						want = append(want, p)
+					}
+				}
+				require.Equal(t, want, c.AllToAllSingleCopyPeers(k, algorithms.Int64), "rank %d", r)
+				require.Empty(t, c.AllToAllSingleCopyPeers(p2pDirectMin/8-1, algorithms.Int64), "below the bound")
+			}
 			bufs := make([][]byte, n)
 			for r := range bufs {
 				v := make([]int64, k*n)

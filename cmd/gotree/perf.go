@@ -435,7 +435,7 @@ func perfRun(o perfOpts, uid pg.UniqueID, rank, n int, cfg pg.Config, stdout, st
 			}
 		}
 		if pointToPoint(o.coll) {
-			row.PlanAlgo, row.PlanChannels = "p2p", 1
+			row.PlanAlgo, row.PlanChannels = p2pLabel(comm, o, count), 1
 		} else if err := mem.bound(comm, o, count, &row); err != nil {
 			fmt.Fprintf(stderr, "gotree perf: rank %d: size %d: memory-traffic bound: %v\n", rank, size, err)
 			return 1
@@ -846,4 +846,20 @@ func isTerminal(w io.Writer) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// p2pLabel names how a point-to-point collective of count elements per
+// block ran: "single-copy" where this rank's all-to-all blocks move
+// single-copy with every peer, "p2p+1copy" where with some, else "p2p".
+func p2pLabel(comm *pg.Comm, o perfOpts, count int64) string {
+	if o.coll != algorithms.AllToAll {
+		return "p2p"
+	}
+	switch peers := comm.AllToAllSingleCopyPeers(count, o.dtype); {
+	case len(peers) == 0:
+		return "p2p"
+	case len(peers) == comm.Size()-1:
+		return "single-copy"
+	}
+	return "p2p+1copy"
 }
