@@ -1147,13 +1147,14 @@ class GotreeBackend : public c10d::Backend {
     at::Tensor local = t.to(at::kCPU).coalesce();
     const int64_t sparseDim = local.sparse_dim();
     const int64_t denseDim = local.dense_dim();
+    const int64_t nnz = local._nnz();  // local may be t itself, which the sum replaces
 
     at::Tensor header = at::zeros({kSparseHeader}, at::kLong);
     int64_t* h = header.data_ptr<int64_t>();
     h[0] = static_cast<int64_t>(local.scalar_type());
     h[1] = sparseDim;
     h[2] = denseDim;
-    h[3] = local._nnz();
+    h[3] = nnz;
     h[4] = local.dim();
     for (int64_t d = 0; d < local.dim(); d++) {
       h[5 + d] = local.size(d);
@@ -1198,7 +1199,7 @@ class GotreeBackend : public c10d::Backend {
     at::Tensor values = local._values().contiguous();
     const int64_t denseNumel = c10::multiply_integers(local.sizes().slice(sparseDim));
     const int64_t rowBytes = sparseDim * 8 + denseNumel * values.element_size();
-    at::Tensor send = at::empty({local._nnz() * rowBytes}, at::kByte);
+    at::Tensor send = at::empty({nnz * rowBytes}, at::kByte);
     const int64_t idxBytes = indices.numel() * 8;
     if (idxBytes) {
       std::memcpy(send.data_ptr(), indices.data_ptr(), idxBytes);
@@ -1218,10 +1219,10 @@ class GotreeBackend : public c10d::Backend {
     std::vector<int64_t> valShape(local.sizes().begin() + sparseDim, local.sizes().end());
     valShape.insert(valShape.begin(), 0);
     for (int r = 0; r < n; r++) {
-      const int64_t nnz = all[r * kSparseHeader + 3];
+      const int64_t nz = all[r * kSparseHeader + 3];
       const char* src = static_cast<const char*>(outs[0][r].data_ptr());
-      at::Tensor ir = at::empty({sparseDim, nnz}, at::kLong);
-      valShape[0] = nnz;
+      at::Tensor ir = at::empty({sparseDim, nz}, at::kLong);
+      valShape[0] = nz;
       at::Tensor vr = at::empty(valShape, values.options());
       if (ir.nbytes()) {
         std::memcpy(ir.data_ptr(), src, ir.nbytes());
@@ -1241,7 +1242,7 @@ class GotreeBackend : public c10d::Backend {
     auto work = makeWork(c10d::OpType::ALLREDUCE, coll, {t}, {}, opts);
     work->seq_ = seq_;
     work->detail_ = c10::str("sparse ", t.sizes(), " x ", dtypeName(t.scalar_type()),
-                             ", nnz ", local._nnz(), " -> ", sum._nnz(), ", SUM");
+                             ", nnz ", nnz, " -> ", sum._nnz(), ", SUM");
     work->finish(nullptr);
     return work;
   }
