@@ -142,20 +142,16 @@ func checkStep(s *Step, rank, n int, inN, outN int64) error {
 		if len(s.ReadFrom) != 1 {
 			return fmt.Errorf("reads from %d peers (a ReadCopy reads one offer)", len(s.ReadFrom))
 		}
-	case Notify, Wait:
-		if s.Count != 1 {
-			return fmt.Errorf("count %d (a descriptor message counts 1)", s.Count)
-		}
-		fallthrough
-	case Offer:
-		if s.Prim == Offer && len(s.SendTo) != 1 {
-			return fmt.Errorf("offers to %d peers (an Offer names one)", len(s.SendTo))
-		}
-		fallthrough
 	default:
 		if len(s.ReadFrom) > 0 {
 			return fmt.Errorf("reads from peers %v but is no read step", s.ReadFrom)
 		}
+	}
+	if (s.Prim == Notify || s.Prim == Wait) && s.Count != 1 {
+		return fmt.Errorf("count %d (a descriptor message counts 1)", s.Count)
+	}
+	if s.Prim == Offer && len(s.SendTo) != 1 {
+		return fmt.Errorf("offers to %d peers (an Offer names one)", len(s.SendTo))
 	}
 	if s.SrcAt != 0 && (s.Prim != RecvReduceSend && s.Prim != RecvReduceCopySend || s.SrcAt < 0 || s.SrcAt > len(s.RecvFrom)) {
 		return fmt.Errorf("source at fold position %d (want 0..%d, and only in a reduce step)", s.SrcAt, len(s.RecvFrom))

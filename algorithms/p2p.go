@@ -173,28 +173,19 @@ func (o P2POptions) Direct(peer int, sent, received int64) bool {
 }
 
 // directPeers returns the peers whose transfers move single-copy
-// (P2POptions.Direct).
+// (P2POptions.Direct). Every caller has at most one send to and one
+// receive from a peer, so the pair's larger block reaches the bound when
+// either transfer does; nothing is allocated when none does.
 func directPeers(sends, recvs []Transfer, esize int64, opt P2POptions) map[int]bool {
-	if opt.DirectMin <= 0 {
-		return nil
-	}
-	sent, received := map[int]int64{}, map[int]int64{}
-	for _, t := range sends {
-		sent[t.Peer] += t.Count * esize
-	}
-	for _, t := range recvs {
-		received[t.Peer] += t.Count * esize
-	}
 	var d map[int]bool
-	for _, m := range []map[int]int64{sent, received} {
-		for peer := range m {
-			if !opt.Direct(peer, sent[peer], received[peer]) {
-				continue
+	for _, l := range [][]Transfer{sends, recvs} {
+		for _, t := range l {
+			if opt.Direct(t.Peer, t.Count*esize, 0) {
+				if d == nil {
+					d = map[int]bool{}
+				}
+				d[t.Peer] = true
 			}
-			if d == nil {
-				d = map[int]bool{}
-			}
-			d[peer] = true
 		}
 	}
 	return d

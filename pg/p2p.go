@@ -472,7 +472,6 @@ func (c *Comm) allP2PKeys() []p2pKey {
 	return keys
 }
 
-// enqueueP2P queues a point-to-point collective on the ordered queue.
 // p2pOneStream is LocalP2PPlan's oneStream for these transfers:
 // p2pOneStreamSlots FIFO slots where every peer is a shared-memory link,
 // so that a small all-to-all, gather or scatter runs in one stream on the
@@ -505,8 +504,8 @@ const p2pOneStreamSlots = backend.DefaultSlots / 2
 // root reads all blocks of a gather) where the FIFO splits the copying
 // between sender and receiver; `gotree perf --nproc 4 --coll gather`,
 // 16 MiB, 3 alternating runs: 1.6–1.7 ms FIFO, 2.5–3.3 ms single-copy
-// (64 MiB 6.5–9.3 against 10.7–14.4; scatter within the spread). all_to_all_single
-// through torch (`gotree.bench --coll alltoall --batch 500`, cold
+// (64 MiB 6.5–9.3 against 10.7–14.4; scatter within the spread).
+// all_to_all_single through torch (`gotree.bench --coll alltoall --batch 500`, cold
 // buffers), FIFO only against this bound, alternating, 3 runs each,
 // medians in ms: 4 ranks (blocks of a quarter) 8 MiB 6.3–7.6 → 4.4–4.8,
 // 16 MiB 13.6–20.3 → 7.7–13.2, 64 MiB 52–66 → 34–40 (with a 256 KiB
@@ -518,16 +517,16 @@ const p2pOneStreamSlots = backend.DefaultSlots / 2
 var p2pDirectMin int64 = 1 << 20
 
 // p2pOptions are LocalP2PPlan's options for a collective of these
-// transfers. Single-copy transfers (all-to-all only) need a pair of ranks that may read
-// each other's memory (c.cmaPeers: same host, both able, the same on both
-// sides) and an input that the call's output does not overlap (peers read
+// transfers. Single-copy transfers (all-to-all only) need a pair of
+// ranks that may read each other's memory (c.cmaPeers: same host, both
+// able, the same on both sides) and an input that the call's output does not overlap (peers read
 // the input while this rank writes its output); a rank whose buffers
 // overlap copies its input first, so that the plan is the same on every
 // rank.
 func (c *Comm) p2pOptions(a *collArgs, sends, recvs []algorithms.Transfer) algorithms.P2POptions {
 	opt := algorithms.P2POptions{OneStream: c.p2pOneStream(sends, recvs)}
 	if c.cmaPeers != nil && a.coll == algorithms.AllToAll {
-		opt.DirectMin, opt.DirectWith = p2pDirectMin, c.cmaPeers
+		opt = c.singleCopyOptions(opt.OneStream)
 		if overlaps(a.in, a.out) {
 			a.in = append([]byte(nil), a.in...)
 		}
@@ -535,10 +534,16 @@ func (c *Comm) p2pOptions(a *collArgs, sends, recvs []algorithms.Transfer) algor
 	return opt
 }
 
+// singleCopyOptions are an all-to-all's LocalP2PPlan options with
+// oneStream: single-copy from p2pDirectMin with the ranks of c.cmaPeers.
+func (c *Comm) singleCopyOptions(oneStream int64) algorithms.P2POptions {
+	return algorithms.P2POptions{OneStream: oneStream, DirectMin: p2pDirectMin, DirectWith: c.cmaPeers}
+}
+
 // AllToAllSingleCopyPeers lists the peers with which an all-to-all of
 // count elements to and from every rank moves its blocks single-copy.
 func (c *Comm) AllToAllSingleCopyPeers(count int64, dt algorithms.DType) []int {
-	opt := algorithms.P2POptions{DirectMin: p2pDirectMin, DirectWith: c.cmaPeers}
+	opt := c.singleCopyOptions(0)
 	b := count * int64(dt.Size())
 	var out []int
 	for p := range c.nranks {
@@ -575,6 +580,7 @@ func overlaps(a, b []byte) bool {
 	return pa < pb+uintptr(len(b)) && pb < pa+uintptr(len(a))
 }
 
+// enqueueP2P queues a point-to-point collective on the ordered queue.
 func (c *Comm) enqueueP2P(a collArgs, sends, recvs []algorithms.Transfer, copies []algorithms.LocalCopy) (*Request, error) {
 	a.p2pOpt = c.p2pOptions(&a, sends, recvs)
 	plan, err := algorithms.LocalP2PPlan(a.coll, c.nranks, c.rank, p2pChannel, a.dt, sends, recvs, copies, a.p2pOpt)
