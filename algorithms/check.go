@@ -77,7 +77,7 @@ func validatePlan(p *Plan) error {
 				for k := range st {
 					step := &st[k]
 					where := fmt.Sprintf("rank %d channel %d stream %d step %d (%v)", r, cp.Channel, si, k, step.Prim)
-					if err := checkStep(step, r, p.NRanks, inN, outN); err != nil {
+					if err := checkStepStaged(step, r, p.NRanks, inN, outN, p.StageElems); err != nil {
 						return planErr("%s: %v", where, err)
 					}
 					for dir, ps := range [2][]int{step.RecvFrom, step.SendTo} {
@@ -101,6 +101,12 @@ func validatePlan(p *Plan) error {
 }
 
 func checkStep(s *Step, rank, n int, inN, outN int64) error {
+	return checkStepStaged(s, rank, n, inN, outN, 0)
+}
+
+// checkStepStaged is checkStep for a plan whose ranks have staging
+// regions of stageElems elements (shared plans; 0: none).
+func checkStepStaged(s *Step, rank, n int, inN, outN, stageElems int64) error {
 	if s.Count <= 0 {
 		return fmt.Errorf("count %d", s.Count)
 	}
@@ -128,6 +134,8 @@ func checkStep(s *Step, rank, n int, inN, outN int64) error {
 		sh = shape{0, 0, 1, true, false}
 	case ReadCopy:
 		sh = shape{0, 0, 0, false, true}
+	case PeerCopy:
+		sh = shape{0, 0, 0, true, true}
 	case Wait:
 		sh = shape{1, n, 0, false, false}
 	default:
@@ -141,6 +149,10 @@ func checkStep(s *Step, rank, n int, inN, outN int64) error {
 	case ReadCopy:
 		if len(s.ReadFrom) != 1 {
 			return fmt.Errorf("reads from %d peers (a ReadCopy reads one offer)", len(s.ReadFrom))
+		}
+	case PeerCopy:
+		if len(s.ReadFrom) != 1 || s.Src.Buf != Stage {
+			return fmt.Errorf("reads %v of %d peers (a PeerCopy reads one peer's staging region)", s.Src.Buf, len(s.ReadFrom))
 		}
 	default:
 		if len(s.ReadFrom) > 0 {
@@ -190,6 +202,11 @@ func checkStep(s *Step, rank, n int, inN, outN int64) error {
 			size = inN
 		case Output:
 			size = outN
+		case Stage:
+			size = stageElems
+			if size == 0 {
+				return fmt.Errorf("%s operand in a staging region, which the plan does not have", name)
+			}
 		default:
 			return fmt.Errorf("%s operand has no buffer", name)
 		}

@@ -55,7 +55,7 @@ func ParseTransport(s string) (Transport, error) {
 
 // NumAlgorithms and NumProtocols size the per-(algorithm, protocol) tables.
 const (
-	NumAlgorithms = 5 // Ring, Tree, HalvingDoubling, Direct, OneShot
+	NumAlgorithms = 6 // Ring, Tree, HalvingDoubling, Direct, OneShot, Shared
 	NumProtocols  = 3 // LL, LL128, Simple
 )
 
@@ -328,9 +328,9 @@ const (
 // across the nodes themselves).
 var (
 	defaultShm = TransportCost{
-		BaseUs:    AlgoProto{{0, 0, 0.5}, {0, 0, 0.5}, {0, 0, 0.5}, {0, 0, 0.5}, {0, 0, 0.5}},
-		HopUs:     AlgoProto{{0, 0, 1}, {0, 0, 2}, {0, 0, 1}, {0, 0, 2.2}, {0, 0, 2}},
-		BusGBps:   AlgoProto{{0, 0, 3}, {0, 0, 3.5}, {0, 0, 2.5}, {0, 0, 2.84}, {0, 0, 3}},
+		BaseUs:    AlgoProto{{0, 0, 0.5}, {0, 0, 0.5}, {0, 0, 0.5}, {0, 0, 0.5}, {0, 0, 0.5}, {0, 0, 0.5}},
+		HopUs:     AlgoProto{{0, 0, 1}, {0, 0, 2}, {0, 0, 1}, {0, 0, 2.2}, {0, 0, 2}, {0, 0, 2}},
+		BusGBps:   AlgoProto{{0, 0, 3}, {0, 0, 3.5}, {0, 0, 2.5}, {0, 0, 2.84}, {0, 0, 3}, {0, 0, 3}},
 		SharesCPU: true,
 	}
 	defaultTCP = TransportCost{
@@ -471,6 +471,9 @@ type Shape struct {
 //     bandwidth.
 //   - one-shot: one hop; a rank sends its whole message to each of the
 //     n−1 others, ratio 1/(n−1).
+//   - shared: two rounds per chunk (shared.go), counted as two hops (the
+//     chunks' rounds are in the bandwidth term); a rank copies its
+//     message in and the result out, the ring's ratio.
 func ShapeOf(coll Collective, a Algorithm, topo CostTopo) Shape {
 	n := topo.NRanks
 	if n <= 1 {
@@ -492,6 +495,8 @@ func ShapeOf(coll Collective, a Algorithm, topo CostTopo) Shape {
 		return Shape{IntraHops: directRounds, Ratio: float64(n) / float64(2*(n-1))}
 	case OneShot:
 		return Shape{IntraHops: 1, Ratio: 1 / float64(n-1)}
+	case Shared:
+		return Shape{IntraHops: 2, Ratio: float64(n) / float64(2*(n-1))}
 	}
 	steps, nInter := ringSteps(coll, n, topo.NNodes)
 	sh := Shape{IntraHops: float64(steps - nInter), InterHops: float64(nInter), Ratio: 1}
@@ -525,11 +530,14 @@ func (t *Tuning) PredictPlaced(coll Collective, a Algorithm, p Protocol, topo Co
 	if a < 0 || int(a) >= NumAlgorithms || p < 0 || int(p) >= NumProtocols {
 		return Prediction{}, fmt.Errorf("gotree/algorithms: cost: unknown %v/%v", a, p)
 	}
-	if (a == HalvingDoubling || a == Direct) && topo.NNodes > 1 {
+	if (a == HalvingDoubling || a == Direct || a == Shared) && topo.NNodes > 1 {
 		return Prediction{}, fmt.Errorf("%w: %v runs within one node", ErrAlgoNotSupported, a)
 	}
 	if a == OneShot && !OneShotUsable(topo.NRanks, topo.NNodes, bytes) {
 		return Prediction{}, fmt.Errorf("%w: %v runs 2..%d ranks within one node, up to %d bytes", ErrAlgoNotSupported, a, maxOneShotRanks, OneShotMaxBytes)
+	}
+	if a == Shared && !SharedUsable(topo.NRanks, topo.NNodes) {
+		return Prediction{}, fmt.Errorf("%w: %v runs 2 or more ranks within one node", ErrAlgoNotSupported, a)
 	}
 	if channels <= 0 {
 		channels = ChannelsFor(a, p, topo.NRanks, bytes, topo.Channels)
@@ -665,7 +673,7 @@ func (t *Tuning) Choose(coll Collective, topo CostTopo, bytes int64, c Constrain
 			if !protos.Has(p) {
 				continue
 			}
-			if a == OneShot && algos != 1<<OneShot && t.OneShotUnknown(topo, p) {
+			if algos != 1<<a && t.unknown(a, topo, p) {
 				continue
 			}
 			ch := ChannelsFor(a, p, topo.NRanks, bytes, maxCh)
@@ -701,6 +709,28 @@ func (t *Tuning) OneShotUnknown(topo CostTopo, p Protocol) bool {
 	}
 	tc, local := t.costOf(topo.Intra, topo.RanksPerNode, topo.NNodes, OneShot, p)
 	return !local || tc.BusGBps.At(OneShot, p) == 0
+}
+
+// SharedUnknown says that the model cannot predict shared plans with
+// protocol p on topo: no calibration for this many ranks on a node has
+// them (the built-in one does not). Choose leaves them out unless they
+// are the only algorithm allowed; autotuning measures them instead
+// (AutotuneCandidates).
+func (t *Tuning) SharedUnknown(topo CostTopo, p Protocol) bool {
+	tc, local := t.costOf(topo.Intra, topo.RanksPerNode, topo.NNodes, Shared, p)
+	return !local || tc.BusGBps.At(Shared, p) == 0
+}
+
+// unknown says that the model cannot predict a with protocol p on topo
+// (OneShotUnknown, SharedUnknown).
+func (t *Tuning) unknown(a Algorithm, topo CostTopo, p Protocol) bool {
+	switch a {
+	case OneShot:
+		return t.OneShotUnknown(topo, p)
+	case Shared:
+		return t.SharedUnknown(topo, p)
+	}
+	return false
 }
 
 // Crossover is a size range with one predicted winner.
@@ -753,7 +783,7 @@ func (t *Tuning) Candidates(coll Collective, topo CostTopo, bytes int64, c Const
 		one := c
 		one.Algos = 1 << a
 		pr, err := t.Choose(coll, topo, bytes, one)
-		if err != nil || (a == OneShot && t.OneShotUnknown(topo, pr.Proto)) {
+		if err != nil || t.unknown(a, topo, pr.Proto) {
 			continue
 		}
 		if pr.TimeUs <= span*best.TimeUs {
@@ -806,23 +836,31 @@ func (t *Tuning) AutotuneCandidates(coll Collective, topo CostTopo, bytes int64,
 			}
 		}
 	}
-	if p, ok := t.unmodelledOneShot(coll, topo, bytes, c); ok && !slices.ContainsFunc(out, func(q Prediction) bool { return q.Algo == OneShot }) {
-		out = append(out, p)
+	// One-shot runs up to OneShotMaxBytes, shared plans are measured only
+	// above it: at most one of them is added.
+	for _, a := range [...]Algorithm{OneShot, Shared} {
+		if a == Shared && bytes <= OneShotMaxBytes {
+			continue
+		}
+		if p, ok := t.unmodelled(a, coll, topo, bytes, c); ok && !slices.ContainsFunc(out, func(q Prediction) bool { return q.Algo == a }) {
+			out = append(out, p)
+		}
 	}
 	return out, nil
 }
 
-// unmodelledOneShot is one-shot's prediction for a call that c allows it
-// for, where it is usable but OneShotUnknown (so Choose leaves it out).
-func (t *Tuning) unmodelledOneShot(coll Collective, topo CostTopo, bytes int64, c Constraints) (Prediction, bool) {
-	if coll != AllReduce || (c.Algos != 0 && !c.Algos.Has(OneShot)) {
+// unmodelled is a's prediction for a call that c allows it for, where it
+// is usable but the model cannot predict it (unknown: Choose leaves it
+// out).
+func (t *Tuning) unmodelled(a Algorithm, coll Collective, topo CostTopo, bytes int64, c Constraints) (Prediction, bool) {
+	if coll != AllReduce || (c.Algos != 0 && !c.Algos.Has(a)) {
 		return Prediction{}, false
 	}
 	one := c
-	one.Algos = 1 << OneShot
+	one.Algos = 1 << a
 	one.InPlace = true
 	p, err := t.Choose(coll, topo, bytes, one)
-	if err != nil || !t.OneShotUnknown(topo, p.Proto) {
+	if err != nil || !t.unknown(a, topo, p.Proto) {
 		return Prediction{}, false
 	}
 	return p, true

@@ -220,23 +220,26 @@ func TestParseSpecs(t *testing.T) {
 		{"ring", AllReduce, 1 << Ring, ""},
 		{"Tree", AllReduce, 1 << Tree, ""},
 		{"ring,tree", AllReduce, 1<<Ring | 1<<Tree, ""},
-		{"ring,tree,hd,direct,oneshot", AllReduce, AllAlgos, ""},
-		{"ring,tree,hd,direct", AllReduce, AllAlgos &^ (1 << OneShot), ""},
-		{"ring,tree,hd", AllReduce, AllAlgos &^ (1<<Direct | 1<<OneShot), ""},
+		{"ring,tree,hd,direct,oneshot,shared", AllReduce, AllAlgos, ""},
+		{"ring,tree,hd,direct,oneshot", AllReduce, AllAlgos &^ (1 << Shared), ""},
+		{"shared", AllReduce, 1 << Shared, ""},
+		{"ring,tree,hd,direct", AllReduce, AllAlgos &^ (1<<OneShot | 1<<Shared), ""},
+		{"ring,tree,hd", AllReduce, AllAlgos &^ (1<<Direct | 1<<OneShot | 1<<Shared), ""},
 		{"oneshot", AllReduce, 1 << OneShot, ""},
 		{"direct", AllReduce, 1 << Direct, ""},
 		{"HD", AllReduce, 1 << HalvingDoubling, ""},
-		{"^tree", AllReduce, 1<<Ring | 1<<HalvingDoubling | 1<<Direct | 1<<OneShot, ""},
-		{"^ring,hd", AllReduce, 1<<Tree | 1<<Direct | 1<<OneShot, ""},
-		{"^ring,hd,direct", AllReduce, 1<<Tree | 1<<OneShot, ""},
-		{"^ring,hd,direct,oneshot", AllReduce, 1 << Tree, ""},
+		{"^tree", AllReduce, 1<<Ring | 1<<HalvingDoubling | 1<<Direct | 1<<OneShot | 1<<Shared, ""},
+		{"^ring,hd", AllReduce, 1<<Tree | 1<<Direct | 1<<OneShot | 1<<Shared, ""},
+		{"^ring,hd,direct", AllReduce, 1<<Tree | 1<<OneShot | 1<<Shared, ""},
+		{"^ring,hd,direct,oneshot", AllReduce, 1<<Tree | 1<<Shared, ""},
+		{"^ring,hd,direct,oneshot,shared", AllReduce, 1 << Tree, ""},
 		{"tree,nvls", AllReduce, 1 << Tree, ""},
 		{"allreduce:tree;allgather:ring", AllReduce, 1 << Tree, ""},
 		{"allreduce:tree;allgather:ring", AllGather, 1 << Ring, ""},
 		{"allreduce:tree;allgather:ring", Broadcast, AllAlgos, ""},
-		{"allreduce:^ring", AllReduce, 1<<Tree | 1<<HalvingDoubling | 1<<Direct | 1<<OneShot, ""},
+		{"allreduce:^ring", AllReduce, 1<<Tree | 1<<HalvingDoubling | 1<<Direct | 1<<OneShot | 1<<Shared, ""},
 		{"bogus", AllReduce, 0, "unknown algorithm"},
-		{"^ring,tree,hd,direct,oneshot", AllReduce, 0, "nothing"},
+		{"^ring,tree,hd,direct,oneshot,shared", AllReduce, 0, "nothing"},
 		{"nvls", AllReduce, 0, "nothing"},
 		{"allreduce", AllReduce, AllAlgos, "unknown algorithm"},
 		{"allreduce:tree;bogus:ring", AllReduce, 0, "unknown collective"},
@@ -507,6 +510,14 @@ func TestAutotuneCandidates(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, got, again, "n=%d %d B: placement-independent", n, b)
 			require.LessOrEqual(t, len(got), AutotuneMaxCandidates+1)
+			// Shared plans, which no built-in entry calibrates, above
+			// one-shot's limit: always and last.
+			hasShared := slices.ContainsFunc(got, func(p Prediction) bool { return p.Algo == Shared })
+			require.Equal(t, b > OneShotMaxBytes, hasShared, "n=%d %d B: shared measured", n, b)
+			if hasShared {
+				require.Equal(t, Shared, got[len(got)-1].Algo, "n=%d %d B: shared measured, last", n, b)
+				got = got[:len(got)-1]
+			}
 			// One-shot where the model cannot predict it (3 and 4 ranks on
 			// DefaultTuning's cores), always and last; never beyond its limit.
 			unknown := OneShotUsable(n, 1, b) && tu.OneShotUnknown(topo, Simple)

@@ -25,6 +25,9 @@ import (
 //     range of each ReadFrom peer's buffers as they are at that moment,
 //     in list order, and write it to Dst, and to the range Dst of each
 //     WriteTo peer's buffers.
+//   - PeerCopy: copy the range Src of ReadFrom[0]'s staging region to Dst.
+//
+// Staging regions (shared plans) start zeroed.
 //
 // Plans reduce Avg and PremulSum as Sum. After all steps, an executor calls
 // Finalize(output, dtype, op, NRanks) once on each rank's output that holds
@@ -59,6 +62,7 @@ func RunOracle(p *Plan, inputs [][]byte, inPlace bool) ([][]byte, error) {
 	inN, outN := p.BufferCounts()
 	type rankBufs struct {
 		in, out []byte
+		stage   []byte
 		inBase  int64 // bytes
 		outBase int64
 	}
@@ -72,6 +76,7 @@ func RunOracle(p *Plan, inputs [][]byte, inPlace bool) ([][]byte, error) {
 			return nil, fmt.Errorf("gotree/algorithms: oracle: rank %d input has %d bytes, want %d", r, len(src), inN*es)
 		}
 		b := &bufs[r]
+		b.stage = make([]byte, p.StageElems*es)
 		switch {
 		case !inPlace:
 			b.in = append([]byte(nil), src...)
@@ -92,6 +97,9 @@ func RunOracle(p *Plan, inputs [][]byte, inPlace bool) ([][]byte, error) {
 	}
 	slice := func(rank int, ref Ref, count int64) []byte {
 		b := &bufs[rank]
+		if ref.Buf == Stage {
+			return b.stage[ref.Off*es : (ref.Off+count)*es]
+		}
 		if ref.Buf == Input {
 			o := b.inBase + ref.Off*es
 			return b.in[o : o+count*es]
@@ -113,6 +121,9 @@ func RunOracle(p *Plan, inputs [][]byte, inPlace bool) ([][]byte, error) {
 			copy(slice(ss.rank, st.Dst, st.Count), slice(ss.rank, st.Src, st.Count))
 			return nil, nil
 		case Notify, Wait:
+			return nil, nil
+		case PeerCopy:
+			copy(slice(ss.rank, st.Dst, st.Count), slice(st.ReadFrom[0], st.Src, st.Count))
 			return nil, nil
 		case ReadReduceCopy:
 			acc := append([]byte(nil), slice(ss.rank, st.Src, st.Count)...)

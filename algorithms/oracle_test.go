@@ -232,6 +232,9 @@ func TestOracleSmallCases(t *testing.T) {
 				algos := []Algorithm{Ring}
 				if coll == AllReduce {
 					algos = append(algos, Tree, HalvingDoubling, Direct)
+					if SharedUsable(n, 1) {
+						algos = append(algos, Shared)
+					}
 					if OneShotUsable(n, 1, count*4) {
 						algos = append(algos, OneShot)
 					}
@@ -276,6 +279,9 @@ func TestOracleProperties(t *testing.T) {
 			}
 			if algo == OneShot && !OneShotUsable(n, g.NNodes, 0) {
 				algo = Ring // one host, up to 8 ranks
+			}
+			if algo == Shared && !SharedUsable(n, g.NNodes) {
+				algo = Ring // staging regions: one host
 			}
 		}
 		ty := orTypes[rng.IntN(len(orTypes))]

@@ -47,10 +47,14 @@ const (
 	// descriptor its Offer sent, received by a Wait before) into Dst. The
 	// offer must be exactly Count elements.
 	ReadCopy
+	// PeerCopy copies the Count elements at Src of ReadFrom[0]'s staging
+	// region (Src's buffer is Stage) into Dst: shared plans, whose ranks
+	// map each other's staging regions.
+	PeerCopy
 )
 
 var primNames = [...]string{"Send", "Recv", "RecvReduceSend", "RecvReduceCopySend", "RecvCopySend", "Copy",
-	"Notify", "Wait", "ReadReduceCopy", "Offer", "ReadCopy"}
+	"Notify", "Wait", "ReadReduceCopy", "Offer", "ReadCopy", "PeerCopy"}
 
 func (p Prim) String() string {
 	if int(p) < len(primNames) {
@@ -66,6 +70,11 @@ const (
 	NoBuf  Buf = iota
 	Input      // the send buffer
 	Output     // the receive buffer (may alias Input for in-place calls)
+	// Stage is the rank's staging region of a shared plan
+	// (Plan.StageElems elements), which every rank of the host maps and
+	// which never aliases Input or Output. A ReadReduceCopy whose Src is
+	// in Stage reads the peers' staging regions, not their buffers.
+	Stage
 )
 
 func (b Buf) String() string {
@@ -74,6 +83,8 @@ func (b Buf) String() string {
 		return "in"
 	case Output:
 		return "out"
+	case Stage:
+		return "stage"
 	}
 	return "-"
 }
@@ -138,6 +149,9 @@ type Plan struct {
 	Root     int
 	Channels int
 	Ranks    []RankPlan
+	// StageElems is the size of each rank's staging region (Stage) that
+	// a shared plan uses, in elements; 0 for every other plan.
+	StageElems int64
 }
 
 // TreeLinks are one rank's links in one channel's tree. -1 means none.

@@ -83,7 +83,7 @@ type PlanStats struct {
 	Received  int64
 	Reduced   int64 // elements combined by a reduction (one per received message)
 	ReadLocal int64 // elements read from the rank's own buffers
-	ReadPeer  int64 // elements read from peers' buffers (ReadReduceCopy's ReadFrom)
+	ReadPeer  int64 // elements read from peers' buffers or staging regions (ReadFrom of ReadReduceCopy, ReadCopy, PeerCopy)
 	WritePeer int64 // elements written to peers' buffers (ReadReduceCopy's WriteTo)
 	Written   int64 // elements written to the rank's own buffers
 }
@@ -109,7 +109,7 @@ func (p *Plan) Stats(r int) PlanStats {
 				if step.Prim == RecvReduceSend || step.Prim == RecvReduceCopySend {
 					s.Reduced += n * int64(len(step.RecvFrom))
 				}
-				if step.Src.Buf != NoBuf {
+				if step.Src.Buf != NoBuf && step.Prim != PeerCopy { // a PeerCopy's Src is the peer's
 					s.ReadLocal += n
 				}
 				if step.Dst.Buf != NoBuf {

@@ -52,7 +52,7 @@ func touchesPeers(p *Plan) bool {
 
 // overlap reports whether two events touch the same memory.
 func (rc *raceCheck) overlap(a, b *memEvent) bool {
-	if a.rank != b.rank || (a.buf != b.buf && !rc.inPlace) {
+	if a.rank != b.rank || (a.buf != b.buf && (!rc.inPlace || a.buf == Stage || b.buf == Stage)) {
 		return false
 	}
 	return a.off < b.off+b.count && b.off < a.off+a.count

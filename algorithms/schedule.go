@@ -162,6 +162,17 @@ func BuildPlan(g *Graph, req PlanRequest) (*Plan, error) {
 		b.directAllReduce(n, req.Count)
 		return b.finish(1), nil
 	}
+	if req.Algo == Shared {
+		if !SharedUsable(n, g.NNodes) {
+			return nil, fmt.Errorf("%w: %v runs 2 or more ranks of one host (%d ranks on %d hosts)", ErrAlgoNotSupported, req.Algo, n, g.NNodes)
+		}
+		chunk := req.ChunkBytes
+		if chunk == 0 {
+			chunk = SharedStageBytes
+		}
+		b.sharedAllReduce(n, req.Count, SharedStageElems(int(chunk), req.DType.Size(), n))
+		return b.finish(1), nil
+	}
 	if req.Algo == OneShot {
 		if bytes := req.Count * int64(req.DType.Size()); !OneShotUsable(n, g.NNodes, bytes) {
 			return nil, fmt.Errorf("%w: %v runs 2..%d ranks of one host and messages up to %d bytes (%d ranks on %d hosts, %d bytes)",

@@ -544,10 +544,10 @@ func (q *simPQ) Pop() any {
 	return x
 }
 
-// simulable refuses plans the link model cannot run: direct plans read
-// peers' memory, which it has no model of.
+// simulable refuses plans the link model cannot run: direct and shared
+// plans read peers' memory, which it has no model of.
 func simulable(p *Plan) error {
-	if p.Algo == Direct {
+	if p.Algo == Direct || p.Algo == Shared {
 		return fmt.Errorf("gotree/algorithms: sim: %v plans read peers' memory, which the link model does not have", p.Algo)
 	}
 	return nil

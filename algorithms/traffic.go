@@ -40,6 +40,17 @@ func stepTraffic(p *Plan, rank int, s Step, inPlace bool) int64 {
 	if s.Prim == Copy && inPlace && p.sameElement(rank, s.Src, s.Dst) {
 		return 0
 	}
+	if s.Src.Buf == Stage || s.Dst.Buf == Stage {
+		// Staging regions stay in the cache, like FIFO slots: only the
+		// caller's buffers count.
+		var k int64
+		for _, r := range [...]Ref{s.Src, s.Dst} {
+			if r.Buf == Input || r.Buf == Output {
+				k++
+			}
+		}
+		return k * s.Count
+	}
 	switch s.Prim {
 	case ReadReduceCopy: // ours and every peer's range read, ours and WriteTo's written
 		return int64(2+len(s.ReadFrom)+len(s.WriteTo)) * s.Count

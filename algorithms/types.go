@@ -220,9 +220,15 @@ const (
 	// and reduces all of them itself, in rank order. One round instead of
 	// the ring's 2(n−1) dependent hand-offs. Not one of NCCL's.
 	OneShot
+	// Shared is allreduce through staging regions that every rank of one
+	// host maps (shared.go): each rank copies a chunk of its input into
+	// its region, reduces its slice of everyone's chunk, and copies the
+	// reduced slices back out; plain loads and stores, no system call per
+	// byte. Not one of NCCL's.
+	Shared
 )
 
-// ParseAlgorithm maps a name ("ring", "tree", "hd", "direct", "oneshot") to its Algorithm:
+// ParseAlgorithm maps a name ("ring", "tree", "hd", "direct", "oneshot", "shared") to its Algorithm:
 // the inverse of String.
 func ParseAlgorithm(name string) (Algorithm, error) {
 	for a := Algorithm(0); int(a) < NumAlgorithms; a++ {
@@ -230,7 +236,7 @@ func ParseAlgorithm(name string) (Algorithm, error) {
 			return a, nil
 		}
 	}
-	return 0, fmt.Errorf("unknown algorithm %q (want ring, tree, hd, direct or oneshot)", name)
+	return 0, fmt.Errorf("unknown algorithm %q (want ring, tree, hd, direct, oneshot or shared)", name)
 }
 
 func (a Algorithm) String() string {
@@ -245,6 +251,8 @@ func (a Algorithm) String() string {
 		return "direct"
 	case OneShot:
 		return "oneshot"
+	case Shared:
+		return "shared"
 	}
 	return fmt.Sprintf("algorithm(%d)", int(a))
 }

@@ -18,6 +18,19 @@ type Conns interface {
 	Conn(channel, peer int) (Conn, error)
 }
 
+// Stages gives the staging regions of the ranks of a host, which every
+// one of them maps (shared plans; shared.go). Exec asks the Conns it is
+// given for them when a plan needs them.
+type Stages interface {
+	// Stage is rank's staging region as this process maps it
+	// (StageRegionBytes: a header, then the plans' data); nil when there
+	// is none.
+	Stage(rank int) []byte
+	// StagePolicy is how waits on the regions' counters behave before
+	// they sleep: that of the host's shared-memory links.
+	StagePolicy() WaitPolicy
+}
+
 // Exec runs one rank's part of a plan. in and out are the rank's input and
 // output buffers (they may be the same memory for in-place calls). Each
 // stream of each channel runs in its own goroutine; the first error cancels
@@ -59,6 +72,11 @@ func Exec(ctx context.Context, p *algorithms.Plan, rank int, conns Conns, in, ou
 	}
 	x := executor{p: p, conns: conns, in: in, out: out, esize: int64(esize), frag: fragElems, tag: tag,
 		stream: len(out) >= StreamOutputBytes && !SameMemory(in, out)}
+	if p.StageElems > 0 {
+		if err := x.useStages(rank); err != nil {
+			return err
+		}
+	}
 	cg, err := x.enterCall(rank)
 	if err != nil {
 		return err
@@ -98,14 +116,17 @@ func (x *executor) run(ctx context.Context, rp *algorithms.RankPlan, nstreams in
 }
 
 type executor struct {
-	p       *algorithms.Plan
-	conns   Conns
-	in, out []byte
-	esize   int64
-	frag    int64
-	tag     uint32
-	stream  bool       // write results to out with non-temporal stores (StreamOutputBytes)
-	guard   *callGuard // writes into peers' buffers (direct plans); nil: none
+	p        *algorithms.Plan
+	conns    Conns
+	in, out  []byte
+	esize    int64
+	frag     int64
+	tag      uint32
+	stream   bool       // write results to out with non-temporal stores (StreamOutputBytes)
+	guard    *callGuard // writes into peers' buffers (direct plans); nil: none
+	stages   Stages     // the host's staging regions (shared plans); nil: none
+	stage    []byte     // this rank's staging region past its header: the plan's StageElems elements
+	stageSeq *uint32    // this rank's round counter, in its region's header
 }
 
 // StreamOutputBytes is the output size from which an out-of-place call
@@ -143,6 +164,8 @@ func (x *executor) buf(r algorithms.Ref, count int64) ([]byte, error) {
 		b = x.in
 	case algorithms.Output:
 		b = x.out
+	case algorithms.Stage:
+		b = x.stage
 	default:
 		return nil, fmt.Errorf("gotree/backend: step needs a buffer but names none")
 	}
@@ -181,6 +204,7 @@ func scratchFor(s **[]byte, n int64) []byte {
 func (x *executor) runStream(ctx context.Context, ch int, steps algorithms.Stream) error {
 	var scratch *[]byte
 	var descs map[int]*memDesc // direct plans: the peers' buffers, from Wait steps
+	rounds := 0                // Notify steps so far
 	var recvBuf, sendBuf [4]Conn
 	defer func() {
 		if scratch != nil {
@@ -208,6 +232,22 @@ func (x *executor) runStream(ctx context.Context, ch int, steps algorithms.Strea
 		if st.Prim == algorithms.Copy {
 			if !SameMemory(src, dst) {
 				copy(dst, src)
+			}
+			continue
+		}
+		if st.Prim == algorithms.Notify {
+			rounds++
+		}
+		if x.stages != nil && rounds > 1 && (st.Prim == algorithms.Notify || st.Prim == algorithms.Wait) {
+			// A shared plan's later rounds: counters (shared.go).
+			if err := x.sharedRound(ctx, ch, st); err != nil {
+				return err
+			}
+			continue
+		}
+		if st.Prim == algorithms.PeerCopy || (st.Prim == algorithms.ReadReduceCopy && st.Src.Buf == algorithms.Stage) {
+			if err := x.sharedStep(st, src, dst); err != nil {
+				return err
 			}
 			continue
 		}

@@ -25,6 +25,7 @@ type rankInfo struct {
 	CPUs      int    `json:"cpus,omitempty"`   // runtime.NumCPU() of the rank's process
 	CMA       bool   `json:"cma,omitempty"`    // may read and be read by the host's other ranks (backend.CMAUsable)
 	Choice    string `json:"choice,omitempty"` // what decides its plans besides the call (choiceSettings)
+	Stage     string `json:"stage,omitempty"`  // its staging region for shared plans (stage.go); "": none
 }
 
 type rootReply struct {

@@ -275,7 +275,7 @@ func (c *Comm) choice(a collArgs) algorithms.Prediction {
 			// Only algorithms this communicator cannot run are allowed (hd
 			// across hosts): the ring, once said.
 			c.algoWarn.Do(func() {
-				c.log.Warnf("GOTREE_ALGO=%q allows nothing that runs here for %v (%d ranks on %d hosts; hd runs only within one host, direct only within one host whose ranks may read each other's memory, oneshot only within one host for up to 8 ranks and messages up to %d bytes and one FIFO slot): using the ring", c.cfg.Algo, a.coll, c.nranks, topo.NNodes, min(int64(c.cfg.SlotBytes), algorithms.OneShotMaxBytes))
+				c.log.Warnf("GOTREE_ALGO=%q allows nothing that runs here for %v (%d ranks on %d hosts; hd runs only within one host, direct only within one host whose ranks may read each other's memory, oneshot only within one host for up to 8 ranks and messages up to %d bytes and one FIFO slot, shared only within one host whose ranks mapped each other's staging regions): using the ring", c.cfg.Algo, a.coll, c.nranks, topo.NNodes, min(int64(c.cfg.SlotBytes), algorithms.OneShotMaxBytes))
 			})
 			cons.Algos = 1 << algorithms.Ring
 			pr, err = tu.Choose(a.coll, topo, bytes, cons)
@@ -307,6 +307,9 @@ func (c *Comm) choiceInputs(coll algorithms.Collective, bytes int64, inPlace boo
 	}
 	if !c.direct {
 		algos &^= 1 << algorithms.Direct // other hosts, or memory nobody may read
+	}
+	if !c.sharedOn {
+		algos &^= 1 << algorithms.Shared // other hosts, no shared memory, or no staging regions
 	}
 	if bytes > int64(c.cfg.SlotBytes) {
 		algos &^= 1 << algorithms.OneShot // a message must fit one slot (GOTREE_BUFFSIZE / 8)
@@ -501,6 +504,12 @@ func (c *Comm) execPlanCtx(ctx context.Context, plan *algorithms.Plan, in, out [
 	frag := c.cfg.SlotBytes
 	if plan.Algo == algorithms.Direct {
 		frag = c.directFrag
+	}
+	if plan.StageElems > 0 {
+		if !c.enterStages() {
+			return fmt.Errorf("%w: rank %d: %v: the staging regions are closed", ErrAborted, c.rank, desc)
+		}
+		defer c.exitStages()
 	}
 	err := backend.Exec(ctx, plan, c.rank, c, in, out, frag, tag)
 	if err == nil {

@@ -54,6 +54,9 @@ type Comm struct {
 	nodeOf       []int
 	waitPolicy   backend.WaitPolicy // of the shared-memory links (waitPolicyFor)
 	direct       bool               // direct (single-copy) plans may run (directUsable)
+	staged       bool               // this rank has a staging region, every rank does: shared plans may run unless a peer fails to map one (stage.go)
+	sharedOn     bool               // every rank mapped every staging region: shared plans run (set in Init)
+	stages       stages             // the host's staging regions as mapped here
 	cmaPeers     []bool             // the ranks that this one may read and be read by (cmaPeersOf); nil: none
 	directFrag   int                // Exec's fragment for direct plans (directFragment)
 	tuning       *algorithms.Tuning // the cost model's calibration (Config.TuningFor)
@@ -151,9 +154,18 @@ func Init(id UniqueID, rank, nranks int, cfg Config) (*Comm, error) {
 	} else {
 		log.Infof("INIT", "direct (single-copy) allreduce off: %s", why)
 	}
-	table, err := joinRoot(uid, rankInfo{Rank: rank, NRanks: nranks, HostID: host, DataAddr: ln.Addr().String(), Pid: os.Getpid(), TimeoutMS: cfg.Timeout.Milliseconds(), CPUs: runtime.NumCPU(), CMA: cma, Choice: choiceSettings(cfg)}, cfg.Timeout)
+	stage := createStage(cfg, log)
+	info := rankInfo{Rank: rank, NRanks: nranks, HostID: host, DataAddr: ln.Addr().String(), Pid: os.Getpid(), TimeoutMS: cfg.Timeout.Milliseconds(), CPUs: runtime.NumCPU(), CMA: cma, Choice: choiceSettings(cfg)}
+	if stage != nil {
+		info.Stage = stage.Name()
+	}
+	table, err := joinRoot(uid, info, cfg.Timeout)
 	if err == nil {
 		err = sameChoiceSettings(table)
+	}
+	if stage != nil && (err != nil || !stagesUsable(table)) {
+		stage.Unmap()
+		stage = nil
 	}
 	if err != nil {
 		ln.Close()
@@ -176,14 +188,26 @@ func Init(id UniqueID, rank, nranks int, cfg Config) (*Comm, error) {
 	c.direct = directUsable(table)
 	c.cmaPeers = cmaPeersOf(table, rank)
 	c.directFrag = directFragment(table, rank, cfg.SlotBytes)
+	c.staged = stage != nil
 	c.tuning = cfg.TuningFor(hostCores(table))
 	setGOMAXPROCS(table, rank, log)
 	c.loadTopology()
 	if err := c.buildGraph(); err != nil {
 		ln.Close()
+		if stage != nil {
+			stage.Unmap()
+		}
 		return nil, err
 	}
-	if err := c.connect(uid.Secret, time.Now().Add(cfg.Timeout)); err != nil {
+	deadline := time.Now().Add(cfg.Timeout)
+	err = c.connect(uid.Secret, deadline)
+	if err == nil && stage != nil {
+		err = c.openStages(stage, deadline)
+	}
+	if err != nil {
+		if stage != nil {
+			stage.Unmap()
+		}
 		c.closeLinks(fmt.Sprintf("rank %d failed to connect: %v", rank, err))
 		return nil, err
 	}
@@ -344,12 +368,14 @@ func directUsable(table []rankInfo) bool {
 // neighbours lists the (channel, peer) links this rank needs: ring and tree
 // neighbours of every channel, and on one host (unless GOTREE_ALGO rules
 // it out for allreduce) the partners of halving-doubling's exchanges and,
-// where direct or one-shot plans may run, every other rank on channel 0.
+// where direct, one-shot or shared plans may run, every other rank on
+// channel 0.
 func (c *Comm) neighbours() []linkKey {
 	algos, _ := algorithms.ParseAlgoSpec(c.cfg.Algo, algorithms.AllReduce)
 	hd := c.graph.NNodes == 1 && algos.Has(algorithms.HalvingDoubling)
 	direct := c.direct && algos.Has(algorithms.Direct)
 	oneShot := algos.Has(algorithms.OneShot) && algorithms.OneShotUsable(c.nranks, c.graph.NNodes, 1)
+	shared := c.staged && algos.Has(algorithms.Shared) // and the staging regions' reports at init
 	seen := map[linkKey]bool{}
 	var out []linkKey
 	add := func(ch, p int) {
@@ -375,7 +401,7 @@ func (c *Comm) neighbours() []linkKey {
 				add(ch, p)
 			}
 		}
-		if (direct || oneShot) && ch == 0 {
+		if (direct || oneShot || shared) && ch == 0 {
 			for p := 0; p < c.nranks; p++ {
 				add(ch, p)
 			}
@@ -681,6 +707,7 @@ func (c *Comm) Abort() {
 	c.mu.Unlock()
 	c.wg.Wait()
 	c.acceptWG.Wait()
+	c.closeStages()
 }
 
 // Destroy waits (within the timeout) for issued operations, then releases
@@ -713,6 +740,7 @@ func (c *Comm) Destroy() error {
 	c.cancel(errors.New("destroyed"))
 	c.closeLinks("")
 	c.acceptWG.Wait()
+	c.closeStages()
 	return err
 }
 

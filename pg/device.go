@@ -327,7 +327,7 @@ func (c *Comm) buildDevicePlan(a DeviceArgs) (*algorithms.Plan, error) {
 	if a.Coll != algorithms.AllReduce {
 		algos &= 1 << algorithms.Ring
 	}
-	algos &^= 1<<algorithms.HalvingDoubling | 1<<algorithms.Direct // no device plan
+	algos &^= 1<<algorithms.HalvingDoubling | 1<<algorithms.Direct | 1<<algorithms.Shared // no device plan
 	if protos == 0 {
 		protos = 1 << algorithms.Simple
 	}

@@ -620,6 +620,18 @@ func explainCost(w io.Writer, tu *algorithms.Tuning, topo algorithms.CostTopo, m
 		fmt.Fprintf(w, "other rank, so it costs more than a ring step; direct wins where the ring's hand-offs and copies\n")
 		fmt.Fprintf(w, "cost most: mid-sized to large messages on ranks that share cores.\n")
 	}
+	if _, err := tu.Choose(algorithms.AllReduce, topo, 1<<20, algorithms.Constraints{Algos: 1 << algorithms.Shared}); err == nil {
+		algos = append(algos, algorithms.Shared)
+		fmt.Fprintf(w, "On one node whose ranks link by shared memory there is also shared allreduce: every rank maps a\n")
+		fmt.Fprintf(w, "staging region of every other rank. Per chunk of %s each rank copies its part of the message\n", fmtBytes(algorithms.SharedStageBytes))
+		fmt.Fprintf(w, "into its region, reduces 1/%d of the chunk reading all %d regions, and copies the reduced parts\n", n, n)
+		fmt.Fprintf(w, "back out: plain loads and stores, no system call per byte (direct's reads and writes pin every\n")
+		fmt.Fprintf(w, "page), two rounds per chunk that are counters in the regions rather than messages.")
+		if tu.SharedUnknown(topo, algorithms.Simple) {
+			fmt.Fprintf(w, "\nNo calibration here has measured it, so the model's numbers for it are a guess: auto\nconsiders it by measuring it on the first calls of each size (autotuning).")
+		}
+		fmt.Fprintln(w)
+	}
 	if _, err := tu.Choose(algorithms.AllReduce, topo, 4, algorithms.Constraints{Algos: 1 << algorithms.OneShot}); err == nil {
 		algos = append(algos, algorithms.OneShot)
 		fmt.Fprintf(w, "For small messages on one node there is also one-shot: every rank sends its whole message to\n")
@@ -732,7 +744,8 @@ func explainAutotune(w io.Writer, tu *algorithms.Tuning, topo algorithms.CostTop
 	}
 	fmt.Fprintf(w, "\nAt run time the model's choice is where a size starts (GOTREE_AUTOTUNE=0 keeps it): the first\n")
 	fmt.Fprintf(w, "calls of each allreduce size run the algorithms it predicts within %gx of its choice, at most %d,\n", algorithms.AutotuneSpan, algorithms.AutotuneMaxCandidates)
-	fmt.Fprintf(w, "and one-shot where it cannot predict one-shot (more ranks than cores), 5 calls each in two\n")
+	fmt.Fprintf(w, "and one-shot or shared where it cannot predict them (one-shot up to %s with more ranks than\n", fmtBytes(algorithms.OneShotMaxBytes))
+	fmt.Fprintf(w, "cores, shared above that without a calibration of it), 5 calls each in two\n")
 	fmt.Fprintf(w, "rounds of mirrored order (A B C, C B A); all ranks keep the fastest measured (GOTREE_DEBUG=INFO\n")
 	fmt.Fprintf(w, "GOTREE_DEBUG_SUBSYS=TUNING prints the times). Measured per size, in this order:\n")
 	for _, r := range runs {

@@ -253,7 +253,7 @@ func TestExplainCalibrationUsed(t *testing.T) {
 	}{
 		{[]string{"--nranks", "3", "--nodes", "3"}, "Calibration used for 3 nodes of 1 rank: tcp: the entry calibrated for exactly 3 nodes of 1 rank."},
 		{[]string{"--nranks", "4", "--nodes", "4"}, "Calibration used for 4 nodes of 1 rank: tcp: the main entry."},
-		{[]string{"--nranks", "8", "--nodes", "2"}, "Calibration used for 2 nodes of 4 ranks: shm: the entry calibrated for 4 ranks per node on 2 cores for ring, hd and direct, the main entry for tree and oneshot; tcp: the main entry."},
+		{[]string{"--nranks", "8", "--nodes", "2"}, "Calibration used for 2 nodes of 4 ranks: shm: the entry calibrated for 4 ranks per node on 2 cores for ring, hd and direct, the main entry for tree, oneshot and shared; tcp: the main entry."},
 	} {
 		var out, errb bytes.Buffer
 		require.Equal(t, 0, runExplain(append(tc.args, "--links", "cpu", "-e", "1M", "--tuning", file), &out, &errb), errb.String())

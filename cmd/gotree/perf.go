@@ -89,7 +89,7 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.check, "c", 1, "check results (1) or not (0)")
 	fs.StringVar(&dt, "d", "float32", "dtype (float32, float64, bfloat16, float16, int32, int64, ...)")
 	fs.StringVar(&op, "o", "sum", "reduction op (sum, prod, min, max, avg)")
-	fs.StringVar(&o.algo, "algo", "auto", fmt.Sprintf("ring, tree, hd (halving-doubling, one host), direct (single-copy, one host), oneshot (up to %d KiB, one host) or auto", algorithms.OneShotMaxBytes>>10))
+	fs.StringVar(&o.algo, "algo", "auto", fmt.Sprintf("ring, tree, hd (halving-doubling, one host), direct (single-copy, one host), oneshot (up to %d KiB, one host), shared (staging regions, one host) or auto", algorithms.OneShotMaxBytes>>10))
 	fs.StringVar(&coll, "coll", "allreduce", "allreduce, allgather, reducescatter, broadcast, reduce, alltoall, gather or scatter (root 0); sizes as nccl-tests: the whole buffer of allgather, reducescatter, alltoall, gather and scatter (out of place only for the last three)")
 	fs.BoolVar(&o.asJSON, "json", false, "print JSON instead of the table")
 	fs.IntVar(&o.device, "device", -1, "CUDA buffers: rank r uses device (N+r) mod the device count (-1: host memory)")

@@ -60,6 +60,20 @@ def test_allreduce_oneshot(built):
     print(f"{passed} checks passed over 3 ranks")
 
 
+def test_allreduce_shared(built):
+    # Shared allreduce (staging regions every rank maps) forced: every dtype
+    # and op, counts 0 to 2^20+3 (several 512 KiB chunks), contiguous,
+    # strided and async, 3 ranks; the INIT line says the regions are
+    # mapped, and the plans that ran were shared ones.
+    env = worker_env({"GOTREE_ALGO": "allreduce:shared", "GOTREE_TEST_ONLY": "allreduce,more_dtypes",
+                      "GOTREE_DEBUG": "INFO", "GOTREE_DEBUG_SUBSYS": "INIT,COLL"})
+    rc, out = torchrun("collectives.py", 3, timeout=300, env=env)
+    passed = assert_checks(rc, out, 3, min_passed=1500)
+    assert "shared allreduce on: 3 staging regions" in out
+    assert ": shared/Simple" in out, "no allreduce ran the shared plan"
+    print(f"{passed} checks passed over 3 ranks")
+
+
 def test_collectives_shm_disabled(built):
     # GOTREE_SHM_DISABLE=1 (NCCL_SHM_DISABLE's habit): the ranks of this host
     # link over TCP; every collective family, 3 ranks.
