@@ -57,7 +57,7 @@ const (
 	tuneSamples    = tuneRounds * tuneTimed           // timed calls per candidate in all
 	tuneSpan       = algorithms.AutotuneSpan          // candidates: predicted at most this many times the model's choice
 	tuneModelCands = algorithms.AutotuneMaxCandidates // at most this many candidates from the model, its choice included
-	tuneMaxCands   = tuneModelCands + 1               // and one-shot where the model cannot predict it (AutotuneCandidates)
+	tuneMaxCands   = tuneModelCands + 1               // and one-shot or shared where the model cannot predict them (AutotuneCandidates; never both)
 	tuneKeepModel  = 0.03                             // the model's choice stays unless another is faster by more than this
 )
 
