@@ -44,17 +44,24 @@ func directSlice(count int64, n, r int) (off, cnt int64) {
 // directAllReduce adds every rank's direct allreduce steps (n ≥ 2).
 func (b *planBuilder) directAllReduce(n int, count int64) {
 	for r := 0; r < n; r++ {
-		peers := make([]int, 0, n-1)
-		for k := 1; k < n; k++ {
-			peers = append(peers, (r+k)%n)
-		}
-		round := func() {
-			b.add(r, 0, 0, Step{Prim: Notify, SendTo: peers, Count: 1})
-			b.add(r, 0, 0, Step{Prim: Wait, RecvFrom: peers, Count: 1})
-		}
+		peers, round := b.roundsOf(r, n)
 		round()
 		off, cnt := directSlice(count, n, r)
 		b.add(r, 0, 0, Step{Prim: ReadReduceCopy, ReadFrom: peers, WriteTo: peers, Src: Ref{Input, off}, Dst: Ref{Output, off}, Count: cnt})
 		round()
+	}
+}
+
+// roundsOf returns rank r's peers among n, starting after r (r+1, r+2,
+// …), and a function that adds one round to r's stream on channel 0:
+// Notify every peer, then Wait for every peer.
+func (b *planBuilder) roundsOf(r, n int) (peers []int, round func()) {
+	peers = make([]int, 0, n-1)
+	for k := 1; k < n; k++ {
+		peers = append(peers, (r+k)%n)
+	}
+	return peers, func() {
+		b.add(r, 0, 0, Step{Prim: Notify, SendTo: peers, Count: 1})
+		b.add(r, 0, 0, Step{Prim: Wait, RecvFrom: peers, Count: 1})
 	}
 }

@@ -53,14 +53,7 @@ func (b *planBuilder) sharedAllReduce(n int, count, stageElems int64) {
 	b.p.StageElems = stageElems
 	chunk := stageElems / 2
 	for r := 0; r < n; r++ {
-		peers := make([]int, 0, n-1)
-		for k := 1; k < n; k++ {
-			peers = append(peers, (r+k)%n)
-		}
-		round := func() {
-			b.add(r, 0, 0, Step{Prim: Notify, SendTo: peers, Count: 1})
-			b.add(r, 0, 0, Step{Prim: Wait, RecvFrom: peers, Count: 1})
-		}
+		peers, round := b.roundsOf(r, n)
 		for off := int64(0); off < count; off += chunk {
 			m := min(chunk, count-off)
 			b.add(r, 0, 0, Step{Prim: Copy, Src: Ref{Input, off}, Dst: Ref{Stage, 0}, Count: m})

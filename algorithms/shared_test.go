@@ -98,20 +98,7 @@ func TestSharedPlan(t *testing.T) {
 func TestSharedRoundsAreNeeded(t *testing.T) {
 	for round := 0; round < 2; round++ {
 		p := sharedPlan(t, 3, 10, 0)
-		for r := range p.Ranks {
-			var out Stream
-			k := -1
-			for _, s := range p.Ranks[r].Channels[0].Streams[0] {
-				if s.Prim == Notify {
-					k++
-				}
-				if (s.Prim == Notify || s.Prim == Wait) && k == round {
-					continue
-				}
-				out = append(out, s)
-			}
-			p.Ranks[r].Channels[0].Streams[0] = out
-		}
+		dropRound(p, round)
 		err := CheckPlan(twice(p))
 		require.Error(t, err, "without round %d", round+1)
 		require.Contains(t, err.Error(), "race", "without round %d", round+1)

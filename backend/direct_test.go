@@ -8,7 +8,6 @@ import (
 	"math"
 	"runtime"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -89,27 +88,17 @@ func TestExecDirectAllReduce(t *testing.T) {
 							outs[r] = make([]byte, 8*count)
 						}
 					}
-					ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-					defer cancel()
-					var wg sync.WaitGroup
-					errs := make([]error, n)
-					for r := 0; r < n; r++ {
-						wg.Add(1)
-						go func() {
-							defer wg.Done()
-							// 1 KiB fragments: several per slice, the
-							// last partial; at n = 2 the largest count
-							// also runs with 128 KiB fragments (pg's
-							// cap when ranks share CPUs): two per
-							// 160 KB slice.
-							frag := 1024
-							if count == 40009 && n == 2 {
-								frag = 128 << 10
-							}
-							errs[r] = Exec(ctx, p, r, rankConns{mesh, r}, ins[r], outs[r], frag, 0xd1)
-						}()
-					}
-					wg.Wait()
+					errs := eachRank(n, func(ctx context.Context, r int) error {
+						// 1 KiB fragments: several per slice, the last
+						// partial; at n = 2 the largest count also runs
+						// with 128 KiB fragments (pg's cap when ranks
+						// share CPUs): two per 160 KB slice.
+						frag := 1024
+						if count == 40009 && n == 2 {
+							frag = 128 << 10
+						}
+						return Exec(ctx, p, r, rankConns{mesh, r}, ins[r], outs[r], frag, 0xd1)
+					})
 					for r, err := range errs {
 						require.NoError(t, err, "rank %d", r)
 					}

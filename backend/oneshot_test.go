@@ -29,7 +29,17 @@ func oneShotTestPlan(t *testing.T, n int, count int64, dt algorithms.DType, op a
 // row over the same links, and returns the first error of each rank.
 func execAll(t *testing.T, p *algorithms.Plan, mesh memMesh, ins, outs [][]byte, frag, calls int) []error {
 	t.Helper()
-	n := len(ins)
+	return eachRank(len(ins), func(ctx context.Context, r int) (err error) {
+		for c := 0; c < calls && err == nil; c++ {
+			err = Exec(ctx, p, r, rankConns{mesh, r}, ins[r], outs[r], frag, uint32(0x0500+c))
+		}
+		return err
+	})
+}
+
+// eachRank runs f for ranks 0..n-1 at once, each in a goroutine, under
+// one 30-second deadline, and returns their errors.
+func eachRank(n int, f func(ctx context.Context, r int) error) []error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	errs := make([]error, n)
@@ -38,9 +48,7 @@ func execAll(t *testing.T, p *algorithms.Plan, mesh memMesh, ins, outs [][]byte,
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for c := 0; c < calls && errs[r] == nil; c++ {
-				errs[r] = Exec(ctx, p, r, rankConns{mesh, r}, ins[r], outs[r], frag, uint32(0x0500+c))
-			}
+			errs[r] = f(ctx, r)
 		}()
 	}
 	wg.Wait()

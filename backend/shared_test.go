@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sync"
 	"testing"
 	"time"
 
@@ -81,34 +80,28 @@ func runShared(t *testing.T, p *algorithms.Plan, n int, regions func(rank int) [
 	count := p.Count
 	value := func(k, r int, i int64) float64 { return float64((int64(r)+1)*(i%1000) - int64(r) + int64(k)*7) }
 	mesh := newMemMesh(t, n)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	outs := make([][][]byte, calls) // [call][rank]
 	for k := range outs {
 		outs[k] = make([][]byte, n)
 	}
-	var wg sync.WaitGroup
-	errs := make([]error, n)
-	for r := 0; r < n; r++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			conns := stageConns{rankConns{mesh, r}, regions(r)}
-			for k := 0; k < calls && errs[r] == nil; k++ {
-				in := make([]byte, 8*count)
-				for i := int64(0); i < count; i++ {
-					binary.LittleEndian.PutUint64(in[8*i:], math.Float64bits(value(k, r, i)))
-				}
-				out := in
-				if !inPlace {
-					out = make([]byte, 8*count)
-				}
-				errs[r] = Exec(ctx, p, r, conns, in, out, 4096, 0xd2+uint32(k))
-				outs[k][r] = out
+	errs := eachRank(n, func(ctx context.Context, r int) error {
+		conns := stageConns{rankConns{mesh, r}, regions(r)}
+		for k := 0; k < calls; k++ {
+			in := make([]byte, 8*count)
+			for i := int64(0); i < count; i++ {
+				binary.LittleEndian.PutUint64(in[8*i:], math.Float64bits(value(k, r, i)))
 			}
-		}()
-	}
-	wg.Wait()
+			out := in
+			if !inPlace {
+				out = make([]byte, 8*count)
+			}
+			if err := Exec(ctx, p, r, conns, in, out, 4096, 0xd2+uint32(k)); err != nil {
+				return err
+			}
+			outs[k][r] = out
+		}
+		return nil
+	})
 	for r, err := range errs {
 		require.NoError(t, err, "rank %d", r)
 	}

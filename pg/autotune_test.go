@@ -148,16 +148,25 @@ func TestAutotuneMeasuresUnmodelledOneShot(t *testing.T) {
 	const count = 509
 	a := collArgs{coll: algorithms.AllReduce, count: count, dt: algorithms.Int64, inPlace: true}
 	require.NotEqual(t, algorithms.OneShot, comms[0].choice(a).Algo, "the model alone never picks it here")
-	fakeTuneTimes(t, map[algorithms.Algorithm]float64{algorithms.OneShot: 50})
-	calls := exploreAll(t, comms, count, func(r, call int) bool { return (r+call)%2 == 0 })
+	calls := exploreKeeps(t, comms, a, algorithms.OneShot)
 	require.Zero(t, calls%(tuneRounds*(tuneWarmups+tuneTimed)), "whole blocks")
+}
+
+// exploreKeeps explores a's size on every rank (placements mixed) with
+// algo timed fastest, checks that every rank keeps algo and that calls
+// after sum exactly, and returns the exploring calls.
+func exploreKeeps(t *testing.T, comms []*Comm, a collArgs, algo algorithms.Algorithm) int {
+	t.Helper()
+	fakeTuneTimes(t, map[algorithms.Algorithm]float64{algo: 50})
+	calls := exploreAll(t, comms, a.count, func(r, call int) bool { return (r+call)%2 == 0 })
 	for r, c := range comms {
 		p := c.decidedChoice(tuneKey(a))
 		require.NotNil(t, p, "rank %d", r)
-		require.Equal(t, algorithms.OneShot, p.Algo, "rank %d", r)
+		require.Equal(t, algo, p.Algo, "rank %d", r)
 	}
-	checkAllReduceInt64(t, comms, count, true)
-	checkAllReduceInt64(t, comms, count, false)
+	checkAllReduceInt64(t, comms, a.count, true)
+	checkAllReduceInt64(t, comms, a.count, false)
+	return calls
 }
 
 // Where the model chooses differently in place and out of place (the

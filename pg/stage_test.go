@@ -88,13 +88,5 @@ func TestAutotuneMeasuresShared(t *testing.T) {
 	const count = 1 << 15 // 256 KiB of int64
 	a := collArgs{coll: algorithms.AllReduce, count: count, dt: algorithms.Int64, inPlace: true}
 	require.NotEqual(t, algorithms.Shared, comms[0].choice(a).Algo, "the model alone never picks it")
-	fakeTuneTimes(t, map[algorithms.Algorithm]float64{algorithms.Shared: 50})
-	exploreAll(t, comms, count, func(r, call int) bool { return (r+call)%2 == 0 })
-	for r, c := range comms {
-		p := c.decidedChoice(tuneKey(a))
-		require.NotNil(t, p, "rank %d", r)
-		require.Equal(t, algorithms.Shared, p.Algo, "rank %d", r)
-	}
-	checkAllReduceInt64(t, comms, count, true)
-	checkAllReduceInt64(t, comms, count, false)
+	exploreKeeps(t, comms, a, algorithms.Shared)
 }
