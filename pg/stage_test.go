@@ -72,7 +72,17 @@ func TestSharedNeedsOneHost(t *testing.T) {
 		}
 		checkAllReduceInt64(t, comms, 1031, true)
 	}
+	// Unlike direct plans, shared ones need no access to other processes'
+	// memory: they run with GOTREE_CMA_DISABLE=1.
 	cfg := testConfig()
+	cfg.Algo = "allreduce:shared"
+	cfg.CMADisable = true
+	comms := startComms(t, 3, nil, cfg)
+	p, err := comms[2].PlanOf(algorithms.AllReduce, 1031, algorithms.Int64, algorithms.Sum, 0, false)
+	require.NoError(t, err)
+	require.Equal(t, algorithms.Shared, p.Algo, "GOTREE_CMA_DISABLE=1")
+	checkAllReduceInt64(t, comms, 1031, false)
+	cfg = testConfig()
 	cfg.Algo = "^shared"
 	for _, c := range startComms(t, 2, nil, cfg) {
 		require.Nil(t, c.Stage(c.Rank()), "GOTREE_ALGO=^shared: no region")
