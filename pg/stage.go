@@ -34,6 +34,10 @@ type stages struct {
 	closed bool                   // unmap when the last user leaves
 }
 
+// testHookOpenStage, when set (tests), may fail rank's mapping of peer's
+// region.
+var testHookOpenStage func(rank, peer int) error
+
 // stagesWanted says whether a rank creates a staging region before the
 // bootstrap: shared-memory links, and GOTREE_ALGO allows shared
 // allreduce. Whether the communicator can use it is known only from the
@@ -80,6 +84,11 @@ func (c *Comm) openStages(own *backend.StageRegion, deadline time.Time) error {
 			continue
 		}
 		s, err := backend.OpenStage(info.Stage, stageBytes)
+		if err == nil && testHookOpenStage != nil {
+			if err = testHookOpenStage(c.rank, r); err != nil {
+				s.Unmap()
+			}
+		}
 		if err != nil {
 			why = fmt.Errorf("rank %d's: %w", r, err)
 			break
@@ -87,6 +96,16 @@ func (c *Comm) openStages(own *backend.StageRegion, deadline time.Time) error {
 		regions[r] = s
 	}
 	ok := why == nil
+	mapped := false
+	defer func() {
+		if !mapped { // the peers' mappings; the caller unmaps its own on error
+			for r, s := range regions {
+				if s != nil && r != c.rank {
+					s.Unmap()
+				}
+			}
+		}
+	}()
 	ctx, cancel := context.WithDeadline(c.ctx, deadline)
 	defer cancel()
 	var msg [8]byte
@@ -124,11 +143,7 @@ func (c *Comm) openStages(own *backend.StageRegion, deadline time.Time) error {
 	}
 	own.Unlink()
 	if !all {
-		for _, s := range regions {
-			if s != nil {
-				s.Unmap()
-			}
-		}
+		own.Unmap()
 		if why != nil {
 			c.log.Warnf("shared allreduce off: %v", why)
 		} else {
@@ -138,6 +153,7 @@ func (c *Comm) openStages(own *backend.StageRegion, deadline time.Time) error {
 	}
 	c.stages.region = regions
 	c.sharedOn = true
+	mapped = true
 	c.log.Infof("INIT", "shared allreduce on: %d staging regions of %d KiB mapped", c.nranks, stageBytes>>10)
 	return nil
 }

@@ -1,6 +1,7 @@
 package pg
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -99,4 +100,29 @@ func TestAutotuneMeasuresShared(t *testing.T) {
 	a := collArgs{coll: algorithms.AllReduce, count: count, dt: algorithms.Int64, inPlace: true}
 	require.NotEqual(t, algorithms.Shared, comms[0].choice(a).Algo, "the model alone never picks it")
 	exploreKeeps(t, comms, a, algorithms.Shared)
+}
+
+// One rank that cannot map a peer's region turns shared plans off on
+// every rank (they learn it from its report at init), not only on
+// itself: GOTREE_ALGO=shared then runs the ring everywhere, the sums are
+// right, and no staging file is left behind.
+func TestSharedOffWhenOneRankCannotMap(t *testing.T) {
+	testHookOpenStage = func(rank, peer int) error {
+		if rank == 2 && peer == 0 {
+			return errors.New("injected: cannot map")
+		}
+		return nil
+	}
+	t.Cleanup(func() { testHookOpenStage = nil })
+	cfg := testConfig()
+	cfg.Algo = "allreduce:shared"
+	comms := startComms(t, 3, nil, cfg)
+	for _, c := range comms {
+		require.Nil(t, c.Stage(c.Rank()), "rank %d", c.Rank())
+		p, err := c.PlanOf(algorithms.AllReduce, 1031, algorithms.Int64, algorithms.Sum, 0, false)
+		require.NoError(t, err)
+		require.NotEqual(t, algorithms.Shared, p.Algo, "rank %d", c.Rank())
+	}
+	checkAllReduceInt64(t, comms, 1031, true)
+	require.Empty(t, stageFiles(t))
 }
