@@ -192,10 +192,8 @@ func (x *executor) directStep(ctx context.Context, ch int, st *algorithms.Step, 
 			}
 			d := decodeMemDesc(b)
 			c.Release()
-			if prev := descs[peer]; (prev != nil && *prev == d) || x.stages != nil {
-				// A later round: the same buffers, already checked; or a
-				// shared plan's round, which reads no peer's buffers.
-				continue
+			if prev := descs[peer]; prev != nil && *prev == d {
+				continue // a later round: the same buffers, already checked
 			}
 			if err := x.checkPeer(&d, peer, ch); err != nil {
 				return err

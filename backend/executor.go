@@ -116,17 +116,19 @@ func (x *executor) run(ctx context.Context, rp *algorithms.RankPlan, nstreams in
 }
 
 type executor struct {
-	p        *algorithms.Plan
-	conns    Conns
-	in, out  []byte
-	esize    int64
-	frag     int64
-	tag      uint32
-	stream   bool       // write results to out with non-temporal stores (StreamOutputBytes)
-	guard    *callGuard // writes into peers' buffers (direct plans); nil: none
-	stages   Stages     // the host's staging regions (shared plans); nil: none
-	stage    []byte     // this rank's staging region past its header: the plan's StageElems elements
-	stageSeq *uint32    // this rank's round counter, in its region's header
+	p           *algorithms.Plan
+	conns       Conns
+	in, out     []byte
+	esize       int64
+	frag        int64
+	tag         uint32
+	stream      bool       // write results to out with non-temporal stores (StreamOutputBytes)
+	guard       *callGuard // writes into peers' buffers (direct plans); nil: none
+	stages      Stages     // the host's staging regions (shared plans); nil: none
+	stage       []byte     // this rank's staging region past its header: the plan's StageElems elements
+	stageSeq    *uint32    // this rank's round counter, in its region's header
+	stageSleep  *uint32    // set while a peer sleeps on stageSeq
+	stagePolicy WaitPolicy // how waits on the peers' counters behave
 }
 
 // StreamOutputBytes is the output size from which an out-of-place call
@@ -204,7 +206,7 @@ func scratchFor(s **[]byte, n int64) []byte {
 func (x *executor) runStream(ctx context.Context, ch int, steps algorithms.Stream) error {
 	var scratch *[]byte
 	var descs map[int]*memDesc // direct plans: the peers' buffers, from Wait steps
-	rounds := 0                // Notify steps so far
+	rounds := 0                // shared plans: Notify steps so far
 	var recvBuf, sendBuf [4]Conn
 	defer func() {
 		if scratch != nil {
@@ -235,12 +237,11 @@ func (x *executor) runStream(ctx context.Context, ch int, steps algorithms.Strea
 			}
 			continue
 		}
-		if st.Prim == algorithms.Notify {
-			rounds++
-		}
-		if x.stages != nil && rounds > 1 && (st.Prim == algorithms.Notify || st.Prim == algorithms.Wait) {
-			// A shared plan's later rounds: counters (shared.go).
-			if err := x.sharedRound(ctx, ch, st); err != nil {
+		if x.stages != nil && (st.Prim == algorithms.Notify || st.Prim == algorithms.Wait) {
+			if st.Prim == algorithms.Notify {
+				rounds++
+			}
+			if err := x.sharedRound(ctx, ch, st, rounds == 1); err != nil {
 				return err
 			}
 			continue

@@ -56,7 +56,8 @@ func (x *executor) useStages(rank int) error {
 	}
 	x.stages = st
 	x.stage = region[StageHeaderBytes:]
-	x.stageSeq = stageWord(region, stageSeqOff)
+	x.stageSeq, x.stageSleep = stageWord(region, stageSeqOff), stageWord(region, stageSleepOff)
+	x.stagePolicy = st.StagePolicy()
 	return nil
 }
 
@@ -64,20 +65,43 @@ func stageWord(region []byte, off int) *uint32 {
 	return (*uint32)(unsafe.Pointer(&region[off]))
 }
 
-// sharedRound runs a counter round's Notify (raise this rank's counter,
-// waking peers that sleep on it) or Wait (until every peer in RecvFrom
-// has reached this rank's counter).
-func (x *executor) sharedRound(ctx context.Context, ch int, st *algorithms.Step) error {
+// sharedRound runs a Notify or Wait of a shared plan. The call's first
+// round is a token message to (from) every peer, with the call's tag.
+// Later rounds are counters: Notify raises this rank's counter, waking
+// peers that sleep on it; Wait waits until every peer in RecvFrom has
+// reached this rank's counter.
+func (x *executor) sharedRound(ctx context.Context, ch int, st *algorithms.Step, first bool) error {
+	if first {
+		var token [8]byte
+		peers := st.SendTo
+		if st.Prim == algorithms.Wait {
+			peers = st.RecvFrom
+		}
+		for _, peer := range peers {
+			c, err := x.conn(ch, peer)
+			if err != nil {
+				return err
+			}
+			if st.Prim == algorithms.Notify {
+				err = c.Send(ctx, x.tag, token[:])
+			} else if _, err = x.recvExact(ctx, c, peer, ch, int64(len(token))); err == nil {
+				c.Release()
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	if st.Prim == algorithms.Notify {
 		atomic.AddUint32(x.stageSeq, 1)
-		if sleep := (*uint32)(unsafe.Add(unsafe.Pointer(x.stageSeq), stageSleepOff)); atomic.LoadUint32(sleep) != 0 {
-			atomic.StoreUint32(sleep, 0)
+		if atomic.LoadUint32(x.stageSleep) != 0 {
+			atomic.StoreUint32(x.stageSleep, 0)
 			futexWake(x.stageSeq)
 		}
 		return nil
 	}
 	want := atomic.LoadUint32(x.stageSeq)
-	pol := x.stages.StagePolicy()
 	for _, peer := range st.RecvFrom {
 		region := x.stages.Stage(peer)
 		if len(region) < StageHeaderBytes {
@@ -85,7 +109,7 @@ func (x *executor) sharedRound(ctx context.Context, ch int, st *algorithms.Step)
 		}
 		seq, sleep := stageWord(region, stageSeqOff), stageWord(region, stageSleepOff)
 		ready := func() bool { return int32(atomic.LoadUint32(seq)-want) >= 0 }
-		if err := x.awaitCounter(ctx, ch, peer, ready, seq, sleep, pol); err != nil {
+		if err := x.awaitCounter(ctx, ch, peer, ready, seq, sleep, x.stagePolicy); err != nil {
 			return err
 		}
 	}
@@ -96,15 +120,7 @@ func (x *executor) sharedRound(ctx context.Context, ch int, st *algorithms.Step)
 // yielding the processor, then sleeping on the peer's counter, checking
 // the call's deadline and the peer's link between sleeps.
 func (x *executor) awaitCounter(ctx context.Context, ch, peer int, ready func() bool, seq, sleep *uint32, pol WaitPolicy) error {
-	for i := 0; i < 256; i++ {
-		if ready() {
-			return nil
-		}
-	}
-	if pol.BusyPoll > 0 && busyPoll(ready, pol) {
-		return nil
-	}
-	if yieldUntil(ready, pol.YieldGoroutine, yieldPhase(ctx)) {
+	if pollThenYield(ctx, ready, pol) {
 		return nil
 	}
 	for {

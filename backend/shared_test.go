@@ -166,11 +166,11 @@ func TestSharedRoundDeadline(t *testing.T) {
 	x := executor{p: p, conns: stageConns{rankConns{mesh, 0}, rs}, esize: 8}
 	require.NoError(t, x.useStages(0))
 	wait := &algorithms.Step{Prim: algorithms.Wait, RecvFrom: []int{1}, Count: 1}
-	require.NoError(t, x.sharedRound(context.Background(), 0, &algorithms.Step{Prim: algorithms.Notify, SendTo: []int{1}, Count: 1}))
+	require.NoError(t, x.sharedRound(context.Background(), 0, &algorithms.Step{Prim: algorithms.Notify, SendTo: []int{1}, Count: 1}, false))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	err := x.sharedRound(ctx, 0, wait)
+	err := x.sharedRound(ctx, 0, wait, false)
 	var pe *PeerError
 	require.True(t, errors.As(err, &pe), "%v", err)
 	require.Equal(t, 1, pe.Peer)
@@ -181,7 +181,7 @@ func TestSharedRoundDeadline(t *testing.T) {
 	require.NoError(t, x1.useStages(1))
 	go func() {
 		time.Sleep(30 * time.Millisecond)
-		_ = x1.sharedRound(context.Background(), 0, &algorithms.Step{Prim: algorithms.Notify, SendTo: []int{0}, Count: 1})
+		_ = x1.sharedRound(context.Background(), 0, &algorithms.Step{Prim: algorithms.Notify, SendTo: []int{0}, Count: 1}, false)
 	}()
-	require.NoError(t, x.sharedRound(context.Background(), 0, wait))
+	require.NoError(t, x.sharedRound(context.Background(), 0, wait, false))
 }

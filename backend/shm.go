@@ -148,24 +148,13 @@ func CreateShmConn(ctrl net.Conn, peer, channel, slots, slotBytes int, deadline 
 		slotBytes = DefaultSlotBytes
 	}
 	size := ShmSegmentBytes(slots, slotBytes)
-	var rnd [8]byte
-	_, _ = rand.Read(rnd[:])
-	name := filepath.Join(ShmDir, fmt.Sprintf("gotree-%d-%s", os.Getpid(), hex.EncodeToString(rnd[:])))
-	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	f, name, err := createShmFile("gotree-", size, fmt.Sprintf("a %d KiB segment for the link with rank %d", size>>10, peer),
+		fmt.Sprintf("Each same-host link needs %d KiB per channel; enlarge /dev/shm (docker run --shm-size=1g, or a bigger tmpfs), or lower GOTREE_BUFFSIZE / GOTREE_MAX_NCHANNELS", size>>10))
 	if err != nil {
-		return nil, &PeerError{peer, channel, "connect", fmt.Errorf("creating %s: %w", name, err)}
+		return nil, &PeerError{peer, channel, "connect", err}
 	}
 	defer os.Remove(name)
 	defer f.Close()
-	if err := unix.Fallocate(int(f.Fd()), 0, 0, int64(size)); err != nil {
-		var st unix.Statfs_t
-		free := "unknown"
-		if unix.Statfs(ShmDir, &st) == nil {
-			free = fmt.Sprintf("%d MiB free of %d MiB", st.Bavail*uint64(st.Bsize)>>20, st.Blocks*uint64(st.Bsize)>>20)
-		}
-		return nil, &PeerError{peer, channel, "connect", fmt.Errorf("%w: a %d KiB segment for the link with rank %d does not fit in %s (%s; %v). Each same-host link needs %d KiB per channel; enlarge /dev/shm (docker run --shm-size=1g, or a bigger tmpfs), or lower GOTREE_BUFFSIZE / GOTREE_MAX_NCHANNELS",
-			ErrShmSpace, size>>10, peer, ShmDir, free, err, size>>10)}
-	}
 	s, err := mapShm(f, name, size, slots, slotBytes, true)
 	if err != nil {
 		return nil, &PeerError{peer, channel, "connect", err}
@@ -191,6 +180,30 @@ func CreateShmConn(ctrl net.Conn, peer, channel, slots, slotBytes int, deadline 
 	}
 	go s.watch()
 	return s, nil
+}
+
+// createShmFile creates a new file prefix<pid>-<random> in ShmDir with
+// size bytes allocated. A full /dev/shm is an error wrapping ErrShmSpace
+// that says what did not fit, how much is free, and (remedy) what to do.
+func createShmFile(prefix string, size int, what, remedy string) (*os.File, string, error) {
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	name := filepath.Join(ShmDir, fmt.Sprintf("%s%d-%s", prefix, os.Getpid(), hex.EncodeToString(rnd[:])))
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, "", fmt.Errorf("creating %s: %w", name, err)
+	}
+	if err := unix.Fallocate(int(f.Fd()), 0, 0, int64(size)); err != nil {
+		f.Close()
+		os.Remove(name)
+		var st unix.Statfs_t
+		free := "unknown"
+		if unix.Statfs(ShmDir, &st) == nil {
+			free = fmt.Sprintf("%d MiB free of %d MiB", st.Bavail*uint64(st.Bsize)>>20, st.Blocks*uint64(st.Bsize)>>20)
+		}
+		return nil, "", fmt.Errorf("%w: %s does not fit in %s (%s; %v). %s", ErrShmSpace, what, ShmDir, free, err, remedy)
+	}
+	return f, name, nil
 }
 
 // OpenShmConn runs on the higher rank: it maps the segment the peer names
@@ -419,19 +432,11 @@ func (s *shmConn) guard() (guardWords, func(), bool) {
 // wait blocks until ready() holds, spinning, then yielding, then sleeping
 // on the futex word w (whose sleeper flag is flag).
 func (s *shmConn) wait(ctx context.Context, ready func() bool, w, flag *uint32) error {
-	for i := 0; i < 256; i++ {
-		if ready() {
-			return nil
-		}
-	}
 	var pol WaitPolicy
 	if p := s.policy.Load(); p != nil {
 		pol = *p
 	}
-	if pol.BusyPoll > 0 && busyPoll(ready, pol) {
-		return nil
-	}
-	if yieldUntil(ready, pol.YieldGoroutine, yieldPhase(ctx)) {
+	if pollThenYield(ctx, ready, pol) {
 		return nil
 	}
 	deadline, hasDL := ctx.Deadline()
@@ -470,6 +475,21 @@ func (s *shmConn) wait(ctx context.Context, ready func() bool, w, flag *uint32) 
 }
 
 var errFailed = errors.New("link failed")
+
+// pollThenYield is what every shared-memory wait does before it sleeps:
+// poll ready a few hundred times, busy-poll as pol allows, then yield the
+// processor for ctx's yield phase. It reports whether ready held.
+func pollThenYield(ctx context.Context, ready func() bool, pol WaitPolicy) bool {
+	for i := 0; i < 256; i++ {
+		if ready() {
+			return true
+		}
+	}
+	if pol.BusyPoll > 0 && busyPoll(ready, pol) {
+		return true
+	}
+	return yieldUntil(ready, pol.YieldGoroutine, yieldPhase(ctx))
+}
 
 // WaitPolicy says how a link's waits behave before they sleep on the
 // futex (after a few hundred polls, and a yield phase of yieldSpin).

@@ -3,8 +3,6 @@
 package backend
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -30,18 +28,12 @@ const stagePrefix = "gotree-stage-"
 // A full /dev/shm is an error that says how much is needed and how to
 // make room (ErrShmSpace).
 func CreateStage(size int) (*StageRegion, error) {
-	var rnd [8]byte
-	_, _ = rand.Read(rnd[:])
-	name := filepath.Join(ShmDir, fmt.Sprintf("%s%d-%s", stagePrefix, os.Getpid(), hex.EncodeToString(rnd[:])))
-	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	f, name, err := createShmFile(stagePrefix, size, fmt.Sprintf("a %d KiB staging region", size>>10),
+		"Enlarge /dev/shm (docker run --shm-size=1g) or set GOTREE_ALGO=^shared")
 	if err != nil {
-		return nil, fmt.Errorf("creating the staging region %s: %w", name, err)
+		return nil, fmt.Errorf("staging region: %w", err)
 	}
 	defer f.Close()
-	if err := unix.Fallocate(int(f.Fd()), 0, 0, int64(size)); err != nil {
-		os.Remove(name)
-		return nil, fmt.Errorf("%w: a %d KiB staging region does not fit in %s (%v): enlarge /dev/shm (docker run --shm-size=1g) or set GOTREE_ALGO=^shared", ErrShmSpace, size>>10, ShmDir, err)
-	}
 	mem, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		os.Remove(name)
