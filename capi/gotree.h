@@ -13,7 +13,7 @@
  *      once. gotree_request_test() polls it, gotree_request_wait() blocks
  *      with a deadline, gotree_request_free() releases it. Collectives on
  *      one communicator run in the order they were issued; every rank must
- *      issue the same sequence.
+ *      issue the same sequence. Any number may be in flight.
  *   4. gotree_comm_destroy() releases everything; gotree_comm_abort()
  *      fails every pending and future call at once, then releases.
  *
@@ -305,7 +305,9 @@ gotree_status_t gotree_request_test(gotree_request_t request, int *done);
 
 /* Blocks until the request finishes or timeout_ms passes (< 0: the
  * communicator's timeout plus 2 s, so that the operation's own deadline,
- * which aborts the communicator with a precise error, fires first).
+ * which aborts the communicator with a precise error, fires first). With
+ * timeout_ms < 0, a collective that has not started and whose predecessor
+ * finished runs on the calling thread (no library thread is woken for it).
  * Returns the request's status, or GOTREE_ERR_TIMEOUT when the wait ran
  * out (the request stays valid and keeps running; gotree_request_test tells
  * the two apart). */

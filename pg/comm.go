@@ -70,7 +70,7 @@ type Comm struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	queue    chan *Request
+	queue    *opQueue
 	wg       sync.WaitGroup // the worker and point-to-point operations
 	acceptWG sync.WaitGroup // the listener goroutine
 	secret   [32]byte
@@ -180,7 +180,7 @@ func Init(id UniqueID, rank, nranks int, cfg Config) (*Comm, error) {
 		cfg.MinChannels = min(cfg.MinChannels, cfg.MaxChannels)
 		log.Infof("INIT", "%d channel(s) at most (GOTREE_MAX_NCHANNELS unset; %d CPUs here)", cfg.MaxChannels, runtime.NumCPU())
 	}
-	c := &Comm{rank: rank, nranks: nranks, cfg: cfg, log: log, peers: table, ln: ln, links: map[linkKey]backend.Conn{}, queue: make(chan *Request, 1024)}
+	c := &Comm{rank: rank, nranks: nranks, cfg: cfg, log: log, peers: table, ln: ln, links: map[linkKey]backend.Conn{}, queue: newOpQueue()}
 	c.ctx, c.cancel = context.WithCancelCause(context.Background())
 	c.nodeOf = nodesOf(table)
 	c.devs.maxChannels = devChannels
@@ -702,7 +702,7 @@ func (c *Comm) Abort() {
 	if !c.closed {
 		c.closed = true
 		c.flushDeferred()
-		close(c.queue)
+		c.queue.close()
 	}
 	c.mu.Unlock()
 	c.wg.Wait()
@@ -720,7 +720,7 @@ func (c *Comm) Destroy() error {
 	}
 	c.closed = true
 	c.flushDeferred()
-	close(c.queue)
+	c.queue.close()
 	c.mu.Unlock()
 	done := make(chan struct{})
 	go func() { c.wg.Wait(); close(done) }()
@@ -746,7 +746,11 @@ func (c *Comm) Destroy() error {
 
 func (c *Comm) worker() {
 	defer c.wg.Done()
-	for r := range c.queue {
+	for {
+		r, ok := c.queue.pop()
+		if !ok {
+			return
+		}
 		if r.claimed.CompareAndSwap(false, true) {
 			c.runQueued(r)
 		} // else a waiter runs it (Request.runHere)
@@ -776,13 +780,11 @@ func (c *Comm) queueRequest(r *Request) error {
 		c.deferred = r
 		return nil
 	}
-	select {
-	case c.queue <- r:
-		c.lastQueued = r
-		return nil
-	default:
-		return fmt.Errorf("%w: rank %d: more than %d operations in flight", ErrInvalidArgument, c.rank, cap(c.queue))
+	if !c.queue.push(r) {
+		return fmt.Errorf("%w: rank %d: the communicator was destroyed", ErrInvalidArgument, c.rank)
 	}
+	c.lastQueued = r
+	return nil
 }
 
 // WillWait(true) announces that the caller waits for the next operation
@@ -820,9 +822,9 @@ func (c *Comm) flushDeferred() {
 	if d.claimed.Load() {
 		return
 	}
-	select {
-	case c.queue <- d:
-	default:
+	if !c.queue.push(d) {
+		// Closed (it is flushed before the queue closes, so not expected):
+		// run it anyway, so that its waiter is not left hanging.
 		c.wg.Add(1)
 		go func() {
 			defer c.wg.Done()
