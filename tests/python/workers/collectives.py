@@ -435,13 +435,17 @@ def check_misc(c, rank, n):
     lst = [rank, "hello"] if rank == 0 else [None, None]
     dist.broadcast_object_list(lst, src=0)
     c.check(lst == [0, "hello"], "broadcast_object_list")
-    # many async ops in flight, completed in issue order by the completion thread
-    ts = [torch.full((100,), float(rank + i)) for i in range(50)]
+    # many async ops in flight (more than the library's queue once held),
+    # completed in issue order by the completion thread; every third one
+    # also waited for with Work.wait(), newest first
+    ts = [torch.full((7,), float(rank + i)) for i in range(1100)]
     ws = [dist.all_reduce(t, async_op=True) for t in ts]
+    for w in reversed(ws[::3]):
+        w.wait()
     futs = [w.get_future() for w in ws]
     torch.futures.wait_all(futs)
     s = sum(range(n))
-    c.check(all(torch.equal(t, torch.full((100,), float(s + n * i))) for i, t in enumerate(ts)), "50 async allreduces")
+    c.check(all(torch.equal(t, torch.full((7,), float(s + n * i))) for i, t in enumerate(ts)), "1100 async allreduces")
     # future.then chain (what DDP does) without calling wait on the work
     t = torch.ones(4)
     fut = dist.all_reduce(t, async_op=True).get_future().then(lambda f: f.value()[0] * 2)
