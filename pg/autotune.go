@@ -28,9 +28,15 @@ import (
 //     tuneTimed timed calls in a row (alternating call by call measures
 //     each algorithm on caches and peers the other left: on 4 ranks
 //     sharing 2 cores the ring's 4 MiB calls then took 3.1 ms, 0.9 ms in
-//     a row), in tuneRounds rounds of mirrored order (A B C, then C B A),
-//     so that no candidate always follows the same one or always comes
-//     first;
+//     a row), in tuneRounds rounds, each round's order rotated by one
+//     (A B C, B C A, C A B; with two candidates A B A B A B), so that no
+//     candidate always comes first and none runs two blocks in a row: a
+//     slow stretch of the machine (10–20 ms come and go on a 2-core VM, a
+//     block or two at 4 MiB) then spoils at most one block of each
+//     candidate it covers, a third of its timed calls, which the median
+//     drops (two rounds of mirrored order, A B C C B A, gave the last
+//     candidate two blocks in a row, and half of its calls to one
+//     stretch);
 //   - where the model predicts that exploring a size would take longer than
 //     tuneBudgetUs (large messages: 4 candidates at 256 MiB on 4 ranks
 //     here, 160 ms or more a call), each block has fewer timed calls, at
@@ -52,8 +58,8 @@ import (
 
 const (
 	tuneWarmups    = 1                                // untimed calls per candidate: connections, plan, caches
-	tuneTimed      = 4                                // timed calls per candidate and round
-	tuneRounds     = 2                                // rounds over the candidates, in mirrored order
+	tuneTimed      = 3                                // timed calls per candidate and round
+	tuneRounds     = 3                                // rounds over the candidates, in rotated order (exploreCandidate)
 	tuneSamples    = tuneRounds * tuneTimed           // timed calls per candidate in all
 	tuneSpan       = algorithms.AutotuneSpan          // candidates: predicted at most this many times the model's choice
 	tuneModelCands = algorithms.AutotuneMaxCandidates // at most this many candidates from the model, its choice included
@@ -132,12 +138,14 @@ func (c *Comm) tunedChoice(a collArgs) (*algorithms.Prediction, tuneSlot) {
 }
 
 // exploreCandidate is the candidate that block b of an exploration over n
-// candidates runs: 0 … n−1 in even rounds, n−1 … 0 in odd ones.
+// candidates runs: round r runs r, r+1, …, n−1, 0, …, r−1 (a round ends
+// with r−1 and the next starts with r+1, so no candidate runs two blocks
+// in a row), except that two candidates simply alternate.
 func exploreCandidate(b, n int) int {
-	if (b/n)%2 == 1 {
-		return n - 1 - b%n
+	if n <= 2 {
+		return b % n
 	}
-	return b % n
+	return (b%n + b/n) % n
 }
 
 // decidedChoice is the autotuned prediction for key once decided (nil

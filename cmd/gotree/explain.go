@@ -745,8 +745,8 @@ func explainAutotune(w io.Writer, tu *algorithms.Tuning, topo algorithms.CostTop
 	fmt.Fprintf(w, "\nAt run time the model's choice is where a size starts (GOTREE_AUTOTUNE=0 keeps it): the first\n")
 	fmt.Fprintf(w, "calls of each allreduce size run the algorithms it predicts within %gx of its choice, at most %d,\n", algorithms.AutotuneSpan, algorithms.AutotuneMaxCandidates)
 	fmt.Fprintf(w, "and one-shot or shared where it cannot predict them (one-shot up to %s with more ranks than\n", fmtBytes(algorithms.OneShotMaxBytes))
-	fmt.Fprintf(w, "cores, shared above that without a calibration of it), 5 calls each in two\n")
-	fmt.Fprintf(w, "rounds of mirrored order (A B C, C B A); all ranks keep the fastest measured (GOTREE_DEBUG=INFO\n")
+	fmt.Fprintf(w, "cores, shared above that without a calibration of it), 4 calls each in three\n")
+	fmt.Fprintf(w, "rounds of rotated order (A B C, B C A, C A B); all ranks keep the fastest measured (GOTREE_DEBUG=INFO\n")
 	fmt.Fprintf(w, "GOTREE_DEBUG_SUBSYS=TUNING prints the times). Measured per size, in this order:\n")
 	for _, r := range runs {
 		fmt.Fprintf(w, "  %8s .. %-8s %s\n", fmtBytes(r.from), fmtBytes(r.to), r.list)

@@ -118,7 +118,7 @@ BATCH_BYTES = 64 << 20
 # for large sizes (tuneTimedFor), tuneMaxCands
 # counting one-shot where the model cannot predict it; a Go test
 # holds the two equal); gotree's allreduce warm-up runs them first.
-AUTOTUNE_CALLS = 40
+AUTOTUNE_CALLS = 48
 
 
 def main(argv=None):

@@ -36,7 +36,7 @@ def main(argv=None):
     ap.add_argument("--depth", type=int, default=4)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--warmup", type=int, default=45, help="untimed steps (gotree's autotuning measures each bucket size during its first 40 calls at most, fewer for large buckets)")
+    ap.add_argument("--warmup", type=int, default=50, help="untimed steps (gotree's autotuning measures each bucket size during its first 48 calls at most, fewer for large buckets)")
     ap.add_argument("--bucket-mb", type=float, default=25.0, help="DDP bucket_cap_mb (default 25, DDP's)")
     ap.add_argument("--json", default="")
     args = ap.parse_args(argv)
