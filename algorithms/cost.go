@@ -813,8 +813,9 @@ const (
 // the model cannot predict it (OneShotUnknown: more ranks than cores), or
 // above one-shot's limit shared plans where the model cannot predict them
 // (SharedUnknown: no calibration of them), so at most limit+1 in all.
-// Measuring is how one-shot gets chosen there: through torch, where each rank spends its own tens of
-// microseconds per call, it beat the model's choice at 4 ranks on 2 cores
+// Measuring is how one-shot gets chosen there: through torch, where each
+// rank spends its own tens of microseconds per call, it beat the model's
+// choice at 4 ranks on 2 cores
 // (docs/cost-model.md §1a), while calls back to back at the C ABI favour
 // the others. The list does not depend on the call's placement, so ranks
 // that differ in it still measure the same algorithms in the same order.

@@ -69,8 +69,6 @@ func TestDirectPlanShape(t *testing.T) {
 	}
 }
 
-// Without either round a rank reads or writes memory that its owner's
-// caller may be writing: the race check says so.
 // dropRound removes the round-th Notify/Wait round from every rank's one
 // stream of p.
 func dropRound(p *Plan, round int) {
@@ -90,6 +88,8 @@ func dropRound(p *Plan, round int) {
 	}
 }
 
+// Without either round a rank reads or writes memory that its owner's
+// caller may be writing: the race check says so.
 func TestDirectRoundsAreNeeded(t *testing.T) {
 	for round := 0; round < directRounds; round++ {
 		p := directPlan(t, 3, 10)

@@ -822,17 +822,7 @@ func (c *Comm) flushDeferred() {
 	if d.claimed.Load() {
 		return
 	}
-	if !c.queue.push(d) {
-		// Closed (it is flushed before the queue closes, so not expected):
-		// run it anyway, so that its waiter is not left hanging.
-		c.wg.Add(1)
-		go func() {
-			defer c.wg.Done()
-			if d.claimed.CompareAndSwap(false, true) {
-				c.runQueued(d)
-			}
-		}()
-	}
+	c.queue.push(d) // never closed yet: Destroy and Abort flush before they close it
 }
 
 // runQueued runs a queued operation once the one before it finished.

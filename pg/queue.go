@@ -27,10 +27,6 @@ func (q *opQueue) push(r *Request) bool {
 		q.mu.Unlock()
 		return false
 	}
-	if q.head > 0 && q.head == len(q.items) {
-		clear(q.items)
-		q.items, q.head = q.items[:0], 0
-	}
 	q.items = append(q.items, r)
 	q.mu.Unlock()
 	q.signal()
@@ -61,9 +57,12 @@ func (q *opQueue) pop() (*Request, bool) {
 			r := q.items[q.head]
 			q.items[q.head] = nil
 			q.head++
-			if q.head >= 64 && q.head*2 >= len(q.items) {
-				// Most of the slice is taken: move the rest down so that a
-				// long-lived queue does not grow without bound.
+			// Keep the slice from growing without bound in a long-lived
+			// queue: start over once drained, or move the rest down once
+			// most of it is taken.
+			if q.head == len(q.items) {
+				q.items, q.head = q.items[:0], 0
+			} else if q.head >= 64 && q.head*2 >= len(q.items) {
 				n := copy(q.items, q.items[q.head:])
 				clear(q.items[n:])
 				q.items, q.head = q.items[:n], 0

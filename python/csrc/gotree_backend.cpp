@@ -744,7 +744,7 @@ class GotreeWork : public c10d::Work {
       // that status here would race the watchdog's message.
       bool watchdogFinishes = false;
       // Without a time limit of its own (neither the caller's nor the
-      // operation's), the first wait on a request has none either: the
+      // operation's), the work's first wait has none either: the
       // library then runs a request that has not started yet on this
       // thread instead of waking its worker and then this thread (on 2
       // CPUs a 4-byte async allreduce + wait took 300 us that way, the
