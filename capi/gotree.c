@@ -110,6 +110,14 @@ gotree_status_t gotree_comm_abort(gotree_comm_t comm) {
   return (gotree_status_t)gotreego_comm_destroy(comm, 1);
 }
 
+gotree_status_t gotree_comm_get_async_error(gotree_comm_t comm, gotree_status_t *async_status) {
+  GUARD();
+  int st = 0;
+  gotree_status_t rc = (gotree_status_t)gotreego_comm_async_error(comm, async_status ? &st : NULL);
+  if (rc == GOTREE_SUCCESS) *async_status = (gotree_status_t)st;
+  return rc;
+}
+
 gotree_status_t gotree_comm_will_wait(gotree_comm_t comm, int will_wait) {
   GUARD();
   return (gotree_status_t)gotreego_comm_will_wait(comm, will_wait);

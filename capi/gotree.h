@@ -169,6 +169,17 @@ gotree_status_t gotree_comm_destroy(gotree_comm_t comm);
  * communicator's sockets and threads. Peers see GOTREE_ERR_REMOTE. */
 gotree_status_t gotree_comm_abort(gotree_comm_t comm);
 
+/* Whether the communicator still works, without blocking (NCCL's
+ * ncclCommGetAsyncError): sets *async_status to GOTREE_SUCCESS while it
+ * does, or to the status of the failure that aborted it, whose text
+ * gotree_error_text(comm) then returns: GOTREE_ERR_TIMEOUT (an operation
+ * ran past the timeout), GOTREE_ERR_REMOTE (a peer failed or
+ * disconnected), GOTREE_ERR_INVALID_ARGUMENT (the ranks issued different
+ * operations), GOTREE_ERR_ABORTED, GOTREE_ERR_SYSTEM or GOTREE_ERR_INTERNAL.
+ * Every operation issued after such a failure fails with it. The returned
+ * status is that of the query itself (an unknown handle, a NULL pointer). */
+gotree_status_t gotree_comm_get_async_error(gotree_comm_t comm, gotree_status_t *async_status);
+
 /* will_wait = 1 announces that the caller waits for the next collective it
  * issues on comm (including all-to-all, gather, scatter; not send/recv) at
  * once, with gotree_request_wait(request, -1) on the issuing thread. When

@@ -188,6 +188,24 @@ func gotreego_comm_will_wait(h C.int64_t, on C.int) (st C.int) {
 	return stSuccess
 }
 
+//export gotreego_comm_async_error
+func gotreego_comm_async_error(h C.int64_t, status *C.int) (st C.int) {
+	defer guard(int64(h), &st)
+	c, err := table.comm(int64(h))
+	if err != nil {
+		return fail(0, err)
+	}
+	if status == nil {
+		return fail(int64(h), fmt.Errorf("%w: gotree_comm_get_async_error: async_status is NULL", pg.ErrInvalidArgument))
+	}
+	ferr := c.Err()
+	*status = statusOf(ferr)
+	if ferr != nil {
+		table.setErr(int64(h), ferr.Error())
+	}
+	return stSuccess
+}
+
 //export gotreego_comm_destroy
 func gotreego_comm_destroy(h C.int64_t, abort C.int) (st C.int) {
 	defer guard(int64(h), &st)

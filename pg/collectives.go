@@ -382,6 +382,9 @@ func (c *Comm) runColl(a collArgs, desc fmt.Stringer, byCaller bool) error {
 	}
 	a.algo = uint8(plan.Algo) + 1
 	a.tag = planTag(a.tag, plan.Algo)
+	call := &runningCall{seq: a.seq, tag: a.tag, desc: desc, algo: plan.Algo}
+	c.stallEnter(call)
+	defer c.stallLeave(call)
 	start := time.Now()
 	later, err := c.ringAgree(ctx, a, placed, func(peer int) bool { return recvsOnChannel(plan, c.rank, 0, peer) })
 	if err != nil {
@@ -537,6 +540,9 @@ func (c *Comm) execPlanCtx(ctx context.Context, plan *algorithms.Plan, in, out [
 // collFailed classifies err, the failure of the call desc, aborts the
 // communicator with it and returns it.
 func (c *Comm) collFailed(desc fmt.Stringer, err error) error {
+	if f := c.Err(); errors.Is(f, errStallMismatch) {
+		return f // the stall check failed the communicator: the call's own error is only the abort
+	}
 	var mm *backend.MismatchError
 	kind := ErrRemote
 	switch {

@@ -90,6 +90,7 @@ type Comm struct {
 	p2p      p2pLinks
 	devs     devices // the CUDA path, made on first use (device.go)
 	refusals refusalLog
+	stall    stallState // the stall check (stall.go)
 }
 
 type linkKey struct{ channel, peer int }
@@ -217,6 +218,7 @@ func Init(id UniqueID, rank, nranks int, cfg Config) (*Comm, error) {
 	go c.worker()
 	c.acceptWG.Add(1)
 	go c.acceptP2P(uid.Secret)
+	c.startStallWatch()
 	log.Infof("INIT", "comm rank %d nranks %d nnodes %d channels %d init done in %.1f ms", rank, nranks, c.graph.NNodes, c.graph.Channels, float64(time.Since(start).Microseconds())/1000)
 	return c, nil
 }
@@ -694,6 +696,16 @@ func (c *Comm) fail(err error) {
 	}
 }
 
+// Err returns nil while the communicator works, or the failure that
+// aborted it: the first operation that timed out, lost a peer or found
+// the ranks disagreeing, or Abort. Every operation issued after it fails
+// with it. It never blocks (NCCL's ncclCommGetAsyncError).
+func (c *Comm) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.failure
+}
+
 // Abort fails every pending and future operation at once.
 func (c *Comm) Abort() {
 	c.fail(fmt.Errorf("%w: rank %d: aborted by the caller", ErrAborted, c.rank))
@@ -707,6 +719,7 @@ func (c *Comm) Abort() {
 	c.mu.Unlock()
 	c.wg.Wait()
 	c.acceptWG.Wait()
+	c.stall.close()
 	c.closeStages()
 }
 
@@ -740,6 +753,7 @@ func (c *Comm) Destroy() error {
 	c.cancel(errors.New("destroyed"))
 	c.closeLinks("")
 	c.acceptWG.Wait()
+	c.stall.close()
 	c.closeStages()
 	return err
 }

@@ -59,6 +59,11 @@ type Config struct {
 	// ranks close to its choice on the first calls of each size and keep
 	// the fastest (autotune.go). Every rank must agree (choiceSettings).
 	NoAutoTune bool
+	// StallCheck is how long a collective runs before this rank sends its
+	// view of it to its neighbours, so that ranks that issued different
+	// calls and wait on each other fail instead of waiting for the
+	// timeout (stall.go). 0: DefaultStallCheck; negative: never.
+	StallCheck time.Duration
 	// Tuning is the cost model's calibration: the tuning file's, or
 	// algorithms.DefaultTuning() when nil (see TuningFor).
 	Tuning *algorithms.Tuning
@@ -305,6 +310,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.SlotBytes <= 0 {
 		c.SlotBytes = 128 << 10
+	}
+	if c.StallCheck == 0 {
+		c.StallCheck = DefaultStallCheck
 	}
 	c.SlotBytes &^= 15
 	if c.Sockets <= 0 {

@@ -1,6 +1,7 @@
 package pg
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -48,6 +49,20 @@ func TestMismatchedCollectivesFailEveryRank(t *testing.T) {
 				t.Logf("rank %d: %v", r, err)
 			}
 			require.Less(t, time.Since(start), 10*time.Second, "errors came from the timeout, not from detection")
+			// Err: the rank that saw the disagreement has it as invalid
+			// argument, the ones it told as a peer's failure, all with why.
+			detected := 0
+			for r, c := range comms {
+				err := c.Err()
+				require.Error(t, err, "rank %d", r)
+				require.Contains(t, err.Error(), "different operation", "rank %d", r)
+				if errors.Is(err, ErrInvalidArgument) {
+					detected++
+				} else {
+					require.ErrorIs(t, err, ErrRemote, "rank %d", r)
+				}
+			}
+			require.Positive(t, detected, "no rank has the mismatch as its own failure")
 			for r, c := range comms {
 				_, err := c.Barrier()
 				require.ErrorIs(t, err, ErrAborted, "rank %d", r)
@@ -202,11 +217,16 @@ func TestTimeoutAbortsAndTellsPeers(t *testing.T) {
 	cfg.Timeout = 1 * time.Second
 	comms := startComms(t, 2, nil, cfg)
 	buf := make([]byte, 64)
+	for _, c := range comms {
+		require.NoError(t, c.Err())
+	}
 	r, err := comms[0].AllReduce(buf, buf, 8, algorithms.Int64, algorithms.Sum)
 	require.NoError(t, err)
 	err = r.Wait(-1)
 	require.ErrorIs(t, err, ErrTimeout)
 	require.Contains(t, err.Error(), "allreduce #1")
+	require.ErrorIs(t, comms[0].Err(), ErrTimeout, "Err keeps the failure that aborted the communicator")
+	require.Contains(t, comms[0].Err().Error(), "allreduce #1")
 	// Rank 1 learns of it within two calls (the first may legitimately
 	// complete from what rank 0 sent before it gave up), with rank 0's
 	// reason, quickly.
@@ -222,4 +242,6 @@ func TestTimeoutAbortsAndTellsPeers(t *testing.T) {
 	require.Error(t, last)
 	require.Contains(t, fmt.Sprint(last), "rank 0")
 	require.Less(t, time.Since(start), 3*time.Second)
+	require.ErrorIs(t, comms[1].Err(), ErrRemote, "rank 1 failed because its peer gave up")
+	require.ErrorIs(t, comms[0].Err(), ErrTimeout, "the first failure stays")
 }

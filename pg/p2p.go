@@ -26,8 +26,10 @@ func devChannel(ch int) int { return p2pChannel + 1 + ch }
 const maxDevChannels = 64
 
 // lazyChannel says whether a data connection on channel ch is one made
-// after init.
-func lazyChannel(ch int) bool { return ch >= p2pChannel && ch <= devChannel(maxDevChannels-1) }
+// after init: point-to-point, device or control (stall.go).
+func lazyChannel(ch int) bool {
+	return ch == ctrlChannel || ch >= p2pChannel && ch <= devChannel(maxDevChannels-1)
+}
 
 // p2pLinks are the links made on first use: the point-to-point channel's
 // and the device path's (devChannel), by channel and peer.
@@ -217,14 +219,19 @@ func (c *Comm) acceptedP2P(h hello, conn *net.TCPConn) {
 		err = fmt.Errorf("%w: rank %d: link from rank %d on channel %d: %v", ErrRemote, c.rank, k.peer, k.channel, err)
 	}
 	c.p2p.mu.Lock()
-	defer c.p2p.mu.Unlock()
 	if c.p2p.links == nil {
+		c.p2p.mu.Unlock()
 		if l != nil {
 			l.Close()
 		}
 		return
 	}
 	c.p2p.set(k, l, err)
+	l, ok := c.p2p.links[k]
+	c.p2p.mu.Unlock()
+	if ok && k.channel == ctrlChannel {
+		c.startCtrlReader(k.peer, l) // the views a lower rank sends are read whether or not this rank stalls
+	}
 }
 
 // AllToAll sends sendCounts[p] elements at sendDispls[p] of send to every

@@ -99,6 +99,14 @@ void setSyncOp(O&, long) {}
 // c10::Stream::native_handle (a CUDA stream's cudaStream_t without the CUDA
 // headers) exists from torch 2.11 on. Built against an older torch, the
 // extension serves CPU tensors and refuses CUDA tensors, saying why.
+// Backend::getError (c10d::ErrorType: whether the group still works,
+// torch.distributed's get_error()) exists from torch 2.7 on.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 7)
+#define GOTREE_HAVE_GET_ERROR 1
+#else
+#define GOTREE_HAVE_GET_ERROR 0
+#endif
+
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 11)
 #define GOTREE_HAVE_STREAM_HANDLE 1
 #else
@@ -128,6 +136,7 @@ struct Api {
   decltype(&gotree_comm_destroy) comm_destroy = nullptr;
   decltype(&gotree_comm_abort) comm_abort = nullptr;
   decltype(&gotree_comm_will_wait) comm_will_wait = nullptr;
+  decltype(&gotree_comm_get_async_error) comm_get_async_error = nullptr;
   decltype(&gotree_allreduce) allreduce = nullptr;
   decltype(&gotree_broadcast) broadcast = nullptr;
   decltype(&gotree_allgather) allgather = nullptr;
@@ -221,6 +230,7 @@ const Api& loadApi(const std::string& path) {
     resolve(h, "gotree_comm_destroy", a->comm_destroy, path);
     resolve(h, "gotree_comm_abort", a->comm_abort, path);
     resolve(h, "gotree_comm_will_wait", a->comm_will_wait, path);
+    resolve(h, "gotree_comm_get_async_error", a->comm_get_async_error, path);
     resolve(h, "gotree_allreduce", a->allreduce, path);
     resolve(h, "gotree_broadcast", a->broadcast, path);
     resolve(h, "gotree_allgather", a->allgather, path);
@@ -1079,6 +1089,34 @@ class GotreeBackend : public c10d::Backend {
   uint64_t getSequenceNumberForGroup() override {
     return seq_;
   }
+
+#if GOTREE_HAVE_GET_ERROR
+  // Whether the group still works (torch's Backend.get_error()): SUCCESS,
+  // or the kind of the failure that broke it: TIMEOUT (an operation ran
+  // past its timeout), REMOTE_ERROR (a peer failed, left or aborted), or
+  // COMM_ERROR (the ranks issued different collectives, or the system
+  // refused). A failure the library saw before any work of this group
+  // retired it counts too. An abort() or shutdown() by the caller is no
+  // failure.
+  c10d::ErrorType getError() override {
+    int kind = failureKind_.load();
+    if (kind == kNoFailure && !stopped_.load() && comm_ != 0 && currentPid() == pid_) {
+      gotree_status_t as = GOTREE_SUCCESS;
+      if (api().comm_get_async_error(comm_, &as) == GOTREE_SUCCESS) {
+        kind = failureKindOf(as);
+      }
+    }
+    switch (kind) {
+      case kTimeoutFailure:
+        return c10d::ErrorType::TIMEOUT;
+      case kRemoteFailure:
+        return c10d::ErrorType::REMOTE_ERROR;
+      case kCommFailure:
+        return c10d::ErrorType::COMM_ERROR;
+    }
+    return c10d::ErrorType::SUCCESS;
+  }
+#endif
 
   void abort() {  // virtual in newer torch only: no `override`
     stop(/*abort=*/true);
@@ -2803,7 +2841,7 @@ class GotreeBackend : public c10d::Backend {
               " ms", work->explicitTimeout_ ? " (its timeout argument)" : " (the group timeout)",
               "; the communicator was aborted. A rank that never issued this "
               "collective, or issued a different one, is the usual cause.");
-          setFailure(msg);
+          setFailure(msg, kTimeoutFailure);
           if (!aborted_.exchange(true)) {
             a.comm_abort(comm_);
           }
@@ -2848,14 +2886,38 @@ class GotreeBackend : public c10d::Backend {
         st == GOTREE_ERR_INTERNAL) {
       const Api& a = *g_api;
       setFailure(c10::str(work->label(), " failed: ",
-                          describeFailure(a, st, {r, comm_, 0})));
+                          describeFailure(a, st, {r, comm_, 0})),
+                 failureKindOf(st));
     }
   }
 
-  void setFailure(const std::string& msg) {
+  // The first failure's kind, for getError (the values of c10d::ErrorType,
+  // which older torch releases lack).
+  static constexpr int kNoFailure = 0, kTimeoutFailure = 1, kCommFailure = 2, kRemoteFailure = 3;
+
+  int failureKindOf(gotree_status_t st) const {
+    switch (st) {
+      case GOTREE_SUCCESS:
+        return kNoFailure;
+      case GOTREE_ERR_TIMEOUT:
+        return kTimeoutFailure;
+      case GOTREE_ERR_REMOTE:
+        return kRemoteFailure;
+      case GOTREE_ERR_ABORTED:
+        // The library aborts the communicator on the first failure; an
+        // abort the caller asked for is none.
+        return abortedByUser_ ? kNoFailure : kCommFailure;
+      default:
+        return kCommFailure;
+    }
+  }
+
+  void setFailure(const std::string& msg, int kind) {
     std::lock_guard<std::mutex> g(queueMu_);
     if (firstFailure_.empty()) {
       firstFailure_ = msg;
+      int none = kNoFailure;
+      failureKind_.compare_exchange_strong(none, kind);
     }
     failed_.store(true);
   }
@@ -2944,6 +3006,7 @@ class GotreeBackend : public c10d::Backend {
   std::atomic<bool> stopped_{false};
   std::atomic<bool> aborted_{false};
   std::atomic<bool> failed_{false};
+  std::atomic<int> failureKind_{kNoFailure};  // of firstFailure_ (getError)
   bool abortedByUser_ = false;
   std::string firstFailure_;
   std::thread completer_;
@@ -2995,5 +3058,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       // new_group() on a rank outside the new group calls this on the
       // backend it would split from; gotree's split builds a fresh
       // communicator of the members only, so there is nothing to do.
-      .def("perform_nocolor_split", [](GotreeBackend&, py::object) {});
+      .def("perform_nocolor_split", [](GotreeBackend&, py::object) {})
+#if GOTREE_HAVE_GET_ERROR
+      // torch binds get_error() for ProcessGroupNCCL only; gotree.get_error
+      // reaches this one.
+      .def("get_error", &GotreeBackend::getError,
+           py::call_guard<py::gil_scoped_release>(),
+           "Whether the group still works: ErrorType.SUCCESS, or the kind of "
+           "the failure that broke it (TIMEOUT, COMM_ERROR, REMOTE_ERROR).")
+#endif
+      ;
 }

@@ -47,7 +47,11 @@ Semantics (CPU tensors):
   whose own data was intact, its next operation on that group; a failed or
   timed-out collective raises torch.distributed.DistBackendError (from
   Work.wait() and from the Work's future); a forked child that calls gotree
-  gets a RuntimeError.
+  gets a RuntimeError. gotree.get_error(group) says without blocking whether
+  a group still works (SUCCESS) or why it broke (TIMEOUT, REMOTE_ERROR,
+  COMM_ERROR), like ProcessGroupNCCL.get_error. Ranks that issue calls whose
+  plans differ (an allreduce of different sizes, say) and so wait on each
+  other fail after about a second (the stall check), not at the timeout.
 * groups: new_group, and split_group (supports_splitting, torch >= 2.9:
   each split is a new communicator of the ranks listed, bootstrapped
   through the parent's store; ranks left out get None).
@@ -79,7 +83,7 @@ import threading
 import warnings
 
 __version__ = "0.1.0"
-__all__ = ["BACKEND_NAME", "register", "library_path", "load_library", "is_registered"]
+__all__ = ["BACKEND_NAME", "register", "library_path", "load_library", "is_registered", "get_error"]
 
 BACKEND_NAME = "gotree"
 
@@ -163,6 +167,36 @@ def _create_backend(store, rank, size, timeout):
     from gotree import _C
 
     return _C.GotreeBackend(store, rank, size, timeout)
+
+
+def get_error(group=None):
+    """Whether a gotree group still works, without blocking (NCCL's
+    ProcessGroupNCCL.get_error, which torch offers for NCCL only):
+    torch.distributed's ErrorType.SUCCESS, or the kind of the first failure
+    that broke the group: TIMEOUT (an operation ran past its timeout),
+    REMOTE_ERROR (a peer failed, left or aborted), COMM_ERROR (the ranks
+    issued different collectives, or the system refused). A broken group
+    fails every later call; make a new one. group: a process group (default:
+    the world group) whose CPU backend is gotree. Needs torch >= 2.7.
+    """
+    import torch
+    import torch.distributed as dist
+
+    pg = group if group is not None else dist.group.WORLD
+    if pg is None:
+        raise RuntimeError("gotree.get_error: no process group (call init_process_group first)")
+    be = pg._get_backend(torch.device("cpu"))
+    from gotree import _C
+
+    if not isinstance(be, _C.GotreeBackend):
+        raise ValueError("gotree.get_error: the group's CPU backend is {}, not gotree".format(type(be).__name__))
+    if not hasattr(be, "get_error"):
+        raise NotImplementedError(
+            "gotree.get_error needs torch >= 2.7 (c10d::ErrorType); this extension was built against torch {}".format(
+                torch.__version__
+            )
+        )
+    return be.get_error()
 
 
 def is_registered():

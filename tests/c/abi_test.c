@@ -273,6 +273,30 @@ static void test_bad_input(gotree_comm_t comm) {
   CHECK(st == GOTREE_ERR_INVALID_HANDLE, "bad comm handle: %s", gotree_status_string(st));
   st = gotree_comm_init_rank(NULL, NULL, 0, 1, NULL);
   CHECK(st == GOTREE_ERR_INVALID_ARGUMENT && errtext(0)[0] != 0, "init NULL: %s", gotree_status_string(st));
+  // Refused input leaves the communicator working.
+  gotree_status_t as = GOTREE_ERR_INTERNAL;
+  st = gotree_comm_get_async_error(comm, &as);
+  CHECK(st == GOTREE_SUCCESS && as == GOTREE_SUCCESS, "async error after bad input: %s / %s", gotree_status_string(st), gotree_status_string(as));
+  st = gotree_comm_get_async_error(comm, NULL);
+  CHECK(st == GOTREE_ERR_INVALID_ARGUMENT && strstr(errtext(comm), "async_status"), "async error NULL: %s / %s", gotree_status_string(st), errtext(comm));
+  st = gotree_comm_get_async_error(987654321, &as);
+  CHECK(st == GOTREE_ERR_INVALID_HANDLE, "async error of a bad handle: %s", gotree_status_string(st));
+}
+
+// Ranks that issue different counts all fail, and the communicator then
+// reports that failure (the rank that saw the disagreement as invalid
+// argument, the ones it told as a peer's failure), with its text.
+static void test_async_error_after_mismatch(gotree_comm_t comm) {
+  int64_t x[5] = {0};
+  gotree_request_t req = 0;
+  OK(gotree_allreduce(comm, x, x, rank == 0 ? 3 : 5, GOTREE_INT64, GOTREE_SUM, 0, GOTREE_DEVICE_CPU, NULL, &req), comm);
+  gotree_status_t st = gotree_request_wait(req, 60000);
+  CHECK(st == GOTREE_ERR_INVALID_ARGUMENT || st == GOTREE_ERR_REMOTE, "mismatched allreduce: %s / %s", gotree_status_string(st), errtext(req));
+  gotree_request_free(req);
+  gotree_status_t as = GOTREE_SUCCESS;
+  OK(gotree_comm_get_async_error(comm, &as), comm);
+  CHECK((as == GOTREE_ERR_INVALID_ARGUMENT || as == GOTREE_ERR_REMOTE) && strstr(errtext(comm), "allreduce #"),
+        "async error after a mismatch: %s / %s", gotree_status_string(as), errtext(comm));
 }
 
 static void test_fork_guard(void) {
@@ -358,6 +382,7 @@ int main(int argc, char **argv) {
     OK(run(req), req);
     test_bad_input(comm);
     if (rank == 0) test_fork_guard();
+    if (nranks > 1) test_async_error_after_mismatch(comm);
     OK(gotree_comm_destroy(comm), 0);
     CHECK(gotree_comm_destroy(comm) == GOTREE_ERR_INVALID_HANDLE, "double destroy accepted");
   }

@@ -217,10 +217,26 @@ def test_mismatched_collectives(ranks_factory):
     out = rk.output()
     recs = [r for r in results(out) if r["case"].startswith("mismatch-")]
     show(recs)
-    for case in ["op", "count", "dtype", "root", "collective"]:
+    for case in ["op", "count", "dtype", "root", "collective", "plans"]:
         got = {r["rank"] for r in recs if r["case"] == "mismatch-" + case}
         assert got == set(range(n)), f"{case}: ranks {sorted(set(range(n)) - got)} did not raise:\n{out[-6000:]}"
     assert all(r["took_s"] < TIMEOUT_S + 5 for r in recs)
+    assert_summaries(out, range(n), rcs)
+
+
+def test_mismatched_plans_do_not_wait_for_the_timeout(ranks_factory):
+    """At 4 ranks an all_reduce of 3 int64 on one rank and of 5 on the others runs two plans
+    that leave every rank waiting on a link nobody writes: every rank must raise long before
+    a generous timeout, through the stall check, naming both calls."""
+    n = 4
+    rk = ranks_factory("faults_mismatch.py", range(n), n, args=["plans"], env={"FAULT_TIMEOUT_S": "60"})
+    rcs = rk.wait(120)
+    out = rk.output()
+    recs = [r for r in results(out) if r["case"] == "mismatch-plans"]
+    show(recs)
+    assert {r["rank"] for r in recs} == set(range(n)), f"not every rank raised:\n{out[-6000:]}"
+    assert all(r["took_s"] < 15 for r in recs), "the errors came from the 60 s timeout"
+    assert any("(3 x int64, sum)" in r["error"] and "(5 x int64, sum)" in r["error"] for r in recs)
     assert_summaries(out, range(n), rcs)
 
 

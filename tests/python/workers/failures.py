@@ -27,6 +27,16 @@ from _common import Checker  # noqa: E402
 TIMEOUT_S = 5
 
 
+def group_error():
+    """gotree.get_error()'s name, or None before torch 2.7 (no c10d::ErrorType)."""
+    import gotree
+
+    try:
+        return gotree.get_error().name
+    except NotImplementedError:
+        return None
+
+
 def main():
     scenario = sys.argv[1]
     dist.init_process_group(backend="gotree", timeout=datetime.timedelta(seconds=TIMEOUT_S))
@@ -35,6 +45,8 @@ def main():
     t = torch.ones(8)
     dist.all_reduce(t)
     c.check(torch.equal(t, torch.full((8,), float(n))), "warm-up allreduce")
+    err = group_error()
+    c.check(err in (None, "SUCCESS"), f"get_error() of a working group: {err}")
 
     if scenario == "timeout":
         if rank == 0:
@@ -43,6 +55,8 @@ def main():
             took = time.monotonic() - start
             c.check(took < TIMEOUT_S + 20, f"failed within the timeout (took {took:.1f} s)")
             print(f"[rank 0] error after {took:.1f} s: {e}", flush=True)
+            err = group_error()
+            c.check(err in (None, "TIMEOUT"), f"get_error() after the timeout: {err}")
         else:
             time.sleep(TIMEOUT_S + 8)
         c.exit_now()  # the communicator is broken: skip teardown
@@ -60,6 +74,8 @@ def main():
             took = time.monotonic() - start
             c.check(took < 4, f"op timeout fired promptly (took {took:.1f} s)")
             c.check(w.is_completed(), "the timed-out work is completed")
+            err = group_error()
+            c.check(err in (None, "TIMEOUT"), f"get_error() after the op timeout: {err}")
             fut = w.get_future()
             c.expect_raises(fut.wait, "timed out after 1000 ms", "the future carries the error")
             c.expect_raises(

@@ -54,6 +54,19 @@ def init_group(T, store_timeout_s=90):
     return store
 
 
+def group_error(group=None):
+    """The name of gotree.get_error(group) ("SUCCESS", "TIMEOUT", "COMM_ERROR",
+    "REMOTE_ERROR"), or None where torch lacks ErrorType (before 2.7)."""
+    import gotree
+
+    try:
+        return gotree.get_error(group).name
+    except NotImplementedError:
+        if tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 7):
+            raise
+        return None
+
+
 def report(case, **fields):
     rec = {"rank": int(os.environ.get("RANK", "-1")), "case": case}
     rec.update(fields)

@@ -11,7 +11,7 @@ import os
 import signal
 import time
 
-from faults_common import init_group, Checker, call_error, check_aborted_then_destroy, report, resources, text_of, timeout_s
+from faults_common import init_group, Checker, call_error, check_aborted_then_destroy, group_error, report, resources, text_of, timeout_s
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -38,6 +38,9 @@ def main():
         if e is None:
             ok = bool((x == n * (n + 1) / 2).all())
             c.check(ok, f"allreduce {i} exact")
+            if i == 0:
+                err = group_error()
+                c.check(err in (None, "SUCCESS"), f"get_error() of a working group: {err}")
             continue
         text = text_of(e)
         report("kill", took_s=round(took, 3), iteration=i, error=text)
@@ -48,6 +51,9 @@ def main():
         c.check(f"rank {victim}" in text, f"the error names the dead rank {victim}: {text[:400]!r}")
         c.check("allreduce #" in text and str(NUMEL) in text, f"the error names the collective and its size: {text[:400]!r}")
         c.check("DistBackendError" in text, f"raised as DistBackendError: {text[:200]!r}")
+        err = group_error()
+        report("kill-get-error", error=str(err))
+        c.check(err in (None, "REMOTE_ERROR"), f"get_error() after a peer died: {err}")
         check_aborted_then_destroy(c, limit_s=5.0, sockets_before=socks0)
         c.exit_now()
     c.check(False, "the survivors never saw the victim die")

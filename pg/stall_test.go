@@ -1,0 +1,145 @@
+package pg
+
+import (
+	"encoding/binary"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gotree/gotree/algorithms"
+)
+
+// mismatchedPlans issues an allreduce of 3 int64 on rank 0 and of 5 on
+// the others, at 4 ranks: with the built-in tuning the first runs
+// halving-doubling and the others the ring, and no rank ever reads a
+// message of the other plan (rank 0 sends to rank 2 and waits for it;
+// rank 2 waits for rank 1, rank 1 for rank 0). It returns each rank's
+// error and how long the slowest took.
+func mismatchedPlans(t *testing.T, cfg Config) ([]error, time.Duration) {
+	t.Helper()
+	cfg.NoAutoTune = true // the model's choice, the same on every run
+	comms := startComms(t, 4, nil, cfg)
+	const small, large = 3, 5
+	ps, err := comms[0].PlanOf(algorithms.AllReduce, small, algorithms.Int64, algorithms.Sum, 0, false)
+	require.NoError(t, err)
+	pl, err := comms[0].PlanOf(algorithms.AllReduce, large, algorithms.Int64, algorithms.Sum, 0, false)
+	require.NoError(t, err)
+	require.NotEqual(t, ps.Algo, pl.Algo, "the scenario needs two plans; the built-in tuning changed: pick other counts")
+	start := time.Now()
+	errs := make([]error, len(comms))
+	var wg sync.WaitGroup
+	for r, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n := int64(large)
+			if r == 0 {
+				n = small
+			}
+			buf := make([]byte, 8*n)
+			q, err := c.AllReduce(buf, buf, n, algorithms.Int64, algorithms.Sum)
+			if err == nil {
+				err = q.Wait(-1)
+			}
+			errs[r] = err
+		}()
+	}
+	wg.Wait()
+	return errs, time.Since(start)
+}
+
+// Ranks that run different plans and wait on each other fail within
+// about the stall check's delay, every one of them, and the error names
+// both calls; without the check they wait for the timeout.
+func TestStallCheckFindsDifferentPlans(t *testing.T) {
+	cfg := testConfig()
+	cfg.Timeout = 30 * time.Second
+	cfg.StallCheck = 100 * time.Millisecond
+	errs, took := mismatchedPlans(t, cfg)
+	require.Less(t, took, 10*time.Second, "the errors came from the timeout")
+	named := false
+	for r, err := range errs {
+		require.Error(t, err, "rank %d", r)
+		t.Logf("rank %d: %v", r, err)
+		require.True(t, errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrRemote), "rank %d: %v", r, err)
+		if s := err.Error(); errors.Is(err, errStallMismatch) || (strings.Contains(s, "(3 x int64, sum)") && strings.Contains(s, "(5 x int64, sum)")) {
+			named = true
+		}
+	}
+	require.True(t, named, "no rank's error names both calls")
+
+	cfg.Timeout = 2 * time.Second
+	cfg.StallCheck = -1
+	errs, took = mismatchedPlans(t, cfg)
+	require.GreaterOrEqual(t, took, cfg.Timeout, "without the stall check something else found the disagreement: the scenario no longer needs the check")
+	for r, err := range errs {
+		require.Error(t, err, "rank %d", r)
+	}
+}
+
+// A rank that is merely late makes its neighbours send their views, and
+// nothing fails: the views agree, or arrive before the late rank's call.
+func TestStallCheckQuietForLateRank(t *testing.T) {
+	cfg := testConfig()
+	cfg.StallCheck = 30 * time.Millisecond
+	comms := startComms(t, 3, nil, cfg)
+	const count = 1000
+	for it := 0; it < 4; it++ {
+		late := it % 3
+		outs := make([][]byte, 3)
+		errs := make([]error, 3)
+		var wg sync.WaitGroup
+		for r, c := range comms {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if r == late {
+					time.Sleep(200 * time.Millisecond)
+				}
+				v := make([]int64, count)
+				for i := range v {
+					v[i] = val(r, int64(i))
+				}
+				outs[r] = i64s(v)
+				q, err := c.AllReduce(outs[r], outs[r], count, algorithms.Int64, algorithms.Sum)
+				if err == nil {
+					err = q.Wait(-1)
+				}
+				errs[r] = err
+			}()
+		}
+		wg.Wait()
+		for r := range comms {
+			require.NoError(t, errs[r], "iteration %d rank %d", it, r)
+			for i := int64(0); i < count; i++ {
+				want := val(0, i) + val(1, i) + val(2, i)
+				require.Equal(t, want, int64(binary.LittleEndian.Uint64(outs[r][8*i:])), "iteration %d rank %d element %d", it, r, i)
+			}
+		}
+	}
+	views := 0
+	for r, c := range comms {
+		require.NoError(t, c.Err(), "rank %d", r)
+		c.stall.mu.Lock()
+		views += len(c.stall.peers)
+		c.stall.mu.Unlock()
+	}
+	require.Positive(t, views, "no rank received a view: the check never ran")
+}
+
+func TestCallViewEncoding(t *testing.T) {
+	v := callView{seq: 1<<40 + 7, tag: 0xdeadbeef, desc: "allreduce #7 (3 x int64, sum) with the hd plan"}
+	got, err := decodeView(v.encode())
+	require.NoError(t, err)
+	require.Equal(t, v, got)
+	_, err = decodeView(make([]byte, 11))
+	require.Error(t, err)
+	long := callView{desc: string(make([]byte, 2*maxViewText))}
+	got, err = decodeView(long.encode())
+	require.NoError(t, err)
+	require.Len(t, got.desc, maxViewText)
+}
