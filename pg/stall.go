@@ -99,6 +99,7 @@ type stallState struct {
 	mu      sync.Mutex
 	peers   map[int]callView // the latest view each neighbour sent
 	readers map[int]bool     // control links with a reader
+	sending map[int]bool     // neighbours a view is on its way to
 	closed  bool             // the communicator is going away: no new goroutines
 	wg      sync.WaitGroup   // the watcher, readers and senders
 }
@@ -204,12 +205,33 @@ type peerView struct {
 
 // announceStall sends v to the neighbours, each on its own goroutine: a
 // neighbour that has not made the control link yet (the lower rank
-// dials) may be busy elsewhere, and nobody must wait for it.
+// dials) may be busy elsewhere, and nobody must wait for it. A neighbour
+// that still has a view on its way gets none more (a rank whose lower
+// neighbour is always later than it, and never dials, keeps one
+// goroutine waiting, not one per call).
 func (c *Comm) announceStall(v callView) {
 	c.log.Infof("COLL", "%s has not finished after %v; sending its view to ranks %v to compare", v.desc, c.cfg.StallCheck, c.stallNeighbours())
 	msg := v.encode()
+	s := &c.stall
 	for _, p := range c.stallNeighbours() {
-		c.stall.goRun(func() {
+		s.mu.Lock()
+		busy := s.sending[p]
+		if !busy {
+			if s.sending == nil {
+				s.sending = map[int]bool{}
+			}
+			s.sending[p] = true
+		}
+		s.mu.Unlock()
+		if busy {
+			continue
+		}
+		s.goRun(func() {
+			defer func() {
+				s.mu.Lock()
+				delete(s.sending, p)
+				s.mu.Unlock()
+			}()
 			l, err := c.ctrlLink(p)
 			if err == nil {
 				ctx, cancel := context.WithTimeout(c.ctx, c.cfg.Timeout)
