@@ -164,6 +164,13 @@ def test_single_process_group_without_torchrun(built):
         dist.all_gather_into_tensor(out, t)
         assert torch.equal(out, t)
         dist.barrier()
+        assert gotree.get_error().name == "SUCCESS", gotree.get_error()
+        gloo = dist.new_group(backend="gloo")
+        try:
+            gotree.get_error(gloo)
+            raise AssertionError("get_error accepted a gloo group")
+        except ValueError as e:
+            assert "not gotree" in str(e), e
         dist.destroy_process_group()
         print("SINGLE-OK")
         """
