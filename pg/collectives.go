@@ -547,7 +547,11 @@ func (c *Comm) collFailed(desc fmt.Stringer, err error) error {
 	kind := ErrRemote
 	switch {
 	case errors.Is(err, ErrTimeout) || errors.Is(err, ErrAborted) || errors.Is(err, ErrInvalidArgument):
-		err = fmt.Errorf("rank %d: %s failed: %w", c.rank, desc, err)
+		note := ""
+		if errors.Is(err, ErrTimeout) {
+			note = c.stallNote()
+		}
+		err = fmt.Errorf("rank %d: %s failed: %w%s", c.rank, desc, err, note)
 		c.fail(err)
 		return err
 	case errors.As(err, &mm) || errors.Is(err, errMismatch):
@@ -557,7 +561,11 @@ func (c *Comm) collFailed(desc fmt.Stringer, err error) error {
 	case c.ctx.Err() != nil:
 		kind = ErrAborted
 	}
-	err = fmt.Errorf("%w: rank %d: %s failed: %v", kind, c.rank, desc, err)
+	note := ""
+	if kind == ErrTimeout {
+		note = c.stallNote()
+	}
+	err = fmt.Errorf("%w: rank %d: %s failed: %v%s", kind, c.rank, desc, err, note)
 	c.fail(err)
 	return err
 }

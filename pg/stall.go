@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -82,10 +83,11 @@ func decodeView(b []byte) (callView, error) {
 // runningCall is the collective this rank runs, described only when a
 // view of it is needed (most calls never are).
 type runningCall struct {
-	seq  uint64
-	tag  uint32
-	desc fmt.Stringer
-	algo algorithms.Algorithm
+	seq       uint64
+	tag       uint32
+	desc      fmt.Stringer
+	algo      algorithms.Algorithm
+	announced atomic.Bool // its view went to the neighbours
 }
 
 func (r *runningCall) view() callView {
@@ -168,6 +170,7 @@ func (c *Comm) startStallWatch() {
 			// Three looks: running for at least two intervals, StallCheck.
 			if r != nil && looks >= 3 && r != sent {
 				sent = r
+				r.announced.Store(true)
 				c.announceStall(r.view())
 			}
 		}
@@ -303,4 +306,34 @@ func (c *Comm) compareStallView(peer int, pv callView) {
 	}
 	c.fail(fmt.Errorf("%w: rank %d: %s failed: rank %d issued %s at this point (%w: %w)",
 		ErrInvalidArgument, c.rank, cur.view().desc, peer, pv.desc, errMismatch, errStallMismatch))
+}
+
+// stallNote is what the neighbours said about their own calls, for the
+// error of a call that timed out after the stall check sent its view
+// ("" before that): a neighbour stuck in the same call is waiting too, so
+// the rank to look at is one that sent no view (it was not stuck in a
+// collective of this communicator) or one stuck elsewhere.
+func (c *Comm) stallNote() string {
+	cur := c.stall.cur.Load()
+	if cur == nil || !cur.announced.Load() {
+		return ""
+	}
+	s := &c.stall
+	var parts []string
+	for _, p := range c.stallNeighbours() {
+		s.mu.Lock()
+		v, ok := s.peers[p]
+		s.mu.Unlock()
+		switch {
+		case !ok:
+			parts = append(parts, fmt.Sprintf("rank %d sent no view (it was not stuck in a collective of this group)", p))
+		case v.seq == cur.seq && v.tag == cur.tag:
+			parts = append(parts, fmt.Sprintf("rank %d is stuck in the same call", p))
+		case v.seq < cur.seq:
+			parts = append(parts, fmt.Sprintf("rank %d's last view is of %s, an earlier call", p, v.desc))
+		default:
+			parts = append(parts, fmt.Sprintf("rank %d is stuck in %s", p, v.desc))
+		}
+	}
+	return "; the stall check's neighbours: " + strings.Join(parts, ", ")
 }

@@ -3,6 +3,7 @@ package pg
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -142,4 +143,41 @@ func TestCallViewEncoding(t *testing.T) {
 	got, err = decodeView(long.encode())
 	require.NoError(t, err)
 	require.Len(t, got.desc, maxViewText)
+}
+
+// A call that times out because a rank never issued it says so: the
+// neighbours stuck in the same call say so, the missing rank sent no
+// view.
+func TestStallNoteNamesTheMissingRank(t *testing.T) {
+	cfg := testConfig()
+	cfg.Timeout = 1500 * time.Millisecond
+	cfg.StallCheck = 50 * time.Millisecond
+	comms := startComms(t, 3, nil, cfg)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for r := 1; r < 3; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 8*100)
+			q, err := comms[r].AllReduce(buf, buf, 100, algorithms.Int64, algorithms.Sum)
+			if err == nil {
+				err = q.Wait(-1)
+			}
+			errs[r] = err
+		}()
+	}
+	wg.Wait()
+	timedOut := 0
+	for r := 1; r < 3; r++ {
+		require.Error(t, errs[r], "rank %d", r)
+		t.Logf("rank %d: %v", r, errs[r])
+		if errors.Is(errs[r], ErrTimeout) {
+			timedOut++
+			other := 3 - r
+			require.Contains(t, errs[r].Error(), "rank 0 sent no view", "rank %d", r)
+			require.Contains(t, errs[r].Error(), fmt.Sprintf("rank %d is stuck in the same call", other), "rank %d", r)
+		}
+	}
+	require.Positive(t, timedOut, "no rank timed out")
 }

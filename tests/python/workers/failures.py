@@ -55,6 +55,7 @@ def main():
             took = time.monotonic() - start
             c.check(took < TIMEOUT_S + 20, f"failed within the timeout (took {took:.1f} s)")
             print(f"[rank 0] error after {took:.1f} s: {e}", flush=True)
+            c.check("rank 1 sent no view" in str(e), f"the timeout names the rank that is not in the collective: {str(e)[-300:]!r}")
             err = group_error()
             c.check(err in (None, "TIMEOUT"), f"get_error() after the timeout: {err}")
         else:
