@@ -592,12 +592,16 @@ func (c *Comm) shmLink(peer int) bool {
 }
 
 func (c *Comm) makeLink(k linkKey, conns []*net.TCPConn, deadline time.Time) (backend.Conn, error) {
+	slotBytes := c.cfg.SlotBytes
+	if k.channel == ctrlChannel {
+		slotBytes = ctrlSlotBytes // views only: a few hundred bytes each
+	}
 	if !c.shmLink(k.peer) {
 		cs := make([]net.Conn, len(conns))
 		for i, conn := range conns {
 			cs[i] = conn
 		}
-		return backend.NewStripedTCPConn(cs, k.peer, k.channel, backend.DefaultSlots, c.cfg.SlotBytes), nil
+		return backend.NewStripedTCPConn(cs, k.peer, k.channel, backend.DefaultSlots, slotBytes), nil
 	}
 	if len(conns) != 1 {
 		return nil, fmt.Errorf("%w: rank %d sent %d sockets for a shared-memory link (channel %d)", ErrRemote, k.peer, len(conns), k.channel)
@@ -605,7 +609,7 @@ func (c *Comm) makeLink(k linkKey, conns []*net.TCPConn, deadline time.Time) (ba
 	var l backend.Conn
 	var err error
 	if c.rank < k.peer {
-		l, err = backend.CreateShmConn(conns[0], k.peer, k.channel, backend.DefaultSlots, c.cfg.SlotBytes, deadline)
+		l, err = backend.CreateShmConn(conns[0], k.peer, k.channel, backend.DefaultSlots, slotBytes, deadline)
 	} else {
 		l, err = backend.OpenShmConn(conns[0], k.peer, k.channel, deadline)
 	}

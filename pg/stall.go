@@ -54,6 +54,9 @@ const DefaultStallCheck = time.Second
 // maxViewText bounds a view's description on the wire.
 const maxViewText = 512
 
+// ctrlSlotBytes is the FIFO slot of a control link: one view fits.
+const ctrlSlotBytes = 1024
+
 // callView is what a rank says about the call it is stuck in.
 type callView struct {
 	seq  uint64

@@ -149,10 +149,15 @@ func TestCallViewEncoding(t *testing.T) {
 // neighbours stuck in the same call say so, the missing rank sent no
 // view.
 func TestStallNoteNamesTheMissingRank(t *testing.T) {
+	t.Run("shm", func(t *testing.T) { stallNoteNamesTheMissingRank(t, nil) })
+	t.Run("tcp", func(t *testing.T) { stallNoteNamesTheMissingRank(t, []string{"a", "b", "c"}) })
+}
+
+func stallNoteNamesTheMissingRank(t *testing.T, hosts []string) {
 	cfg := testConfig()
 	cfg.Timeout = 1500 * time.Millisecond
 	cfg.StallCheck = 50 * time.Millisecond
-	comms := startComms(t, 3, nil, cfg)
+	comms := startComms(t, 3, hosts, cfg)
 	errs := make([]error, 3)
 	var wg sync.WaitGroup
 	for r := 1; r < 3; r++ {
