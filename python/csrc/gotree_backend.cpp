@@ -1462,7 +1462,7 @@ class GotreeBackend : public c10d::Backend {
       const c10d::AllgatherOptions& opts) override {
     const char* coll = "all_gather_into_tensor";
     checkUsable(coll);
-    checkAllgatherBase(output, input, coll, "");
+    checkWholeAndPart(output, input, /*outIsWhole=*/true, coll, "");
     auto work = makeWork(c10d::OpType::_ALLGATHER_BASE, coll, {output}, {input}, opts);
     work->detail_ = describe(input);
     issueLocked(work, [&](auto& calls) { addAllgatherBase(work, output, input, calls); });
@@ -1478,7 +1478,7 @@ class GotreeBackend : public c10d::Backend {
         outputs.size() == inputs.size(), "gotree: ", coll, ": ",
         outputs.size(), " outputs for ", inputs.size(), " inputs");
     for (size_t i = 0; i < inputs.size(); i++) {
-      checkAllgatherBase(outputs[i], inputs[i], coll, c10::str("[", i, "]"));
+      checkWholeAndPart(outputs[i], inputs[i], /*outIsWhole=*/true, coll, c10::str("[", i, "]"));
     }
     auto work = makeWork(c10d::OpType::COALESCED, coll, outputs, inputs, opts);
     work->detail_ = c10::str(inputs.size(), " tensors");
@@ -1602,7 +1602,7 @@ class GotreeBackend : public c10d::Backend {
       const c10d::ReduceScatterOptions& opts) override {
     const char* coll = "reduce_scatter_tensor";
     checkUsable(coll);
-    checkReduceScatterBase(output, input, coll, "");
+    checkWholeAndPart(output, input, /*outIsWhole=*/false, coll, "");
     ReducePlan p = planReduce(input.scalar_type(), opts.reduceOp, coll);
     auto work = makeWork(c10d::OpType::_REDUCE_SCATTER_BASE, coll, {output}, {input}, opts);
     work->detail_ = c10::str(describe(output), ", ", opName(opts.reduceOp.op_));
@@ -1623,7 +1623,7 @@ class GotreeBackend : public c10d::Backend {
         outputs.size(), " outputs for ", inputs.size(), " inputs");
     std::vector<ReducePlan> plans;
     for (size_t i = 0; i < inputs.size(); i++) {
-      checkReduceScatterBase(outputs[i], inputs[i], coll, c10::str("[", i, "]"));
+      checkWholeAndPart(outputs[i], inputs[i], /*outIsWhole=*/false, coll, c10::str("[", i, "]"));
       plans.push_back(planReduce(inputs[i].scalar_type(), opts.reduceOp, coll));
     }
     auto work = makeWork(c10d::OpType::COALESCED, coll, outputs, inputs, opts);
@@ -2262,9 +2262,13 @@ class GotreeBackend : public c10d::Backend {
     return ts;
   }
 
-  void checkReduceScatterBase(
-      const at::Tensor& out, const at::Tensor& in, const char* coll,
-      const std::string& idx) {
+  // checkWholeAndPart checks the tensors of a collective that gathers the
+  // group's parts into one whole (allgather: the output is the whole) or
+  // scatters a whole into parts (reduce-scatter: the input is): one dtype,
+  // and the whole holds the group size times the part's elements.
+  void checkWholeAndPart(
+      const at::Tensor& out, const at::Tensor& in, bool outIsWhole,
+      const char* coll, const std::string& idx) {
     checkTensor(in, coll, "the input tensor" + idx);
     checkTensor(out, coll, "the output tensor" + idx);
     checkWritable(out, coll, "the output tensor" + idx);
@@ -2272,11 +2276,15 @@ class GotreeBackend : public c10d::Backend {
         out.scalar_type() == in.scalar_type(), "gotree: ", coll,
         ": the output tensor", idx, " has dtype ", dtypeName(out.scalar_type()),
         ", the input ", dtypeName(in.scalar_type()), "; they must match");
+    const at::Tensor& whole = outIsWhole ? out : in;
+    const at::Tensor& part = outIsWhole ? in : out;
+    const char* wholeName = outIsWhole ? "output" : "input";
+    const char* partName = outIsWhole ? "input" : "output";
     TORCH_CHECK_VALUE(
-        in.numel() == out.numel() * getSize(), "gotree: ", coll,
-        ": the input tensor", idx, " has ", in.numel(), " elements, expected ",
-        out.numel() * getSize(), " (group size ", getSize(), " x output ",
-        out.numel(), ")");
+        whole.numel() == part.numel() * getSize(), "gotree: ", coll,
+        ": the ", wholeName, " tensor", idx, " has ", whole.numel(),
+        " elements, expected ", part.numel() * getSize(), " (group size ",
+        getSize(), " x ", partName, " ", part.numel(), ")");
   }
 
   static int64_t rowElems(const at::Tensor& t) {
@@ -2522,23 +2530,6 @@ class GotreeBackend : public c10d::Backend {
     TORCH_CHECK_VALUE(
         root >= 0 && root < getSize(), "gotree: ", coll, ": root rank ", root,
         " is outside the group (valid: 0 to ", getSize() - 1, ")");
-  }
-
-  void checkAllgatherBase(
-      const at::Tensor& out, const at::Tensor& in, const char* coll,
-      const std::string& idx) {
-    checkTensor(in, coll, "the input tensor" + idx);
-    checkTensor(out, coll, "the output tensor" + idx);
-    checkWritable(out, coll, "the output tensor" + idx);
-    TORCH_CHECK_TYPE(
-        out.scalar_type() == in.scalar_type(), "gotree: ", coll,
-        ": the output tensor", idx, " has dtype ", dtypeName(out.scalar_type()),
-        ", the input ", dtypeName(in.scalar_type()), "; they must match");
-    TORCH_CHECK_VALUE(
-        out.numel() == in.numel() * getSize(), "gotree: ", coll,
-        ": the output tensor", idx, " has ", out.numel(), " elements, expected ",
-        in.numel() * getSize(), " (group size ", getSize(), " x input ",
-        in.numel(), ")");
   }
 
   // makeWork for a collective called with options opts: a synchronous
