@@ -177,7 +177,8 @@ def get_error(group=None):
     REMOTE_ERROR (a peer failed, left or aborted), COMM_ERROR (the ranks
     issued different collectives, or the system refused). A broken group
     fails every later call; make a new one. group: a process group (default:
-    the world group) whose CPU backend is gotree. Needs torch >= 2.7.
+    the world group) whose CPU or CUDA backend is gotree (the CPU one first:
+    "cpu:gloo,cuda:gotree" groups too). Needs torch >= 2.7.
     """
     import torch
     import torch.distributed as dist
@@ -185,11 +186,19 @@ def get_error(group=None):
     pg = group if group is not None else dist.group.WORLD
     if pg is None:
         raise RuntimeError("gotree.get_error: no process group (call init_process_group first)")
-    be = pg._get_backend(torch.device("cpu"))
     from gotree import _C
 
-    if not isinstance(be, _C.GotreeBackend):
-        raise ValueError("gotree.get_error: the group's CPU backend is {}, not gotree".format(type(be).__name__))
+    found = []
+    for dev in ("cpu", "cuda"):
+        try:
+            be = pg._get_backend(torch.device(dev))
+        except RuntimeError:  # no backend for that device type
+            continue
+        if isinstance(be, _C.GotreeBackend):
+            break
+        found.append("{} {}".format(dev, type(be).__name__))
+    else:
+        raise ValueError("gotree.get_error: the group's backends are {}, not gotree".format(", ".join(found) or "none"))
     if not hasattr(be, "get_error"):
         raise NotImplementedError(
             "gotree.get_error needs torch >= 2.7 (c10d::ErrorType); this extension was built against torch {}".format(

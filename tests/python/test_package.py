@@ -172,6 +172,10 @@ def test_single_process_group_without_torchrun(built):
         except ValueError as e:
             assert "not gotree" in str(e), e
         dist.destroy_process_group()
+        # gotree for CUDA tensors only (no GPU needed to create it): found there
+        dist.init_process_group("cpu:gloo,cuda:gotree", store=dist.HashStore(), rank=0, world_size=1)
+        assert gotree.get_error().name == "SUCCESS"
+        dist.destroy_process_group()
         print("SINGLE-OK")
         """
     )
