@@ -186,3 +186,59 @@ func stallNoteNamesTheMissingRank(t *testing.T, hosts []string) {
 	}
 	require.Positive(t, timedOut, "no rank timed out")
 }
+
+// More calls that leave every rank waiting without the check (found by
+// trying each collective on rank 0 against allreduces of 1, 3, 5, 64,
+// 1000 and 100000 elements on the others, at 4 ranks: these four waited
+// for the timeout, every other pair failed at once): with it they fail
+// within a few stall-check delays.
+func TestStallCheckMixedCalls(t *testing.T) {
+	allreduce := func(count int64) func(c *Comm) (*Request, error) {
+		return func(c *Comm) (*Request, error) {
+			buf := make([]byte, 8*count)
+			return c.AllReduce(buf, buf, count, algorithms.Int64, algorithms.Sum)
+		}
+	}
+	barrier := func(c *Comm) (*Request, error) { return c.Barrier() }
+	for _, tc := range []struct {
+		name        string
+		odd, others func(c *Comm) (*Request, error)
+	}{
+		{"allreduce-3-vs-1", allreduce(3), allreduce(1)},
+		{"allreduce-7-vs-3", allreduce(7), allreduce(3)},
+		{"barrier-vs-allreduce-3", barrier, allreduce(3)},
+		{"barrier-vs-allreduce-1000", barrier, allreduce(1000)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig()
+			cfg.Timeout = 20 * time.Second
+			cfg.StallCheck = 100 * time.Millisecond
+			cfg.NoAutoTune = true
+			comms := startComms(t, 4, nil, cfg)
+			start := time.Now()
+			errs := make([]error, len(comms))
+			var wg sync.WaitGroup
+			for r, c := range comms {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					issue := tc.others
+					if r == 0 {
+						issue = tc.odd
+					}
+					q, err := issue(c)
+					if err == nil {
+						err = q.Wait(-1)
+					}
+					errs[r] = err
+				}()
+			}
+			wg.Wait()
+			require.Less(t, time.Since(start), 5*time.Second, "the errors came from the timeout")
+			for r, err := range errs {
+				require.Error(t, err, "rank %d", r)
+				require.True(t, errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrRemote), "rank %d: %v", r, err)
+			}
+		})
+	}
+}
