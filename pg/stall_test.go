@@ -31,26 +31,36 @@ func mismatchedPlans(t *testing.T, cfg Config) ([]error, time.Duration) {
 	require.NoError(t, err)
 	require.NotEqual(t, ps.Algo, pl.Algo, "the scenario needs two plans; the built-in tuning changed: pick other counts")
 	start := time.Now()
+	errs := issueEach(comms, func(r int, c *Comm) (*Request, error) {
+		n := int64(large)
+		if r == 0 {
+			n = small
+		}
+		buf := make([]byte, 8*n)
+		return c.AllReduce(buf, buf, n, algorithms.Int64, algorithms.Sum)
+	})
+	return errs, time.Since(start)
+}
+
+// issueEach issues one operation on every rank at once (issue returns
+// nil, nil for a rank that issues nothing), waits for each, and returns
+// every rank's error.
+func issueEach(comms []*Comm, issue func(r int, c *Comm) (*Request, error)) []error {
 	errs := make([]error, len(comms))
 	var wg sync.WaitGroup
 	for r, c := range comms {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			n := int64(large)
-			if r == 0 {
-				n = small
-			}
-			buf := make([]byte, 8*n)
-			q, err := c.AllReduce(buf, buf, n, algorithms.Int64, algorithms.Sum)
-			if err == nil {
+			q, err := issue(r, c)
+			if err == nil && q != nil {
 				err = q.Wait(-1)
 			}
 			errs[r] = err
 		}()
 	}
 	wg.Wait()
-	return errs, time.Since(start)
+	return errs
 }
 
 // Ranks that run different plans and wait on each other fail within
@@ -92,28 +102,17 @@ func TestStallCheckQuietForLateRank(t *testing.T) {
 	for it := 0; it < 4; it++ {
 		late := it % 3
 		outs := make([][]byte, 3)
-		errs := make([]error, 3)
-		var wg sync.WaitGroup
-		for r, c := range comms {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if r == late {
-					time.Sleep(200 * time.Millisecond)
-				}
-				v := make([]int64, count)
-				for i := range v {
-					v[i] = val(r, int64(i))
-				}
-				outs[r] = i64s(v)
-				q, err := c.AllReduce(outs[r], outs[r], count, algorithms.Int64, algorithms.Sum)
-				if err == nil {
-					err = q.Wait(-1)
-				}
-				errs[r] = err
-			}()
-		}
-		wg.Wait()
+		errs := issueEach(comms, func(r int, c *Comm) (*Request, error) {
+			if r == late {
+				time.Sleep(200 * time.Millisecond)
+			}
+			v := make([]int64, count)
+			for i := range v {
+				v[i] = val(r, int64(i))
+			}
+			outs[r] = i64s(v)
+			return c.AllReduce(outs[r], outs[r], count, algorithms.Int64, algorithms.Sum)
+		})
 		for r := range comms {
 			require.NoError(t, errs[r], "iteration %d rank %d", it, r)
 			for i := int64(0); i < count; i++ {
@@ -158,21 +157,13 @@ func stallNoteNamesTheMissingRank(t *testing.T, hosts []string) {
 	cfg.Timeout = 1500 * time.Millisecond
 	cfg.StallCheck = 50 * time.Millisecond
 	comms := startComms(t, 3, hosts, cfg)
-	errs := make([]error, 3)
-	var wg sync.WaitGroup
-	for r := 1; r < 3; r++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			buf := make([]byte, 8*100)
-			q, err := comms[r].AllReduce(buf, buf, 100, algorithms.Int64, algorithms.Sum)
-			if err == nil {
-				err = q.Wait(-1)
-			}
-			errs[r] = err
-		}()
-	}
-	wg.Wait()
+	errs := issueEach(comms, func(r int, c *Comm) (*Request, error) {
+		if r == 0 {
+			return nil, nil // never issues it
+		}
+		buf := make([]byte, 8*100)
+		return c.AllReduce(buf, buf, 100, algorithms.Int64, algorithms.Sum)
+	})
 	timedOut := 0
 	for r := 1; r < 3; r++ {
 		require.Error(t, errs[r], "rank %d", r)
@@ -216,24 +207,12 @@ func TestStallCheckMixedCalls(t *testing.T) {
 			cfg.NoAutoTune = true
 			comms := startComms(t, 4, nil, cfg)
 			start := time.Now()
-			errs := make([]error, len(comms))
-			var wg sync.WaitGroup
-			for r, c := range comms {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					issue := tc.others
-					if r == 0 {
-						issue = tc.odd
-					}
-					q, err := issue(c)
-					if err == nil {
-						err = q.Wait(-1)
-					}
-					errs[r] = err
-				}()
-			}
-			wg.Wait()
+			errs := issueEach(comms, func(r int, c *Comm) (*Request, error) {
+				if r == 0 {
+					return tc.odd(c)
+				}
+				return tc.others(c)
+			})
 			require.Less(t, time.Since(start), 5*time.Second, "the errors came from the timeout")
 			for r, err := range errs {
 				require.Error(t, err, "rank %d", r)
