@@ -221,9 +221,9 @@ gotree_status_t gotree_comm_will_wait(gotree_comm_t comm, int will_wait);
  * result back on `stream` and waits for it, so it returns (blocking the
  * calling thread) with the result in place. Correct, not fast: every byte
  * crosses PCIe twice. They cannot be captured in a CUDA graph.
- * Without an NVIDIA driver, for send, recv and barrier on device buffers,
- * and for the host-staged collectives on a capturing stream, the status is
- * GOTREE_ERR_NOT_SUPPORTED and gotree_error_text says why.
+ * Without an NVIDIA driver, and for the host-staged collectives, send and
+ * receive on a capturing stream, the status is GOTREE_ERR_NOT_SUPPORTED
+ * and gotree_error_text says why.
  */
 
 /* recvbuf[i] = op over ranks of sendbuf[i], for i < count. */
@@ -300,7 +300,17 @@ gotree_status_t gotree_scatter(gotree_comm_t comm, const void *sendbuf, void *re
  * whichever rank's send is ready first (the one that rank's next receive
  * would have matched); gotree_request_source then names that rank. It
  * starts after every receive issued before it finished, and receives
- * issued after it wait for it. */
+ * issued after it wait for it.
+ *
+ * Device buffers (device >= 0) go through host memory. gotree_send copies
+ * the buffer to the host after the work queued on `stream` (waiting for
+ * the stream) and returns; its request completes when the message has
+ * left, and the device buffer is free for reuse at once. gotree_recv
+ * blocks the calling thread until the message has arrived and been copied
+ * to the device on `stream` (waited for), and returns a complete request.
+ * So a rank issues its sends before a receive from a peer that itself
+ * receives before it sends; a blocked receive ends at the communicator's
+ * timeout. Neither can be captured in a CUDA graph. */
 gotree_status_t gotree_send(gotree_comm_t comm, const void *buf, uint64_t count,
                             gotree_dtype_t dtype, int peer, int device, void *stream,
                             gotree_request_t *request);

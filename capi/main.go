@@ -243,7 +243,7 @@ var collNames = [...]string{"gotree_allreduce", "gotree_broadcast", "gotree_allg
 // or a host-staged one.
 func cpuOnly(name string, device C.int) error {
 	if device != -1 {
-		return fmt.Errorf("%w: %s: device %d: CUDA buffers are supported by allreduce, broadcast, reduce, allgather, reduce_scatter, alltoall(v), gather and scatter; %s takes host memory (device = GOTREE_DEVICE_CPU)", pg.ErrNotSupported, name, device, name)
+		return fmt.Errorf("%w: %s: device %d: CUDA buffers are supported by allreduce, broadcast, reduce, allgather, reduce_scatter, alltoall(v), gather, scatter, send and recv; %s takes host memory (device = GOTREE_DEVICE_CPU)", pg.ErrNotSupported, name, device, name)
 	}
 	return nil
 }
@@ -565,6 +565,33 @@ func gotreego_alltoallv(h C.int64_t, send unsafe.Pointer, sendCounts, sendDispls
 func gotreego_p2p(isSend C.int, h C.int64_t, buf unsafe.Pointer, count C.uint64_t, dtype, peer, device C.int, stream unsafe.Pointer, req *C.int64_t) (st C.int) {
 	defer guard(int64(h), &st)
 	name := map[bool]string{true: "gotree_send", false: "gotree_recv"}[isSend != 0]
+	if device != -1 {
+		// CUDA buffers go through host memory (pg.Comm.DeviceSend,
+		// DeviceRecv): a send returns once its bytes are on the host, a
+		// receive once they are on the device.
+		return issue(h, req, name, -1, func(c *pg.Comm) (*pg.Request, error) {
+			dt, err := checkDType(name, dtype)
+			if err != nil {
+				return nil, err
+			}
+			if uint64(count) > (1<<40)/uint64(dt.Size()) {
+				return nil, fmt.Errorf("%w: %s: count %d is too large", pg.ErrInvalidArgument, name, count)
+			}
+			n := int64(count)
+			a := pg.StagedArgs{What: name, Device: int(device), Stream: uintptr(stream)}
+			bytes := uint64(n) * uint64(dt.Size())
+			switch {
+			case isSend != 0:
+				a.Send, a.SendBytes = uintptr(buf), bytes
+				return c.DeviceSend(a, func(b []byte) (*pg.Request, error) { return c.Send(b, n, dt, int(peer)) })
+			case int(peer) == pg.AnySource:
+				a.Recv, a.RecvBytes = uintptr(buf), bytes
+				return c.DeviceRecv(a, func(b []byte) (*pg.Request, error) { return c.RecvAny(b, n, dt) })
+			}
+			a.Recv, a.RecvBytes = uintptr(buf), bytes
+			return c.DeviceRecv(a, func(b []byte) (*pg.Request, error) { return c.Recv(b, n, dt, int(peer)) })
+		})
+	}
 	return issue(h, req, name, device, func(c *pg.Comm) (*pg.Request, error) {
 		dt, err := checkDType(name, dtype)
 		if err != nil {

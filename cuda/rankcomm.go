@@ -283,6 +283,22 @@ func (c *RankComm) Copy(dst, src DevicePtr, n uint64, stream uintptr) error {
 // ErrCapture is returned for work that a CUDA graph capture cannot hold.
 var ErrCapture = errors.New("gotree/cuda: not capturable")
 
+// HostWaitAllowed returns ErrCapture when stream is capturing a CUDA graph
+// (a capture cannot wait for the host, as Staged does), and the
+// communicator's failure if it has one.
+func (c *RankComm) HostWaitAllowed(stream uintptr) error {
+	if err := c.Err(); err != nil {
+		return err
+	}
+	if capturing, err := c.dev.Capturing(stream); err != nil || capturing {
+		if err == nil {
+			err = fmt.Errorf("%w: rank %d: this operation runs through host memory on CUDA buffers, which a CUDA graph capture cannot do", ErrCapture, c.rank)
+		}
+		return err
+	}
+	return nil
+}
+
 // Staged runs work on host copies of device buffers, for collectives
 // without a device path: it copies sendBytes at send into pinned host
 // memory on stream (after the work queued there so far), waits for the
@@ -293,13 +309,7 @@ var ErrCapture = errors.New("gotree/cuda: not capturable")
 // graph is refused (a capture cannot wait for the host). The pinned
 // buffer stays for the next call (the largest so far) until Close.
 func (c *RankComm) Staged(send, recv DevicePtr, sendBytes, recvBytes uint64, stream uintptr, work func(send, recv []byte) error) error {
-	if err := c.Err(); err != nil {
-		return err
-	}
-	if capturing, err := c.dev.Capturing(stream); err != nil || capturing {
-		if err == nil {
-			err = fmt.Errorf("%w: rank %d: this collective runs through host memory on CUDA buffers, which a CUDA graph capture cannot do", ErrCapture, c.rank)
-		}
+	if err := c.HostWaitAllowed(stream); err != nil {
 		return err
 	}
 	c.stageMu.Lock()

@@ -242,11 +242,71 @@ type StagedArgs struct {
 // twice. Every rank must issue it in the same order as its other
 // collectives, as always.
 func (c *Comm) DeviceStaged(a StagedArgs, issue func(send, recv []byte) (*Request, error)) error {
+	_, err := c.throughHost(a, issue, true)
+	return err
+}
+
+// DeviceSend sends a.SendBytes of CUDA memory at a.Send through host
+// memory: it copies them to the host after the work queued on a.Stream
+// (waiting for the stream), hands a private copy to send (a CPU send,
+// which may still be on its way when the next staged call reuses the
+// pinned buffer) and returns send's request without waiting for it. So a
+// device send, like a CPU one, never waits for its receiver.
+func (c *Comm) DeviceSend(a StagedArgs, send func(host []byte) (*Request, error)) (*Request, error) {
+	a.Recv, a.RecvBytes = 0, 0
+	return c.throughHost(a, func(s, _ []byte) (*Request, error) {
+		return send(append(make([]byte, 0, len(s)), s...))
+	}, false)
+}
+
+// DeviceRecv receives a.RecvBytes into CUDA memory at a.Recv through host
+// memory: recv (a CPU receive into a private host buffer) runs to its
+// end, then the bytes are copied to the device on a.Stream (after the work
+// queued there) and the stream is waited for. It blocks the calling thread
+// until the message has arrived, so a rank must issue its sends before a
+// receive that waits for a peer which itself receives first
+// (batch_isend_irecv does). The request it returns is recv's, complete
+// (its Source names the sender). The pinned buffer is not held while it
+// waits: other threads' staged calls go on.
+func (c *Comm) DeviceRecv(a StagedArgs, recv func(host []byte) (*Request, error)) (*Request, error) {
+	a.Send, a.SendBytes = 0, 0
+	if a.RecvBytes > 0 && a.Recv == 0 {
+		return nil, fmt.Errorf("%w: rank %d: %s: null device receive buffer for %d bytes", ErrInvalidArgument, c.rank, a.What, a.RecvBytes)
+	}
+	rc, err := c.deviceComm(a.Device)
+	if err != nil {
+		return nil, err
+	}
+	if err := rc.HostWaitAllowed(a.Stream); err != nil {
+		return nil, c.hostError(a, err)
+	}
+	if a.RecvBytes > 1<<40 {
+		return nil, fmt.Errorf("%w: rank %d: %s: %d bytes is too large", ErrInvalidArgument, c.rank, a.What, a.RecvBytes)
+	}
+	host := make([]byte, a.RecvBytes)
+	r, err := recv(host)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.Wait(-1); err != nil {
+		return nil, err
+	}
+	_, err = c.throughHost(a, func(_, pinned []byte) (*Request, error) {
+		copy(pinned, host)
+		return r, nil
+	}, false)
+	return r, err
+}
+
+// throughHost runs issue on host copies of a's device buffers (see
+// DeviceStaged), waiting for its request when wait is set, and returns
+// that request.
+func (c *Comm) throughHost(a StagedArgs, issue func(send, recv []byte) (*Request, error), wait bool) (*Request, error) {
 	c.mu.Lock()
 	err := c.usable(a.What)
 	c.mu.Unlock()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, b := range []struct {
 		p     uintptr
@@ -254,23 +314,36 @@ func (c *Comm) DeviceStaged(a StagedArgs, issue func(send, recv []byte) (*Reques
 		which string
 	}{{a.Send, a.SendBytes, "send"}, {a.Recv, a.RecvBytes, "receive"}} {
 		if b.n > 0 && b.p == 0 {
-			return fmt.Errorf("%w: rank %d: %s: null device %s buffer for %d bytes", ErrInvalidArgument, c.rank, a.What, b.which, b.n)
+			return nil, fmt.Errorf("%w: rank %d: %s: null device %s buffer for %d bytes", ErrInvalidArgument, c.rank, a.What, b.which, b.n)
 		}
 	}
 	rc, err := c.deviceComm(a.Device)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	var req *Request
 	err = rc.Staged(cuda.DevicePtr(a.Send), cuda.DevicePtr(a.Recv), a.SendBytes, a.RecvBytes, a.Stream, func(send, recv []byte) error {
 		r, err := issue(send, recv)
 		if err != nil {
 			return err
 		}
+		req = r
+		if !wait {
+			return nil
+		}
 		return r.Wait(-1)
 	})
+	if err != nil {
+		return nil, c.hostError(a, err)
+	}
+	return req, nil
+}
+
+// hostError classifies the failure of an operation through host memory.
+func (c *Comm) hostError(a StagedArgs, err error) error {
 	switch {
-	case err == nil || errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrAborted) || errors.Is(err, ErrRemote) || errors.Is(err, ErrTimeout):
-		return err // the CPU collective's, classified
+	case errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrAborted) || errors.Is(err, ErrRemote) || errors.Is(err, ErrTimeout):
+		return err // the CPU operation's, classified
 	case errors.Is(err, cuda.ErrCapture):
 		return fmt.Errorf("%w: %v", ErrNotSupported, err)
 	}

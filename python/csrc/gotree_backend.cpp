@@ -1961,16 +1961,21 @@ class GotreeBackend : public c10d::Backend {
     auto work = makeWork(c10d::OpType::RECV, coll, {t}, {}, c10d::kUnsetTimeout);
     work->detail_ = c10::str(describe(t), " from rank ", srcRank);
     work->sourceRank_ = srcRank;
-    issueLocked(work, [&](auto& calls) {
-      at::Tensor buf = recvTarget(work, t, at::Tensor());
-      Wire w = moveWire(buf);
-      void* p = w.count ? buf.data_ptr() : nullptr;
-      gotree_comm_t comm = comm_;
-      const Api* a = &api();
-      calls.push_back([=](int device, void* stream, gotree_request_t* r) {
-        return a->recv(comm, p, w.count, w.dtype, srcRank, device, stream, r);
-      });
-    }, /*p2p=*/true);
+    auto run = [this, work, t, srcRank]() {
+      issueLocked(work, [&](auto& calls) {
+        at::Tensor buf = recvTarget(work, t, at::Tensor());
+        Wire w = moveWire(buf);
+        void* p = w.count ? buf.data_ptr() : nullptr;
+        gotree_comm_t comm = comm_;
+        const Api* a = &api();
+        calls.push_back([=](int device, void* stream, gotree_request_t* r) {
+          return a->recv(comm, p, w.count, w.dtype, srcRank, device, stream, r);
+        });
+      }, /*p2p=*/true);
+    };
+    if (!deferDeviceRecv(work, run)) {
+      run();
+    }
     return work;
   }
 
@@ -1990,27 +1995,49 @@ class GotreeBackend : public c10d::Backend {
         "zero-element send puts no message on the wire");
     auto work = makeWork(c10d::OpType::RECVANYSOURCE, coll, {t}, {}, c10d::kUnsetTimeout);
     work->detail_ = c10::str(describe(t), " from any rank");
-    issueLocked(work, [&](auto& calls) {
-      at::Tensor buf = recvTarget(work, t, at::Tensor());
-      // Learn the sender before the work (and its future) completes; the
-      // completion thread runs post_ only after the request was issued.
-      GotreeWork* wp = work.get();
-      const Api* a = &api();
-      work->post_ = chainPost([wp, a]() {
-        int src = -1;
-        if (!wp->reqs_.empty()) {
-          a->request_source(wp->reqs_[0], &src);
-        }
-        wp->sourceRank_ = src;
-      }, work->post_);
-      Wire w = moveWire(buf);
-      void* p = buf.data_ptr();
-      gotree_comm_t comm = comm_;
-      calls.push_back([=](int device, void* stream, gotree_request_t* r) {
-        return a->recv(comm, p, w.count, w.dtype, GOTREE_ANY_SOURCE, device, stream, r);
-      });
-    }, /*p2p=*/true);
+    auto run = [this, work, t]() {
+      issueLocked(work, [&](auto& calls) {
+        at::Tensor buf = recvTarget(work, t, at::Tensor());
+        // Learn the sender before the work (and its future) completes; the
+        // completion thread runs post_ only after the request was issued.
+        GotreeWork* wp = work.get();
+        const Api* a = &api();
+        work->post_ = chainPost([wp, a]() {
+          int src = -1;
+          if (!wp->reqs_.empty()) {
+            a->request_source(wp->reqs_[0], &src);
+          }
+          wp->sourceRank_ = src;
+        }, work->post_);
+        Wire w = moveWire(buf);
+        void* p = buf.data_ptr();
+        gotree_comm_t comm = comm_;
+        calls.push_back([=](int device, void* stream, gotree_request_t* r) {
+          return a->recv(comm, p, w.count, w.dtype, GOTREE_ANY_SOURCE, device, stream, r);
+        });
+      }, /*p2p=*/true);
+    };
+    if (!deferDeviceRecv(work, run)) {
+      run();
+    }
     return work;
+  }
+
+  // A receive into CUDA memory runs through host memory and returns only
+  // when its message is on the device, blocking the calling thread. In a
+  // coalesced batch (batch_isend_irecv) it is therefore issued at
+  // endCoalescing, after every send of the batch (a device send returns
+  // once its bytes are on the host): ranks that each receive before they
+  // send in their batch would otherwise wait for each other until the
+  // timeout. Returns false when work is to be issued now.
+  bool deferDeviceRecv(const c10::intrusive_ptr<GotreeWork>& work, std::function<void()> run) {
+    std::lock_guard<std::recursive_mutex> g(issueMu_);
+    if (!coalescing_ || !work->device_.is_cuda()) {
+      return false;
+    }
+    coalesced_.push_back(work);
+    deferredRecvs_.emplace_back(work, std::move(run));
+    return true;
   }
 
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) override {
@@ -2165,15 +2192,30 @@ class GotreeBackend : public c10d::Backend {
     TORCH_CHECK(!coalescing_, "gotree: startCoalescing called twice without endCoalescing");
     coalescing_ = true;
     coalesced_.clear();
+    deferredRecvs_.clear();
   }
 
   c10::intrusive_ptr<c10d::Work> endCoalescing() override {
     std::vector<c10::intrusive_ptr<GotreeWork>> children;
+    std::vector<std::pair<c10::intrusive_ptr<GotreeWork>, std::function<void()>>> deferred;
     {
       std::lock_guard<std::recursive_mutex> g(issueMu_);
       TORCH_CHECK(coalescing_, "gotree: endCoalescing without startCoalescing");
       coalescing_ = false;
       children.swap(coalesced_);
+      deferred.swap(deferredRecvs_);
+    }
+    // The batch's receives into CUDA memory (deferDeviceRecv), in order.
+    for (size_t i = 0; i < deferred.size(); i++) {
+      try {
+        deferred[i].second();
+      } catch (...) {
+        auto failure = std::current_exception();
+        for (size_t j = i; j < deferred.size(); j++) {
+          deferred[j].first->finish(failure);  // a no-op where it already finished
+        }
+        throw;
+      }
     }
     std::vector<at::Tensor> outs;
     for (auto& c : children) {
@@ -2976,6 +3018,9 @@ class GotreeBackend : public c10d::Backend {
   uint64_t seq_ = 0;
   bool coalescing_ = false;                               // under issueMu_
   std::vector<c10::intrusive_ptr<GotreeWork>> coalesced_;  // under issueMu_
+  // Receives into CUDA memory of the open batch, issued at endCoalescing
+  // (deferDeviceRecv); under issueMu_.
+  std::vector<std::pair<c10::intrusive_ptr<GotreeWork>, std::function<void()>>> deferredRecvs_;
   // Recursive: a sparse allreduce holds it across the collectives it is
   // made of, which take it again each.
   std::recursive_mutex issueMu_;

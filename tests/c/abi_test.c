@@ -263,7 +263,9 @@ static void test_bad_input(gotree_comm_t comm) {
   st = gotree_alltoall(comm, x, x, 1, GOTREE_INT32, GOTREE_SUM, 0, 0, NULL, &req);
   CHECK(st == GOTREE_ERR_NOT_SUPPORTED && strstr(errtext(comm), "NVIDIA driver"), "device alltoall (host-staged) without a driver: %s / %s", gotree_status_string(st), errtext(comm));
   st = gotree_send(comm, x, 1, GOTREE_INT32, (rank + 1) % nranks, 0, NULL, &req);
-  CHECK(st == GOTREE_ERR_NOT_SUPPORTED && strstr(errtext(comm), "alltoall(v), gather and scatter"), "device send: %s / %s", gotree_status_string(st), errtext(comm));
+  CHECK(st == GOTREE_ERR_NOT_SUPPORTED && strstr(errtext(comm), "NVIDIA driver"), "device send (host-staged) without a driver: %s / %s", gotree_status_string(st), errtext(comm));
+  st = gotree_recv(comm, x, 1, GOTREE_INT32, GOTREE_ANY_SOURCE, 0, NULL, &req);
+  CHECK(st == GOTREE_ERR_NOT_SUPPORTED && strstr(errtext(comm), "NVIDIA driver"), "device recv (host-staged) without a driver: %s / %s", gotree_status_string(st), errtext(comm));
   st = gotree_allreduce(comm, x, x, 4, GOTREE_INT32, GOTREE_SUM, 0, GOTREE_DEVICE_CPU, NULL, NULL);
   CHECK(st == GOTREE_ERR_INVALID_ARGUMENT, "NULL request: %s", gotree_status_string(st));
   st = gotree_request_wait(123456789, 0);

@@ -9,7 +9,8 @@ it (their kernels time-slice unless MPS runs). Checks, with exact expected
 values computed here: all_reduce (sum, avg, max), broadcast, reduce,
 all_gather_into_tensor, reduce_scatter_tensor at awkward sizes, in place
 and through async work; all_to_all_single (equal and uneven), gather and
-scatter, which run through host memory; that a collective waits for the caller's stream
+scatter, send and recv (batch_isend_irecv), which run through host memory;
+that a collective waits for the caller's stream
 (the input is written by a long kernel just before) and that work.wait()
 orders later kernels after it. Then times float32 all_reduce with CUDA
 events. Prints one line per rank; exit status 1 on any mismatch.
@@ -137,6 +138,27 @@ def main():
         out = torch.full((n,), -1, device=dev, dtype=torch.int64)
         dist.scatter(out, scatter_list=ins, src=0)
         check(f"scatter {tag}", out, ar(n) + 1000 * rank + 7)
+
+    # Point-to-point on CUDA tensors (through host memory): a ring shift as
+    # batch_isend_irecv with the receive listed first on every rank (the
+    # extension issues the batch's receives after its sends), then plain
+    # isend/recv; 2^21 int64 (16 MiB) is more than a link holds in flight.
+    if world > 1:
+        nxt, prv = (rank + 1) % world, (rank - 1) % world
+        for n in [0, 1, 13, 1 << 21]:
+            tag = f"n={n}"
+            x = late(ar(n) + 1000 * rank)
+            out = torch.full((n,), -1, device=dev, dtype=torch.int64)
+            ops = [dist.P2POp(dist.irecv, out, prv), dist.P2POp(dist.isend, x, nxt)]
+            for w in dist.batch_isend_irecv(ops):
+                w.wait()
+            check(f"batch_isend_irecv ring {tag}", out, ar(n) + 1000 * prv)
+            x = late(ar(n) + 7 * rank)
+            w = dist.isend(x, nxt)
+            out = torch.full((n,), -1, device=dev, dtype=torch.int64)
+            dist.recv(out, prv)
+            w.wait()
+            check(f"isend/recv {tag}", out, ar(n) + 7 * prv)
 
     # Sparse COO allreduce (SUM) of CUDA tensors, through host memory: rank r
     # holds value r+1 at indices r..r+9 (one duplicate at r), so index i sums
