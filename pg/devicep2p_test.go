@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gotree/gotree/algorithms"
-	"github.com/gotree/gotree/cuda"
 )
 
 // Send and receive on CUDA buffers run through host memory (DeviceSend,
@@ -27,21 +26,7 @@ func TestDeviceSendRecv(t *testing.T) {
 	comms := startComms(t, n, []string{"a", "a", "b"}, testConfig())
 	for _, count := range []int64{0, 1, 13, 1009, 1 << 20} {
 		name := fmt.Sprintf("count %d", count)
-		send, recv, pre := make([]cuda.DevicePtr, n), make([]cuda.DevicePtr, n), make([]cuda.DevicePtr, n)
-		for r := range comms {
-			pre[r], _ = emu.Alloc(uint64(8*count) + 8)
-			send[r], _ = emu.Alloc(uint64(8*count) + 8)
-			recv[r], _ = emu.Alloc(uint64(8*count) + 8)
-			in := emu.Bytes(pre[r], int(8*count))
-			for i := int64(0); i < count; i++ {
-				le64(in[8*i:], val(r, i))
-			}
-			for _, b := range [][]byte{emu.Bytes(send[r], int(8*count)), emu.Bytes(recv[r], int(8*count))} {
-				for i := range b {
-					b[i] = 0xA5
-				}
-			}
-		}
+		pre, send, recv := stagedBuffers(emu, n, count, count)
 		errs := make([]error, n)
 		var wg sync.WaitGroup
 		for r, c := range comms {

@@ -35,22 +35,7 @@ func TestDeviceStagedCollectives(t *testing.T) {
 			case algorithms.Scatter:
 				inN = n * count
 			}
-			send, recv := make([]cuda.DevicePtr, n), make([]cuda.DevicePtr, n)
-			pre := make([]cuda.DevicePtr, n)
-			for r := range comms {
-				pre[r], _ = emu.Alloc(uint64(8*inN) + 8)
-				send[r], _ = emu.Alloc(uint64(8*inN) + 8)
-				recv[r], _ = emu.Alloc(uint64(8*outN) + 8)
-				in := emu.Bytes(pre[r], int(8*inN))
-				for i := int64(0); i < inN; i++ {
-					le64(in[8*i:], val(r, i))
-				}
-				for _, b := range [][]byte{emu.Bytes(send[r], int(8*inN)), emu.Bytes(recv[r], int(8*outN))} {
-					for i := range b {
-						b[i] = 0xA5
-					}
-				}
-			}
+			pre, send, recv := stagedBuffers(emu, n, inN, outN)
 			errs := make([]error, n)
 			var wg sync.WaitGroup
 			for r, c := range comms {
@@ -128,4 +113,27 @@ func TestDeviceStagedRefuses(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalidArgument)
 	require.ErrorContains(t, err, "rank 0: gotree_scatter: null device receive buffer for 16 bytes")
 	checkAllReduceInt64(t, comms, 11, false)
+}
+
+// stagedBuffers allocates n ranks' device buffers for a host-staged test:
+// pre[r] holds rank r's inN int64 val(r, i), to be copied into send[r] on
+// its stream just before the call; send (inN int64) and recv (outN) hold
+// 0xA5 bytes, and 8 zero bytes past their end catch a write too far.
+func stagedBuffers(emu *cuda.Emulator, n int, inN, outN int64) (pre, send, recv []cuda.DevicePtr) {
+	pre, send, recv = make([]cuda.DevicePtr, n), make([]cuda.DevicePtr, n), make([]cuda.DevicePtr, n)
+	for r := range n {
+		pre[r], _ = emu.Alloc(uint64(8*inN) + 8)
+		send[r], _ = emu.Alloc(uint64(8*inN) + 8)
+		recv[r], _ = emu.Alloc(uint64(8*outN) + 8)
+		in := emu.Bytes(pre[r], int(8*inN))
+		for i := int64(0); i < inN; i++ {
+			le64(in[8*i:], val(r, i))
+		}
+		for _, b := range [][]byte{emu.Bytes(send[r], int(8*inN)), emu.Bytes(recv[r], int(8*outN))} {
+			for i := range b {
+				b[i] = 0xA5
+			}
+		}
+	}
+	return pre, send, recv
 }
