@@ -544,28 +544,27 @@ func (c *Comm) collFailed(desc fmt.Stringer, err error) error {
 		return f // the stall check failed the communicator: the call's own error is only the abort
 	}
 	var mm *backend.MismatchError
-	kind := ErrRemote
+	var kind error // nil: err is classified already
 	switch {
 	case errors.Is(err, ErrTimeout) || errors.Is(err, ErrAborted) || errors.Is(err, ErrInvalidArgument):
-		note := ""
-		if errors.Is(err, ErrTimeout) {
-			note = c.stallNote()
-		}
-		err = fmt.Errorf("rank %d: %s failed: %w%s", c.rank, desc, err, note)
-		c.fail(err)
-		return err
 	case errors.As(err, &mm) || errors.Is(err, errMismatch):
 		kind = ErrInvalidArgument
 	case errors.Is(err, backend.ErrTimeout):
 		kind = ErrTimeout
 	case c.ctx.Err() != nil:
 		kind = ErrAborted
+	default:
+		kind = ErrRemote
 	}
 	note := ""
-	if kind == ErrTimeout {
+	if kind == ErrTimeout || kind == nil && errors.Is(err, ErrTimeout) {
 		note = c.stallNote()
 	}
-	err = fmt.Errorf("%w: rank %d: %s failed: %v%s", kind, c.rank, desc, err, note)
+	if kind == nil {
+		err = fmt.Errorf("rank %d: %s failed: %w%s", c.rank, desc, err, note)
+	} else {
+		err = fmt.Errorf("%w: rank %d: %s failed: %v%s", kind, c.rank, desc, err, note)
+	}
 	c.fail(err)
 	return err
 }
