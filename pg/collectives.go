@@ -382,6 +382,9 @@ func (c *Comm) runColl(a collArgs, desc fmt.Stringer, byCaller bool) error {
 	}
 	a.algo = uint8(plan.Algo) + 1
 	a.tag = planTag(a.tag, plan.Algo)
+	if r, ok := desc.(*Request); ok {
+		c.flight.planned(r.flightID, plan.Algo)
+	}
 	call := &runningCall{seq: a.seq, tag: a.tag, desc: desc, algo: plan.Algo}
 	c.stallEnter(call)
 	defer c.stallLeave(call)

@@ -90,7 +90,9 @@ type Comm struct {
 	p2p      p2pLinks
 	devs     devices // the CUDA path, made on first use (device.go)
 	refusals refusalLog
-	stall    stallState // the stall check (stall.go)
+	stall    stallState      // the stall check (stall.go)
+	flight   *flightRecorder // the last operations (flight.go); nil: none kept
+	id       string          // the communicator's id, the same on every rank (commID)
 }
 
 type linkKey struct{ channel, peer int }
@@ -214,6 +216,10 @@ func Init(id UniqueID, rank, nranks int, cfg Config) (*Comm, error) {
 	}
 	c.p2p.init()
 	c.secret = uid.Secret
+	c.id = commID(uid.Secret)
+	if c.cfg.TraceBufferSize > 0 {
+		c.flight = newFlightRecorder(c.cfg.TraceBufferSize)
+	}
 	c.wg.Add(1)
 	go c.worker()
 	c.acceptWG.Add(1)
@@ -685,7 +691,11 @@ func closeLink(l backend.Conn, reason string) {
 
 // fail records the first fatal error and tears the links down so that
 // every blocked step on every rank wakes up.
-func (c *Comm) fail(err error) {
+func (c *Comm) fail(err error) { c.failAs(err, true) }
+
+// failAs is fail; dump says whether to write the flight record
+// (GOTREE_TRACE_DUMP_FILE): not for the caller's own Abort.
+func (c *Comm) failAs(err error, dump bool) {
 	c.mu.Lock()
 	first := c.failure == nil
 	if first {
@@ -697,6 +707,9 @@ func (c *Comm) fail(err error) {
 		c.interruptDevices(err)
 		c.cancel(err)
 		c.closeLinks(fmt.Sprintf("rank %d gave up: %v", c.rank, err))
+		if dump {
+			c.dumpFlightRecord()
+		}
 	}
 }
 
@@ -712,7 +725,7 @@ func (c *Comm) Err() error {
 
 // Abort fails every pending and future operation at once.
 func (c *Comm) Abort() {
-	c.fail(fmt.Errorf("%w: rank %d: aborted by the caller", ErrAborted, c.rank))
+	c.failAs(fmt.Errorf("%w: rank %d: aborted by the caller", ErrAborted, c.rank), false)
 	c.closeDevices(true)
 	c.mu.Lock()
 	if !c.closed {
@@ -784,6 +797,9 @@ func (c *Comm) worker() {
 // A deferred request is handed to the worker before anything queued
 // after it, or at Destroy.
 func (c *Comm) queueRequest(r *Request) error {
+	if a := r.args; a != nil && c.flight != nil {
+		r.flightID = c.flight.issue(flightCall{coll: a.coll, name: a.name, seq: a.seq, count: a.count, dt: a.dt, op: a.op, root: a.root})
+	}
 	c.flushDeferred()
 	hinted := c.willWait
 	c.willWait = false
@@ -858,8 +874,13 @@ func (c *Comm) finishUnlessFailed(r *Request, op func() error) {
 	failure := c.failure
 	c.mu.Unlock()
 	if failure != nil {
-		r.finish(fmt.Errorf("%w (%v)", ErrAborted, failure))
+		err := fmt.Errorf("%w (%v)", ErrAborted, failure)
+		c.flight.end(r.flightID, err)
+		r.finish(err)
 		return
 	}
-	r.finish(op())
+	c.flight.start(r.flightID)
+	err := op()
+	c.flight.end(r.flightID, err)
+	r.finish(err)
 }

@@ -64,6 +64,15 @@ type Config struct {
 	// calls and wait on each other fail instead of waiting for the
 	// timeout (stall.go). 0: DefaultStallCheck; negative: never.
 	StallCheck time.Duration
+	// TraceBufferSize is how many operations the flight recorder keeps
+	// (GOTREE_TRACE_BUFFER_SIZE; flight.go): 0 DefaultTraceBufferSize,
+	// negative none (GOTREE_TRACE_BUFFER_SIZE=0).
+	TraceBufferSize int
+	// TraceDumpFile (GOTREE_TRACE_DUMP_FILE) is where each rank writes its
+	// flight record when the communicator fails: %r rank, %c communicator
+	// id, %h host, %p pid; without %r ".<comm>.<rank>.json" is appended.
+	// "": not written.
+	TraceDumpFile string
 	// Tuning is the cost model's calibration: the tuning file's, or
 	// algorithms.DefaultTuning() when nil (see TuningFor).
 	Tuning *algorithms.Tuning
@@ -82,7 +91,7 @@ var (
 		"GOTREE_DEBUG", "GOTREE_DEBUG_FILE", "GOTREE_DEBUG_SUBSYS", "GOTREE_HOST_ID", "GOTREE_LIBCUDA",
 		"GOTREE_MAX_NCHANNELS", "GOTREE_MIN_NCHANNELS", "GOTREE_NSOCKS_PERTHREAD", "GOTREE_NVRTC", "GOTREE_PROTO",
 		"GOTREE_SHM_DISABLE", "GOTREE_SOCKET_IFNAME", "GOTREE_SOCKET_NTHREADS", "GOTREE_TIMEOUT_MS",
-		"GOTREE_TOPO_DUMP_FILE", "GOTREE_TOPO_FILE", "GOTREE_TUNING_FILE"}
+		"GOTREE_TOPO_DUMP_FILE", "GOTREE_TOPO_FILE", "GOTREE_TRACE_BUFFER_SIZE", "GOTREE_TRACE_DUMP_FILE", "GOTREE_TUNING_FILE"}
 	ToolVars = []string{"GOTREE_LIBRARY", "GOTREE_SKIP_GO", "GOTREE_PERF_UID", "GOTREE_PERF_RANK", "GOTREE_PERF_NRANKS",
 		"GOTREE_TEST_ONLY", "GOTREE_TEST_NO_BUILD", "GOTREE_TEST_UID", "GOTREE_TEST_RANK", "GOTREE_TEST_NRANKS",
 		"GOTREE_TEST_HOST", "GOTREE_TEST_NVRTC", "GOTREE_CONSUMERS_OUT", "GOTREE_CONFORMANCE_UNSKIP",
@@ -228,18 +237,19 @@ type Getenv func(string) string
 // only place in the library that reads the environment.
 func LoadConfig(getenv Getenv) (Config, error) {
 	c := Config{
-		HostID:       getenv("GOTREE_HOST_ID"),
-		SocketIfname: getenv("GOTREE_SOCKET_IFNAME"),
-		DebugSubsys:  getenv("GOTREE_DEBUG_SUBSYS"),
-		DebugFile:    getenv("GOTREE_DEBUG_FILE"),
-		Algo:         strings.ToLower(strings.TrimSpace(getenv("GOTREE_ALGO"))),
-		TopoFile:     getenv("GOTREE_TOPO_FILE"),
-		TopoDumpFile: getenv("GOTREE_TOPO_DUMP_FILE"),
-		Proto:        strings.TrimSpace(getenv("GOTREE_PROTO")),
-		TuningFile:   strings.TrimSpace(getenv("GOTREE_TUNING_FILE")),
-		LibCUDA:      getenv("GOTREE_LIBCUDA"),
-		NVRTC:        getenv("GOTREE_NVRTC"),
-		CacheDir:     getenv("GOTREE_CACHE_DIR"),
+		HostID:        getenv("GOTREE_HOST_ID"),
+		SocketIfname:  getenv("GOTREE_SOCKET_IFNAME"),
+		DebugSubsys:   getenv("GOTREE_DEBUG_SUBSYS"),
+		DebugFile:     getenv("GOTREE_DEBUG_FILE"),
+		Algo:          strings.ToLower(strings.TrimSpace(getenv("GOTREE_ALGO"))),
+		TopoFile:      getenv("GOTREE_TOPO_FILE"),
+		TopoDumpFile:  getenv("GOTREE_TOPO_DUMP_FILE"),
+		Proto:         strings.TrimSpace(getenv("GOTREE_PROTO")),
+		TuningFile:    strings.TrimSpace(getenv("GOTREE_TUNING_FILE")),
+		LibCUDA:       getenv("GOTREE_LIBCUDA"),
+		NVRTC:         getenv("GOTREE_NVRTC"),
+		CacheDir:      getenv("GOTREE_CACHE_DIR"),
+		TraceDumpFile: getenv("GOTREE_TRACE_DUMP_FILE"),
 	}
 	var err error
 	if c.Debug, err = ParseLevel(getenv("GOTREE_DEBUG")); err != nil {
@@ -265,6 +275,15 @@ func LoadConfig(getenv Getenv) (Config, error) {
 	nsocks, nthreads := 0, 0
 	intVar("GOTREE_NSOCKS_PERTHREAD", &nsocks, 1, MaxSockets)
 	intVar("GOTREE_SOCKET_NTHREADS", &nthreads, 1, MaxSockets)
+	trace := -1
+	intVar("GOTREE_TRACE_BUFFER_SIZE", &trace, 0, 1<<20)
+	switch trace {
+	case -1: // unset: the default
+	case 0:
+		c.TraceBufferSize = -1
+	default:
+		c.TraceBufferSize = trace
+	}
 	if err != nil {
 		return c, err
 	}
@@ -313,6 +332,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StallCheck == 0 {
 		c.StallCheck = DefaultStallCheck
+	}
+	if c.TraceBufferSize == 0 {
+		c.TraceBufferSize = DefaultTraceBufferSize
 	}
 	c.SlotBytes &^= 15
 	if c.Sockets <= 0 {

@@ -430,6 +430,9 @@ func (c *Comm) transferP2P(send bool, buf []byte, count int64, dt algorithms.DTy
 // runP2P runs op for r once the operations issued before it on each of
 // keys are done, and makes r the last one on each (c.mu held: issue order).
 func (c *Comm) runP2P(keys []p2pKey, r *Request, op func() error) {
+	if c.flight != nil {
+		r.flightID = c.flight.issue(flightCall{text: r.desc})
+	}
 	prevs := c.p2p.claim(keys, r)
 	c.wg.Add(1)
 	go func() {

@@ -19,6 +19,8 @@ type Request struct {
 	err    error
 	source int // the sending rank of a receive from any source
 
+	flightID uint64 // its entry in the flight recorder (0: none)
+
 	// Operations on the ordered queue: the worker runs them in order, but
 	// a waiter that finds its operation not yet started and the one
 	// before it finished runs it itself (claimed decides who), saving two

@@ -37,6 +37,28 @@ def group_error():
         return None
 
 
+def check_flight_record(c, rank):
+    """With GOTREE_TRACE_DUMP_FILE set, the failed rank wrote its flight record:
+    the warm-up allreduce completed, the one that timed out was running."""
+    prefix = os.environ.get("GOTREE_TRACE_DUMP_FILE")
+    if not prefix:
+        return
+    import glob
+    import json
+
+    files = glob.glob(f"{prefix}.*.{rank}.json")
+    c.check(len(files) == 1, f"one flight record file for rank {rank}: {files}")
+    if len(files) != 1:
+        return
+    with open(files[0]) as f:
+        rec = json.load(f)
+    ops = [(op["seq"], op["desc"], op["state"]) for op in rec["ops"]]
+    c.check(rec["rank"] == rank and rec["nranks"] == 2, f"the record's rank and size: {rec['rank']}, {rec['nranks']}")
+    c.check(ops == [(1, "allreduce #1 (8 x float32, sum)", "completed"), (2, "allreduce #2 (8 x float32, sum)", "running")],
+            f"the flight record's operations: {ops}")
+    c.check("timed out" in rec.get("failure", ""), f"the record's failure: {rec.get('failure')!r}")
+
+
 def main():
     scenario = sys.argv[1]
     dist.init_process_group(backend="gotree", timeout=datetime.timedelta(seconds=TIMEOUT_S))
@@ -58,6 +80,7 @@ def main():
             c.check("rank 1 sent no view" in str(e), f"the timeout names the rank that is not in the collective: {str(e)[-300:]!r}")
             err = group_error()
             c.check(err in (None, "TIMEOUT"), f"get_error() after the timeout: {err}")
+            check_flight_record(c, rank)
         else:
             time.sleep(TIMEOUT_S + 8)
         c.exit_now()  # the communicator is broken: skip teardown
