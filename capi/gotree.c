@@ -118,6 +118,14 @@ gotree_status_t gotree_comm_get_async_error(gotree_comm_t comm, gotree_status_t 
   return rc;
 }
 
+gotree_status_t gotree_comm_flight_record(gotree_comm_t comm, char *buf, size_t buflen, size_t *len) {
+  GUARD();
+  int64_t n = 0;
+  gotree_status_t rc = (gotree_status_t)gotreego_comm_flight_record(comm, buf, (int64_t)buflen, len ? &n : NULL);
+  if (rc == GOTREE_SUCCESS) *len = (size_t)n;
+  return rc;
+}
+
 gotree_status_t gotree_comm_will_wait(gotree_comm_t comm, int will_wait) {
   GUARD();
   return (gotree_status_t)gotreego_comm_will_wait(comm, will_wait);

@@ -180,6 +180,17 @@ gotree_status_t gotree_comm_abort(gotree_comm_t comm);
  * status is that of the query itself (an unknown handle, a NULL pointer). */
 gotree_status_t gotree_comm_get_async_error(gotree_comm_t comm, gotree_status_t *async_status);
 
+/* The communicator's flight record: its last operations (up to
+ * GOTREE_TRACE_BUFFER_SIZE, default 2000) — each collective's description
+ * and sequence number, each send and receive, the algorithm, when it was
+ * issued, started and ended, and how — as JSON (the format `gotree trace`
+ * reads; GOTREE_TRACE_DUMP_FILE writes the same on a failure). Copies it
+ * into buf, NUL-terminated and truncated to buflen, and sets *len to its
+ * full length: call again with a larger buffer while *len >= buflen (the
+ * record may have grown in between). buf may be NULL when buflen is 0.
+ * Never blocks; works on a failed communicator too. */
+gotree_status_t gotree_comm_flight_record(gotree_comm_t comm, char *buf, size_t buflen, size_t *len);
+
 /* will_wait = 1 announces that the caller waits for the next collective it
  * issues on comm (including all-to-all, gather, scatter; not send/recv) at
  * once, with gotree_request_wait(request, -1) on the issuing thread. When

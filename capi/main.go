@@ -14,6 +14,7 @@ package main
 import "C"
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -203,6 +204,27 @@ func gotreego_comm_async_error(h C.int64_t, status *C.int) (st C.int) {
 	if ferr != nil {
 		table.setErr(int64(h), ferr.Error())
 	}
+	return stSuccess
+}
+
+//export gotreego_comm_flight_record
+func gotreego_comm_flight_record(h C.int64_t, buf *C.char, buflen C.int64_t, length *C.int64_t) (st C.int) {
+	defer guard(int64(h), &st)
+	c, err := table.comm(int64(h))
+	if err != nil {
+		return fail(0, err)
+	}
+	if length == nil {
+		return fail(int64(h), fmt.Errorf("%w: gotree_comm_flight_record: len is NULL", pg.ErrInvalidArgument))
+	}
+	if buf == nil && buflen > 0 {
+		return fail(int64(h), fmt.Errorf("%w: gotree_comm_flight_record: buf is NULL but buflen is %d", pg.ErrInvalidArgument, buflen))
+	}
+	b, err := json.Marshal(c.FlightRecord())
+	if err != nil {
+		return fail(int64(h), fmt.Errorf("%w: gotree_comm_flight_record: %v", pg.ErrSystem, err))
+	}
+	*length = copyOut(string(b), buf, buflen)
 	return stSuccess
 }
 

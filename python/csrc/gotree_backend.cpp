@@ -137,6 +137,7 @@ struct Api {
   decltype(&gotree_comm_abort) comm_abort = nullptr;
   decltype(&gotree_comm_will_wait) comm_will_wait = nullptr;
   decltype(&gotree_comm_get_async_error) comm_get_async_error = nullptr;
+  decltype(&gotree_comm_flight_record) comm_flight_record = nullptr;
   decltype(&gotree_allreduce) allreduce = nullptr;
   decltype(&gotree_broadcast) broadcast = nullptr;
   decltype(&gotree_allgather) allgather = nullptr;
@@ -231,6 +232,7 @@ const Api& loadApi(const std::string& path) {
     resolve(h, "gotree_comm_abort", a->comm_abort, path);
     resolve(h, "gotree_comm_will_wait", a->comm_will_wait, path);
     resolve(h, "gotree_comm_get_async_error", a->comm_get_async_error, path);
+    resolve(h, "gotree_comm_flight_record", a->comm_flight_record, path);
     resolve(h, "gotree_allreduce", a->allreduce, path);
     resolve(h, "gotree_broadcast", a->broadcast, path);
     resolve(h, "gotree_allgather", a->allgather, path);
@@ -1088,6 +1090,35 @@ class GotreeBackend : public c10d::Backend {
 
   uint64_t getSequenceNumberForGroup() override {
     return seq_;
+  }
+
+  // The communicator's flight record as JSON (gotree_comm_flight_record):
+  // its last operations, what each was, when it was issued, started and
+  // ended, and how. Raises once the communicator is gone (destroyed, or
+  // aborted after a failure: then GOTREE_TRACE_DUMP_FILE has the record).
+  std::string flightRecord() {
+    TORCH_CHECK(
+        currentPid() == pid_, "gotree: flight_record: this group was created "
+        "in another process (before a fork); its communicator is not usable here");
+    TORCH_CHECK(
+        comm_ != 0 && !stopped_.load() && !aborted_.load(), "gotree: flight_record: "
+        "the communicator of this group was destroyed or aborted; with "
+        "GOTREE_TRACE_DUMP_FILE set, each rank wrote its record when it failed");
+    const Api& a = api();
+    std::string out(4096, '\0');
+    for (int i = 0; i < 8; i++) {
+      size_t len = 0;
+      gotree_status_t st = a.comm_flight_record(comm_, out.data(), out.size(), &len);
+      if (st != GOTREE_SUCCESS) {
+        throwStatus(st, c10::str("gotree: flight_record: ", describeFailure(a, st, {comm_, 0})));
+      }
+      if (len < out.size()) {
+        out.resize(len);
+        return out;
+      }
+      out.assign(len + 4096, '\0');  // it grew: room for a few more operations
+    }
+    C10_THROW_ERROR(DistBackendError, "gotree: flight_record: the record kept growing while it was read");
   }
 
 #if GOTREE_HAVE_GET_ERROR
@@ -3095,6 +3126,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       // backend it would split from; gotree's split builds a fresh
       // communicator of the members only, so there is nothing to do.
       .def("perform_nocolor_split", [](GotreeBackend&, py::object) {})
+      .def("flight_record", &GotreeBackend::flightRecord,
+           py::call_guard<py::gil_scoped_release>(),
+           "The communicator's last operations as JSON (gotree.flight_record "
+           "parses it).")
 #if GOTREE_HAVE_GET_ERROR
       // torch binds get_error() for ProcessGroupNCCL only; gotree.get_error
       // reaches this one.

@@ -52,6 +52,9 @@ Semantics (CPU tensors):
   COMM_ERROR), like ProcessGroupNCCL.get_error. Ranks that issue calls whose
   plans differ (an allreduce of different sizes, say) and so wait on each
   other fail after about a second (the stall check), not at the timeout.
+  gotree.flight_record(group) returns the group's last operations on this
+  rank; with GOTREE_TRACE_DUMP_FILE set every rank writes its own when the
+  group fails, and `gotree trace DIR` says where the ranks part.
 * groups: new_group, and split_group (supports_splitting, torch >= 2.9:
   each split is a new communicator of the ranks listed, bootstrapped
   through the parent's store; ranks left out get None).
@@ -83,7 +86,7 @@ import threading
 import warnings
 
 __version__ = "0.1.0"
-__all__ = ["BACKEND_NAME", "register", "library_path", "load_library", "is_registered", "get_error"]
+__all__ = ["BACKEND_NAME", "register", "library_path", "load_library", "is_registered", "get_error", "flight_record"]
 
 BACKEND_NAME = "gotree"
 
@@ -169,6 +172,29 @@ def _create_backend(store, rank, size, timeout):
     return _C.GotreeBackend(store, rank, size, timeout)
 
 
+def _backend_of(group, what):
+    """The gotree backend of a group (the world group when None): its CPU or
+    CUDA backend, the CPU one first ("cpu:gloo,cuda:gotree" groups too)."""
+    import torch
+    import torch.distributed as dist
+
+    pg = group if group is not None else dist.group.WORLD
+    if pg is None:
+        raise RuntimeError("gotree.{}: no process group (call init_process_group first)".format(what))
+    from gotree import _C
+
+    found = []
+    for dev in ("cpu", "cuda"):
+        try:
+            be = pg._get_backend(torch.device(dev))
+        except RuntimeError:  # no backend for that device type
+            continue
+        if isinstance(be, _C.GotreeBackend):
+            return be
+        found.append("{} {}".format(dev, type(be).__name__))
+    raise ValueError("gotree.{}: the group's backends are {}, not gotree".format(what, ", ".join(found) or "none"))
+
+
 def get_error(group=None):
     """Whether a gotree group still works, without blocking (NCCL's
     ProcessGroupNCCL.get_error, which torch offers for NCCL only):
@@ -181,24 +207,8 @@ def get_error(group=None):
     "cpu:gloo,cuda:gotree" groups too). Needs torch >= 2.7.
     """
     import torch
-    import torch.distributed as dist
 
-    pg = group if group is not None else dist.group.WORLD
-    if pg is None:
-        raise RuntimeError("gotree.get_error: no process group (call init_process_group first)")
-    from gotree import _C
-
-    found = []
-    for dev in ("cpu", "cuda"):
-        try:
-            be = pg._get_backend(torch.device(dev))
-        except RuntimeError:  # no backend for that device type
-            continue
-        if isinstance(be, _C.GotreeBackend):
-            break
-        found.append("{} {}".format(dev, type(be).__name__))
-    else:
-        raise ValueError("gotree.get_error: the group's backends are {}, not gotree".format(", ".join(found) or "none"))
+    be = _backend_of(group, "get_error")
     if not hasattr(be, "get_error"):
         raise NotImplementedError(
             "gotree.get_error needs torch >= 2.7 (c10d::ErrorType); this extension was built against torch {}".format(
@@ -206,6 +216,24 @@ def get_error(group=None):
             )
         )
     return be.get_error()
+
+
+def flight_record(group=None):
+    """This rank's flight record of a gotree group, without blocking: a dict
+    with the communicator's id ("comm", the same on every rank), "rank",
+    "nranks", "failure" (once it broke) and "ops", its last operations
+    (GOTREE_TRACE_BUFFER_SIZE of them, default 2000), oldest first: "seq"
+    (a collective's sequence number, the same on every rank), "desc"
+    ("allreduce #7 (1000 x float32, sum)", "send #2 to rank 1 (...)"),
+    "algo", "state" (queued, running, completed, failed), "issued_us",
+    "started_us", "ended_us" (microseconds since the epoch) and "error".
+    Write the records of all ranks to files and `gotree trace DIR` says
+    where the ranks part; GOTREE_TRACE_DUMP_FILE makes every rank write its
+    own when the group fails. group: as for get_error.
+    """
+    import json
+
+    return json.loads(_backend_of(group, "flight_record").flight_record())
 
 
 def is_registered():

@@ -299,6 +299,27 @@ static void test_async_error_after_mismatch(gotree_comm_t comm) {
   OK(gotree_comm_get_async_error(comm, &as), comm);
   CHECK((as == GOTREE_ERR_INVALID_ARGUMENT || as == GOTREE_ERR_REMOTE) && strstr(errtext(comm), "allreduce #"),
         "async error after a mismatch: %s / %s", gotree_status_string(as), errtext(comm));
+  // The flight record of the failed communicator: asked for its length
+  // first, then read whole; the mismatched allreduce is in it, failed, and
+  // so is the communicator's failure.
+  size_t len = 0;
+  OK(gotree_comm_flight_record(comm, NULL, 0, &len), comm);
+  CHECK(len > 0, "flight record length %zu", len);
+  char *rec = malloc(len + 1);
+  size_t len2 = 0;
+  OK(gotree_comm_flight_record(comm, rec, len + 1, &len2), comm);
+  CHECK(len2 == len && strlen(rec) == len, "flight record read whole: %zu, then %zu, strlen %zu", len, len2, strlen(rec));
+  char want[64];
+  snprintf(want, sizeof want, "\"rank\":%d,", rank);
+  CHECK(strstr(rec, want) && strstr(rec, "\"comm\":\"") && strstr(rec, "\"failure\":\"") &&
+            strstr(rec, "\"state\":\"failed\""),
+        "flight record after a mismatch: %.600s", rec);
+  char small[8];
+  OK(gotree_comm_flight_record(comm, small, sizeof small, &len2), comm);
+  CHECK(len2 >= len && strlen(small) == sizeof small - 1, "flight record truncated: %zu, strlen %zu", len2, strlen(small));
+  free(rec);
+  gotree_status_t st2 = gotree_comm_flight_record(comm, small, sizeof small, NULL);
+  CHECK(st2 == GOTREE_ERR_INVALID_ARGUMENT && strstr(errtext(comm), "len is NULL"), "flight record NULL len: %s", gotree_status_string(st2));
 }
 
 static void test_fork_guard(void) {

@@ -165,12 +165,19 @@ def test_single_process_group_without_torchrun(built):
         assert torch.equal(out, t)
         dist.barrier()
         assert gotree.get_error().name == "SUCCESS", gotree.get_error()
+        rec = gotree.flight_record()
+        ops = [(op["seq"], op["desc"], op["state"]) for op in rec["ops"]]
+        want = [(1, "allreduce #1 (10 x float32, max)", "completed"), (2, "allgather #2 (10 x float32)", "completed")]
+        assert ops[:2] == want and ops[2][1].startswith("barrier #3") and ops[2][2] == "completed", ops
+        assert rec["rank"] == 0 and rec["nranks"] == 1 and "failure" not in rec and len(rec["comm"]) == 12, rec
+        assert all(op["issued_us"] <= op["started_us"] <= op["ended_us"] for op in rec["ops"]), rec["ops"]
         gloo = dist.new_group(backend="gloo")
-        try:
-            gotree.get_error(gloo)
-            raise AssertionError("get_error accepted a gloo group")
-        except ValueError as e:
-            assert "not gotree" in str(e), e
+        for f in (gotree.get_error, gotree.flight_record):
+            try:
+                f(gloo)
+                raise AssertionError(f"{f.__name__} accepted a gloo group")
+            except ValueError as e:
+                assert "not gotree" in str(e), e
         dist.destroy_process_group()
         # gotree for CUDA tensors only (no GPU needed to create it): found there
         dist.init_process_group("cpu:gloo,cuda:gotree", store=dist.HashStore(), rank=0, world_size=1)
