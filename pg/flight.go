@@ -93,27 +93,28 @@ func (f *flightRecorder) entry(id uint64) *flightEntry {
 	return e
 }
 
+// update changes operation id's entry while it is still kept.
+func (f *flightRecorder) update(id uint64, set func(e *flightEntry)) {
+	if f == nil || id == 0 {
+		return
+	}
+	f.mu.Lock()
+	if e := f.entry(id); e != nil {
+		set(e)
+	}
+	f.mu.Unlock()
+}
+
 func (f *flightRecorder) start(id uint64) {
 	if f == nil || id == 0 {
 		return
 	}
 	now := time.Now()
-	f.mu.Lock()
-	if e := f.entry(id); e != nil {
-		e.started = now
-	}
-	f.mu.Unlock()
+	f.update(id, func(e *flightEntry) { e.started = now })
 }
 
 func (f *flightRecorder) planned(id uint64, algo algorithms.Algorithm) {
-	if f == nil || id == 0 {
-		return
-	}
-	f.mu.Lock()
-	if e := f.entry(id); e != nil {
-		e.algo, e.planned = algo, true
-	}
-	f.mu.Unlock()
+	f.update(id, func(e *flightEntry) { e.algo, e.planned = algo, true })
 }
 
 func (f *flightRecorder) end(id uint64, err error) {
@@ -121,14 +122,12 @@ func (f *flightRecorder) end(id uint64, err error) {
 		return
 	}
 	now := time.Now()
-	f.mu.Lock()
-	if e := f.entry(id); e != nil {
+	f.update(id, func(e *flightEntry) {
 		e.ended = now
 		if err != nil {
 			e.failed, e.err = true, err.Error()
 		}
-	}
-	f.mu.Unlock()
+	})
 }
 
 // FlightOp is one operation of a flight record.
