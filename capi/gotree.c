@@ -126,6 +126,11 @@ gotree_status_t gotree_comm_flight_record(gotree_comm_t comm, char *buf, size_t 
   return rc;
 }
 
+gotree_status_t gotree_comm_dump_flight_record(gotree_comm_t comm, const char *reason) {
+  GUARD();
+  return (gotree_status_t)gotreego_comm_dump_flight_record(comm, (char *)reason);
+}
+
 gotree_status_t gotree_comm_will_wait(gotree_comm_t comm, int will_wait) {
   GUARD();
   return (gotree_status_t)gotreego_comm_will_wait(comm, will_wait);

@@ -191,6 +191,13 @@ gotree_status_t gotree_comm_get_async_error(gotree_comm_t comm, gotree_status_t 
  * Never blocks; works on a failed communicator too. */
 gotree_status_t gotree_comm_flight_record(gotree_comm_t comm, char *buf, size_t buflen, size_t *len);
 
+/* Writes the flight record to GOTREE_TRACE_DUMP_FILE when that is set (a
+ * no-op otherwise), as the library does itself when the communicator
+ * fails. reason (may be NULL) stands as the record's failure while the
+ * communicator has none: call it before gotree_comm_abort when the caller
+ * gives up on an operation by its own deadline. */
+gotree_status_t gotree_comm_dump_flight_record(gotree_comm_t comm, const char *reason);
+
 /* will_wait = 1 announces that the caller waits for the next collective it
  * issues on comm (including all-to-all, gather, scatter; not send/recv) at
  * once, with gotree_request_wait(request, -1) on the issuing thread. When

@@ -228,6 +228,21 @@ func gotreego_comm_flight_record(h C.int64_t, buf *C.char, buflen C.int64_t, len
 	return stSuccess
 }
 
+//export gotreego_comm_dump_flight_record
+func gotreego_comm_dump_flight_record(h C.int64_t, reason *C.char) (st C.int) {
+	defer guard(int64(h), &st)
+	c, err := table.comm(int64(h))
+	if err != nil {
+		return fail(0, err)
+	}
+	why := ""
+	if reason != nil {
+		why = C.GoString(reason)
+	}
+	c.DumpFlightRecord(why)
+	return stSuccess
+}
+
 //export gotreego_comm_destroy
 func gotreego_comm_destroy(h C.int64_t, abort C.int) (st C.int) {
 	defer guard(int64(h), &st)

@@ -254,25 +254,31 @@ func traceDumpPath(pattern, id string, rank int) string {
 
 // dumpFlightRecord writes the record to GOTREE_TRACE_DUMP_FILE, if set
 // (after the communicator's first failure), and logs where.
-func (c *Comm) dumpFlightRecord() {
+func (c *Comm) dumpFlightRecord() { c.DumpFlightRecord("") }
+
+// DumpFlightRecord writes this rank's flight record to
+// GOTREE_TRACE_DUMP_FILE when that is set, and returns the path ("" when
+// it is not set, or nothing is recorded). reason is the record's failure
+// when the communicator has none yet: a caller that is about to abort it
+// after its own timeout (the torch extension's per-operation timeouts)
+// says why.
+func (c *Comm) DumpFlightRecord(reason string) string {
 	if c.cfg.TraceDumpFile == "" || c.flight == nil {
-		return
+		return ""
 	}
 	path := traceDumpPath(c.cfg.TraceDumpFile, c.id, c.rank)
-	b, err := json.MarshalIndent(c.FlightRecord(), "", " ")
+	rec := c.FlightRecord()
+	if rec.Failure == "" {
+		rec.Failure = reason
+	}
+	b, err := json.MarshalIndent(rec, "", " ")
 	if err == nil {
 		err = os.WriteFile(path, append(b, '\n'), 0o644)
 	}
 	if err != nil {
 		c.log.Warnf("rank %d: could not write the flight record to %s: %v", c.rank, path, err)
-		return
+		return ""
 	}
-	c.log.Warnf("rank %d: flight record of its last %d operations written to %s (read the ranks' files with `gotree trace`)", c.rank, min(c.cfg.TraceBufferSize, int(c.flight.issued())), path)
-}
-
-// issued is how many operations were issued.
-func (f *flightRecorder) issued() uint64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.next - 1
+	c.log.Warnf("rank %d: flight record of its last %d operations written to %s (read the ranks' files with `gotree trace`)", c.rank, len(rec.Ops), path)
+	return path
 }

@@ -177,3 +177,29 @@ func TestFlightRecorderOff(t *testing.T) {
 	require.Empty(t, rec.Ops)
 	require.Equal(t, -1, rec.Buffer)
 }
+
+// A caller that gives up on an operation by its own deadline writes the
+// record before it aborts (DumpFlightRecord): its reason stands as the
+// failure of a communicator that has none; without GOTREE_TRACE_DUMP_FILE
+// nothing is written.
+func TestDumpFlightRecordWithReason(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig()
+	cfg.TraceDumpFile = filepath.Join(dir, "r%r.json")
+	comms := startComms(t, 2, nil, cfg)
+	checkAllReduceInt64(t, comms, 3, true)
+	path := comms[1].DumpFlightRecord("op timed out after 1000 ms")
+	require.Equal(t, filepath.Join(dir, "r1.json"), path)
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var rec FlightRecord
+	require.NoError(t, json.Unmarshal(data, &rec))
+	require.Equal(t, "op timed out after 1000 ms", rec.Failure)
+	require.Len(t, rec.Ops, 1)
+	require.Equal(t, "allreduce #1 (3 x int64, sum)", rec.Ops[0].Desc)
+	require.Equal(t, "completed", rec.Ops[0].State)
+
+	cfg.TraceDumpFile = ""
+	other := startComms(t, 2, nil, cfg)
+	require.Empty(t, other[0].DumpFlightRecord("x"))
+}

@@ -138,6 +138,7 @@ struct Api {
   decltype(&gotree_comm_will_wait) comm_will_wait = nullptr;
   decltype(&gotree_comm_get_async_error) comm_get_async_error = nullptr;
   decltype(&gotree_comm_flight_record) comm_flight_record = nullptr;
+  decltype(&gotree_comm_dump_flight_record) comm_dump_flight_record = nullptr;
   decltype(&gotree_allreduce) allreduce = nullptr;
   decltype(&gotree_broadcast) broadcast = nullptr;
   decltype(&gotree_allgather) allgather = nullptr;
@@ -233,6 +234,7 @@ const Api& loadApi(const std::string& path) {
     resolve(h, "gotree_comm_will_wait", a->comm_will_wait, path);
     resolve(h, "gotree_comm_get_async_error", a->comm_get_async_error, path);
     resolve(h, "gotree_comm_flight_record", a->comm_flight_record, path);
+    resolve(h, "gotree_comm_dump_flight_record", a->comm_dump_flight_record, path);
     resolve(h, "gotree_allreduce", a->allreduce, path);
     resolve(h, "gotree_broadcast", a->broadcast, path);
     resolve(h, "gotree_allgather", a->allgather, path);
@@ -2907,6 +2909,7 @@ class GotreeBackend : public c10d::Backend {
               "collective, or issued a different one, is the usual cause.");
           setFailure(msg, kTimeoutFailure);
           if (!aborted_.exchange(true)) {
+            a.comm_dump_flight_record(comm_, msg.c_str());  // GOTREE_TRACE_DUMP_FILE
             a.comm_abort(comm_);
           }
           // After the abort every request should finish promptly; the

@@ -320,6 +320,11 @@ static void test_async_error_after_mismatch(gotree_comm_t comm) {
   free(rec);
   gotree_status_t st2 = gotree_comm_flight_record(comm, small, sizeof small, NULL);
   CHECK(st2 == GOTREE_ERR_INVALID_ARGUMENT && strstr(errtext(comm), "len is NULL"), "flight record NULL len: %s", gotree_status_string(st2));
+  // Without GOTREE_TRACE_DUMP_FILE the dump is a no-op; a bad handle is refused.
+  OK(gotree_comm_dump_flight_record(comm, "a reason"), comm);
+  OK(gotree_comm_dump_flight_record(comm, NULL), comm);
+  st2 = gotree_comm_dump_flight_record(987654321, NULL);
+  CHECK(st2 == GOTREE_ERR_INVALID_HANDLE, "dump of a bad handle: %s", gotree_status_string(st2));
 }
 
 static void test_fork_guard(void) {

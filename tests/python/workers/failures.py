@@ -37,9 +37,10 @@ def group_error():
         return None
 
 
-def check_flight_record(c, rank):
+def check_flight_record(c, rank, failure="timed out"):
     """With GOTREE_TRACE_DUMP_FILE set, the failed rank wrote its flight record:
-    the warm-up allreduce completed, the one that timed out was running."""
+    the warm-up allreduce completed, the one that timed out was running; the
+    record's failure says failure."""
     prefix = os.environ.get("GOTREE_TRACE_DUMP_FILE")
     if not prefix:
         return
@@ -56,7 +57,7 @@ def check_flight_record(c, rank):
     c.check(rec["rank"] == rank and rec["nranks"] == 2, f"the record's rank and size: {rec['rank']}, {rec['nranks']}")
     c.check(ops == [(1, "allreduce #1 (8 x float32, sum)", "completed"), (2, "allreduce #2 (8 x float32, sum)", "running")],
             f"the flight record's operations: {ops}")
-    c.check("timed out" in rec.get("failure", ""), f"the record's failure: {rec.get('failure')!r}")
+    c.check(failure in rec.get("failure", ""), f"the record's failure: {rec.get('failure')!r} lacks {failure!r}")
 
 
 def main():
@@ -102,6 +103,8 @@ def main():
             c.check(err in (None, "TIMEOUT"), f"get_error() after the op timeout: {err}")
             fut = w.get_future()
             c.expect_raises(fut.wait, "timed out after 1000 ms", "the future carries the error")
+            # the watchdog wrote the flight record before it aborted
+            check_flight_record(c, rank, "timed out after 1000 ms (its timeout argument)")
             c.expect_raises(
                 lambda: dist.all_reduce(torch.ones(2)),
                 "on a communicator that was aborted after an earlier failure",
