@@ -192,6 +192,17 @@ func (c *Comm) DeviceCollective(a DeviceArgs) error {
 	if err != nil {
 		return fmt.Errorf("%w: rank %d: %v on CUDA buffers: no plan: %v", ErrInvalidArgument, c.rank, a.Coll, err)
 	}
+	id := c.flight.issue(flightCall{coll: a.Coll, count: a.Count, dt: a.DType, op: a.Op, root: a.Root, device: a.Device + 1})
+	c.flight.start(id)
+	c.flight.planned(id, p.Algo)
+	err = c.enqueueDevice(a, rc, p)
+	c.flight.end(id, err)
+	return err
+}
+
+// enqueueDevice queues the plan p of the device collective a on its
+// stream.
+func (c *Comm) enqueueDevice(a DeviceArgs, rc *cuda.RankComm, p *algorithms.Plan) error {
 	failed := func(err error) error {
 		return fmt.Errorf("%w: rank %d: %v of %d x %v on CUDA device %d: %v", ErrRemote, c.rank, a.Coll, a.Count, a.DType, a.Device, err)
 	}

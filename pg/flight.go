@@ -43,6 +43,10 @@ type flightCall struct {
 	op    algorithms.Op
 	root  int
 	text  string // point-to-point: its description; collectives: ""
+	// device is a collective's CUDA device + 1 (0: host memory). Such a
+	// call ends for the host once it is queued on the caller's stream:
+	// its state is then "enqueued", not "completed".
+	device int
 }
 
 type flightEntry struct {
@@ -137,7 +141,7 @@ type FlightOp struct {
 	Op    string `json:"op"`            // "allreduce", "send", ...
 	Desc  string `json:"desc"`          // "allreduce #7 (1000 x float32, sum)"
 	Algo  string `json:"algo,omitempty"`
-	State string `json:"state"` // "queued", "running", "completed", "failed"
+	State string `json:"state"` // "queued", "running", "completed", "failed"; "enqueued" for a collective on CUDA buffers queued on its stream
 	// Times in microseconds since the Unix epoch (0: not yet).
 	IssuedUS  int64  `json:"issued_us"`
 	StartedUS int64  `json:"started_us,omitempty"`
@@ -198,6 +202,9 @@ func (f *flightRecorder) snapshot() (ops []FlightOp, dropped uint64) {
 		if e.call.text == "" {
 			a := collArgs{coll: e.call.coll, name: e.call.name, seq: e.call.seq, count: e.call.count, dt: e.call.dt, op: e.call.op, root: e.call.root}
 			o.Op, o.Desc = a.String(), a.describe()
+			if e.call.device > 0 { // no sequence number: "allreduce on CUDA device 0 (...)"
+				o.Desc = strings.Replace(o.Desc, " #0 (", fmt.Sprintf(" on CUDA device %d (", e.call.device-1), 1)
+			}
 		} else {
 			o.Op, _, _ = strings.Cut(e.call.text, " ")
 		}
@@ -207,6 +214,8 @@ func (f *flightRecorder) snapshot() (ops []FlightOp, dropped uint64) {
 		switch {
 		case e.failed:
 			o.State = "failed"
+		case !e.ended.IsZero() && e.call.device > 0:
+			o.State = "enqueued"
 		case !e.ended.IsZero():
 			o.State = "completed"
 		case !e.started.IsZero():

@@ -203,3 +203,29 @@ func TestDumpFlightRecordWithReason(t *testing.T) {
 	other := startComms(t, 2, nil, cfg)
 	require.Empty(t, other[0].DumpFlightRecord("x"))
 }
+
+// A collective on CUDA buffers (the emulated GPU) is recorded with its
+// device and algorithm, "enqueued" once the host queued it on the stream;
+// the host-staged send and receive are recorded as point-to-point.
+func TestFlightRecordDeviceCollective(t *testing.T) {
+	emu := useEmulator(t, 64<<20)
+	comms := startComms(t, 2, nil, testConfig())
+	bufs := make([]uintptr, 2)
+	for r := range bufs {
+		p, _ := emu.Alloc(8 * 9)
+		bufs[r] = uintptr(p)
+	}
+	errs := deviceRun(t, emu, comms, func(r int) DeviceArgs {
+		return DeviceArgs{Coll: algorithms.AllReduce, Send: bufs[r], Recv: bufs[r], Count: 9, DType: algorithms.Int64, Op: algorithms.Max}
+	})
+	for r := range comms {
+		require.NoError(t, errs[r])
+		rec := comms[r].FlightRecord()
+		require.Len(t, rec.Ops, 1, "rank %d", r)
+		op := rec.Ops[0]
+		require.Equal(t, "allreduce on CUDA device 0 (9 x int64, max)", op.Desc)
+		require.Equal(t, "enqueued", op.State)
+		require.Zero(t, op.Seq)
+		require.NotEmpty(t, op.Algo)
+	}
+}
