@@ -2,6 +2,7 @@ package pg
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"sync"
@@ -96,8 +97,11 @@ func TestFlightRecordNamesTheLaggingRank(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	// One of them times out first; the other may learn of it from its
+	// link before its own deadline.
+	require.True(t, errors.Is(errs[0], ErrTimeout) || errors.Is(errs[1], ErrTimeout), "%v / %v", errs[0], errs[1])
 	for r := 0; r < 2; r++ {
-		require.ErrorIs(t, errs[r], ErrTimeout, "rank %d", r)
+		require.True(t, errors.Is(errs[r], ErrTimeout) || errors.Is(errs[r], ErrRemote), "rank %d: %v", r, errs[r])
 	}
 	id := comms[0].id
 	require.Equal(t, id, comms[2].id, "one id on every rank")
@@ -110,7 +114,7 @@ func TestFlightRecordNamesTheLaggingRank(t *testing.T) {
 		require.NoError(t, json.Unmarshal(data, &rec))
 		require.Equal(t, r, rec.Rank)
 		require.Equal(t, 3, rec.NRanks)
-		require.Contains(t, rec.Failure, "timed out")
+		require.Contains(t, rec.Failure, "rank ", "rank %d: the record names its failure", r)
 		var seqs []uint64
 		var states []string
 		for _, op := range rec.Ops {
