@@ -150,23 +150,7 @@ func randomLayout(rng *rand.Rand, n int) Layout {
 		rng.Shuffle(n, func(i, j int) { l.NodeOf[i], l.NodeOf[j] = l.NodeOf[j], l.NodeOf[i] })
 	}
 	if rng.IntN(2) == 0 {
-		idx := map[int]int{}
-		var members [][]int
-		for r, lab := range l.NodeOf {
-			if _, ok := idx[lab]; !ok {
-				idx[lab] = len(members)
-				members = append(members, nil)
-			}
-			members[idx[lab]] = append(members[idx[lab]], r)
-		}
-		l.Intra = make([][][]int, l.Channels)
-		for c := range l.Intra {
-			for _, m := range members {
-				p := append([]int(nil), m...)
-				rng.Shuffle(len(p), func(i, j int) { p[i], p[j] = p[j], p[i] })
-				l.Intra[c] = append(l.Intra[c], p)
-			}
-		}
+		l = randomLayoutIntra(rng, l)
 	}
 	return l
 }
