@@ -168,6 +168,12 @@ func TestExplainFlightRecordsDisagreement(t *testing.T) {
 	require.Contains(t, text, "The ranks disagree on collective #2: rank 0 allreduce #2 (8 x float32, sum); rank 1 broadcast #2 (8 x float32, root 0).")
 	text = ExplainFlightRecords([]FlightRecord{rec(0, "allreduce #2 (8 x float32, sum)", "completed"), rec(1, "allreduce #2 (8 x float32, sum)", "completed")})
 	require.Contains(t, text, "Every collective that a rank with a record issued has completed (the last is #2).")
+	// Only point-to-point: the open receive is named.
+	text = ExplainFlightRecords([]FlightRecord{{Comm: "c2", Rank: 0, NRanks: 2, Ops: []FlightOp{
+		{ID: 1, Op: "recv", Desc: "recv from rank 1 (4 x int32)", State: "running"}}}})
+	require.Contains(t, text, "No rank with a record issued a collective.")
+	require.Contains(t, text, "Rank 0: recv from rank 1 (4 x int32), running.")
+	require.Contains(t, text, "No record from rank 1")
 }
 
 // GOTREE_TRACE_BUFFER_SIZE=0 keeps nothing; a communicator without a

@@ -127,6 +127,8 @@ func explainComm(b *strings.Builder, id string, recs []FlightRecord) {
 		}
 	}
 	switch {
+	case len(issued) == 0 && seq <= 1:
+		b.WriteString("No rank with a record issued a collective.\n")
 	case len(issued) == 0:
 		fmt.Fprintf(b, "Every collective that a rank with a record issued has completed (the last is #%d).\n", seq-1)
 	case len(descs) > 1:
