@@ -708,7 +708,7 @@ func (c *Comm) failAs(err error, dump bool) {
 		c.cancel(err)
 		c.closeLinks(fmt.Sprintf("rank %d gave up: %v", c.rank, err))
 		if dump {
-			c.dumpFlightRecord()
+			c.DumpFlightRecord("")
 		}
 	}
 }

@@ -261,12 +261,9 @@ func traceDumpPath(pattern, id string, rank int) string {
 	return strings.NewReplacer("%r", fmt.Sprint(rank), "%c", id, "%h", hostname(), "%p", fmt.Sprint(os.Getpid())).Replace(pattern)
 }
 
-// dumpFlightRecord writes the record to GOTREE_TRACE_DUMP_FILE, if set
-// (after the communicator's first failure), and logs where.
-func (c *Comm) dumpFlightRecord() { c.DumpFlightRecord("") }
-
 // DumpFlightRecord writes this rank's flight record to
-// GOTREE_TRACE_DUMP_FILE when that is set, and returns the path ("" when
+// GOTREE_TRACE_DUMP_FILE when that is set (the communicator does on its
+// first failure), logs where, and returns the path ("" when
 // it is not set, or nothing is recorded). reason is the record's failure
 // when the communicator has none yet: a caller that is about to abort it
 // after its own timeout (the torch extension's per-operation timeouts)

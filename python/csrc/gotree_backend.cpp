@@ -2006,9 +2006,7 @@ class GotreeBackend : public c10d::Backend {
         });
       }, /*p2p=*/true);
     };
-    if (!deferDeviceRecv(work, run)) {
-      run();
-    }
+    issueRecv(work, run);
     return work;
   }
 
@@ -2050,9 +2048,7 @@ class GotreeBackend : public c10d::Backend {
         });
       }, /*p2p=*/true);
     };
-    if (!deferDeviceRecv(work, run)) {
-      run();
-    }
+    issueRecv(work, run);
     return work;
   }
 
@@ -2062,15 +2058,17 @@ class GotreeBackend : public c10d::Backend {
   // endCoalescing, after every send of the batch (a device send returns
   // once its bytes are on the host): ranks that each receive before they
   // send in their batch would otherwise wait for each other until the
-  // timeout. Returns false when work is to be issued now.
-  bool deferDeviceRecv(const c10::intrusive_ptr<GotreeWork>& work, std::function<void()> run) {
-    std::lock_guard<std::recursive_mutex> g(issueMu_);
-    if (!coalescing_ || !work->device_.is_cuda()) {
-      return false;
+  // timeout. Any other receive is issued now (run).
+  void issueRecv(const c10::intrusive_ptr<GotreeWork>& work, std::function<void()> run) {
+    {
+      std::lock_guard<std::recursive_mutex> g(issueMu_);
+      if (coalescing_ && work->device_.is_cuda()) {
+        coalesced_.push_back(work);
+        deferredRecvs_.emplace_back(work, std::move(run));
+        return;
+      }
     }
-    coalesced_.push_back(work);
-    deferredRecvs_.emplace_back(work, std::move(run));
-    return true;
+    run();
   }
 
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) override {
@@ -2238,7 +2236,7 @@ class GotreeBackend : public c10d::Backend {
       children.swap(coalesced_);
       deferred.swap(deferredRecvs_);
     }
-    // The batch's receives into CUDA memory (deferDeviceRecv), in order.
+    // The batch's receives into CUDA memory (issueRecv), in order.
     for (size_t i = 0; i < deferred.size(); i++) {
       try {
         deferred[i].second();
@@ -3053,7 +3051,7 @@ class GotreeBackend : public c10d::Backend {
   bool coalescing_ = false;                               // under issueMu_
   std::vector<c10::intrusive_ptr<GotreeWork>> coalesced_;  // under issueMu_
   // Receives into CUDA memory of the open batch, issued at endCoalescing
-  // (deferDeviceRecv); under issueMu_.
+  // (issueRecv); under issueMu_.
   std::vector<std::pair<c10::intrusive_ptr<GotreeWork>, std::function<void()>>> deferredRecvs_;
   // Recursive: a sparse allreduce holds it across the collectives it is
   // made of, which take it again each.
