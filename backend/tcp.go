@@ -182,11 +182,13 @@ func NewStripedTCPConn(cs []net.Conn, peer, channel, slots, slotBytes int) Conn 
 			_ = tc.SetNoDelay(true)
 		}
 	}
-	t := &tcpConn{c: cs[0], peer: peer, channel: channel, rx: newFIFO(slots, slotBytes), maxMsg: slotBytes,
+	// Socket 0 leaves the runtime's poller (rawSocket says why); the
+	// stripes stay, read and written by goroutines that park there.
+	t := &tcpConn{c: detachSocket(cs[0]), peer: peer, channel: channel, rx: newFIFO(slots, slotBytes), maxMsg: slotBytes,
 		closed: make(chan struct{}), kick: make(chan struct{}, 1), rd: make(chan struct{}, 1)}
 	t.bufs = make(net.Buffers, 0, 2)
 	t.wakeFd = -1
-	if sc, ok := cs[0].(syscall.Conn); ok {
+	if sc, ok := t.c.(syscall.Conn); ok {
 		if rc, err := sc.SyscallConn(); err == nil {
 			t.raw = rc
 			if fd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err == nil {
@@ -662,7 +664,7 @@ func (t *tcpConn) Send(ctx context.Context, tag uint32, p []byte) error {
 	binary.LittleEndian.PutUint32(t.hdr[4:], tag)
 	t.bufs = append(t.bufs[:0], t.hdr[:], p[:first])
 	bufs := t.bufs
-	_, err := bufs.WriteTo(t.c)
+	_, err := writeBuffers(t.c, &bufs)
 	if err == nil && len(busy) > 0 {
 		// Socket 0 is at a message boundary: an Abort may write its frame
 		// there while the other parts are still on their way (the reader
