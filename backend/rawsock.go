@@ -303,25 +303,22 @@ func (c rawSocketConn) Control(f func(fd uintptr)) error {
 }
 
 func (c rawSocketConn) Read(f func(fd uintptr) bool) error {
-	if !c.s.enter() {
-		return net.ErrClosed
-	}
-	defer c.s.leave()
-	for !f(uintptr(c.s.fd)) {
-		if err := c.s.wait(unix.POLLIN, c.s.rwake, &c.s.rdl); err != nil {
-			return err
-		}
-	}
-	return nil
+	return c.until(f, unix.POLLIN, c.s.rwake, &c.s.rdl)
 }
 
 func (c rawSocketConn) Write(f func(fd uintptr) bool) error {
+	return c.until(f, unix.POLLOUT, c.s.wwake, &c.s.wdl)
+}
+
+// until calls f until it reports done, waiting for events on the socket
+// between calls (RawConn's Read and Write).
+func (c rawSocketConn) until(f func(fd uintptr) bool, events int16, wake int, dl *atomic.Int64) error {
 	if !c.s.enter() {
 		return net.ErrClosed
 	}
 	defer c.s.leave()
 	for !f(uintptr(c.s.fd)) {
-		if err := c.s.wait(unix.POLLOUT, c.s.wwake, &c.s.wdl); err != nil {
+		if err := c.s.wait(events, wake, dl); err != nil {
 			return err
 		}
 	}

@@ -23,6 +23,19 @@ func rawPair(t *testing.T) (*rawSocket, *rawSocket) {
 	return a, b
 }
 
+// blockedRead starts a read on s that nothing will satisfy and returns
+// its result channel once the read has had time to block.
+func blockedRead(t *testing.T, s *rawSocket) chan error {
+	t.Helper()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := s.Read(make([]byte, 8))
+		errc <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	return errc
+}
+
 // A link's socket 0 is read and written outside the runtime's poller;
 // its data, deadlines, end of stream and close behave as net.Conn's.
 func TestRawSocket(t *testing.T) {
@@ -62,12 +75,7 @@ func TestRawSocket(t *testing.T) {
 	})
 	t.Run("a deadline moved into the past ends a blocked read", func(t *testing.T) {
 		a, _ := rawPair(t)
-		errc := make(chan error, 1)
-		go func() {
-			_, err := a.Read(make([]byte, 8))
-			errc <- err
-		}()
-		time.Sleep(50 * time.Millisecond)
+		errc := blockedRead(t, a)
 		select {
 		case err := <-errc:
 			t.Fatalf("read returned with nothing sent: %v", err)
@@ -96,12 +104,7 @@ func TestRawSocket(t *testing.T) {
 	})
 	t.Run("close wakes a blocked read and waits for it", func(t *testing.T) {
 		a, _ := rawPair(t)
-		errc := make(chan error, 1)
-		go func() {
-			_, err := a.Read(make([]byte, 8))
-			errc <- err
-		}()
-		time.Sleep(50 * time.Millisecond)
+		errc := blockedRead(t, a)
 		require.NoError(t, a.Close())
 		select {
 		case err := <-errc:
