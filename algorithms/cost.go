@@ -322,8 +322,12 @@ const (
 // long, not the tree's, and with the old 50/60 auto took the tree for
 // small messages on 3-4 nodes, 2-4x slower than the ring there. Since a
 // tree whose slice fits in one fragment runs in one stream per rank, the
-// same fit gives ring 27-38 and tree 35-71 us (2026-12-01 09:16 UTC; the
-// medians 35 / 54 are built in).
+// same fit gave ring 27-38 and tree 35-71 us (2026-12-01 09:16 UTC; the
+// medians 35 / 54 were built in). Since a link's socket 0 is read and
+// written outside the runtime's network poller, the fit gives ring
+// 14.3 / 16.5 / 17.4 and tree 14.7 / 23.1 / 22.6 us at 2 / 3 / 4 nodes
+// (2026-12-04 01:25 UTC, docs/crossover/netns/autotune-rawsocket): the
+// medians 16.5 / 22.6 are built in.
 // A tuning file replaces them (`gotree tune -cluster` fits tcp from runs
 // across the nodes themselves).
 var (
@@ -335,7 +339,7 @@ var (
 	}
 	defaultTCP = TransportCost{
 		BaseUs:    AlgoProto{{0, 0, 0.5}, {0, 0, 0.5}},
-		HopUs:     AlgoProto{{0, 0, 35}, {0, 0, 54}},
+		HopUs:     AlgoProto{{0, 0, 16.5}, {0, 0, 22.6}},
 		BusGBps:   AlgoProto{{0, 0, 1.6}, {0, 0, 1.6 * treeBusFactor}},
 		SharesCPU: true,
 	}

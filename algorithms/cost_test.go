@@ -56,8 +56,8 @@ func TestPredictHandComputed(t *testing.T) {
 		{"hd3", CostTopo{NRanks: 3, NNodes: 1, RanksPerNode: 3, Intra: Shm, Inter: TCP, Channels: 1}, AllReduce, HalvingDoubling, Simple, 1 << 20, 1,
 			0.5*1.5 + 4*1*1.5 + 1048576/(1e3*(2.5/1.5)/3)},
 		// Two single-rank nodes over tcp: base and 2 hops of tcp.
-		{"tcp2", tcp2, AllReduce, Ring, Simple, 1 << 20, 1, 0.5 + 2*35 + 1048576/(1e3*1.6*2/2)},
-		{"tcp2 tree", tcp2, AllReduce, Tree, Simple, 1 << 20, 1, 0.5 + 2*54 + 1048576/(1e3*1.6*0.92/2)},
+		{"tcp2", tcp2, AllReduce, Ring, Simple, 1 << 20, 1, 0.5 + 2*16.5 + 1048576/(1e3*1.6*2/2)},
+		{"tcp2 tree", tcp2, AllReduce, Tree, Simple, 1 << 20, 1, 0.5 + 2*22.6 + 1048576/(1e3*1.6*0.92/2)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := tu.Predict(tc.coll, tc.algo, tc.proto, tc.topo, tc.bytes, tc.ch)
