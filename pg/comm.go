@@ -181,7 +181,7 @@ func Init(id UniqueID, rank, nranks int, cfg Config) (*Comm, error) {
 	if cfg.MaxChannels <= 0 {
 		cfg.MaxChannels = autoChannels(table)
 		cfg.MinChannels = min(cfg.MinChannels, cfg.MaxChannels)
-		log.Infof("INIT", "%d channel(s) at most (GOTREE_MAX_NCHANNELS unset; %d CPUs here)", cfg.MaxChannels, runtime.NumCPU())
+		log.Infof("INIT", "a call uses at most %d of the graph's channels (GOTREE_MAX_NCHANNELS unset; %d CPUs here)", cfg.MaxChannels, runtime.NumCPU())
 	}
 	c := &Comm{rank: rank, nranks: nranks, cfg: cfg, log: log, peers: table, ln: ln, links: map[linkKey]backend.Conn{}, queue: newOpQueue()}
 	c.ctx, c.cancel = context.WithCancelCause(context.Background())
