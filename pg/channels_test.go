@@ -31,6 +31,35 @@ func TestDefaultChannels(t *testing.T) {
 	require.Equal(t, 1, autoChannels(table([]string{"a", "b", "b", "b"}, []int{2, 4, 4, 4})))
 	require.Equal(t, 2, autoChannels(table([]string{"a", "a"}, []int{0, 0})))
 	require.Equal(t, 2, autoChannels(table([]string{"a"}, []int{2})))
+
+	// Sockets per TCP link follow the same rule: one where a host gives
+	// its ranks fewer than two CPUs each, else DefaultSockets.
+	for _, c := range []struct{ cpus, local, want int }{
+		{2, 1, DefaultSockets}, {2, 2, 1}, {3, 2, 1}, {4, 2, DefaultSockets}, {64, 33, 1}, {0, 4, DefaultSockets},
+	} {
+		require.Equal(t, c.want, DefaultSocketsFor(c.cpus, c.local), "%d CPUs, %d local ranks", c.cpus, c.local)
+	}
+	require.Equal(t, DefaultSockets, autoSockets(table([]string{"a", "b"}, []int{2, 2})))
+	require.Equal(t, 1, autoSockets(table([]string{"a", "a", "b"}, []int{2, 2, 16})))
+	require.Equal(t, DefaultSockets, autoSockets(table([]string{"a", "a", "b", "b"}, []int{0, 0, 8, 8})))
+}
+
+// Without GOTREE_NSOCKS_PERTHREAD and GOTREE_SOCKET_NTHREADS, Init picks
+// the socket count of the most crowded host for every link between hosts.
+func TestInitSockets(t *testing.T) {
+	for _, hosts := range [][]string{{"a", "b"}, {"a", "a", "b"}} {
+		comms := startCommsAs(t, len(hosts), hosts, testConfig())
+		want := DefaultSocketsFor(runtime.NumCPU(), len(hosts)-1) // host "a" is the most crowded
+		for r, c := range comms {
+			require.Equal(t, want, c.cfg.Sockets, "hosts %v", hosts)
+			for k, l := range c.links {
+				if s, ok := l.(interface{ Sockets() int }); ok && hosts[r] != hosts[k.peer] {
+					require.Equal(t, want, s.Sockets(), "rank %d link %v", r, k)
+				}
+			}
+		}
+		checkAllReduce(t, comms, 100003)
+	}
 }
 
 // Without GOTREE_MAX_NCHANNELS, Init picks DefaultChannels for this

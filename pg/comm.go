@@ -183,6 +183,12 @@ func Init(id UniqueID, rank, nranks int, cfg Config) (*Comm, error) {
 		cfg.MinChannels = min(cfg.MinChannels, cfg.MaxChannels)
 		log.Infof("INIT", "a call uses at most %d of the graph's channels (GOTREE_MAX_NCHANNELS unset; %d CPUs here)", cfg.MaxChannels, runtime.NumCPU())
 	}
+	if cfg.Sockets <= 0 {
+		cfg.Sockets = autoSockets(table)
+		if len(cpusByHost(table)) > 1 {
+			log.Infof("INIT", "%d TCP socket(s) per link to another host (GOTREE_NSOCKS_PERTHREAD and GOTREE_SOCKET_NTHREADS unset; %d CPUs here)", cfg.Sockets, runtime.NumCPU())
+		}
+	}
 	c := &Comm{rank: rank, nranks: nranks, cfg: cfg, log: log, peers: table, ln: ln, links: map[linkKey]backend.Conn{}, queue: newOpQueue()}
 	c.ctx, c.cancel = context.WithCancelCause(context.Background())
 	c.nodeOf = nodesOf(table)

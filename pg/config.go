@@ -14,8 +14,8 @@ import (
 // DefaultTimeout is torch's default for non-NCCL process groups.
 const DefaultTimeout = 30 * time.Minute
 
-// Sockets per TCP link: the default and the most (GOTREE_NSOCKS_PERTHREAD
-// × GOTREE_SOCKET_NTHREADS).
+// Sockets per TCP link: the default where every rank has CPUs to spare,
+// and the most (GOTREE_NSOCKS_PERTHREAD × GOTREE_SOCKET_NTHREADS).
 const (
 	DefaultSockets = 4
 	MaxSockets     = 16
@@ -43,8 +43,9 @@ type Config struct {
 	CacheDir     string        // GOTREE_CACHE_DIR: kernels compiled with NVRTC ("" = user cache)
 	// Sockets is the number of TCP sockets per link to a rank on another
 	// host: GOTREE_NSOCKS_PERTHREAD × GOTREE_SOCKET_NTHREADS (NCCL's pair;
-	// each socket has its own goroutines), at most MaxSockets. The rank
-	// that dials (the lower) decides for the link.
+	// each socket has its own goroutines), at most MaxSockets; 0 (both
+	// unset): chosen at Init from the CPUs per local rank (autoSockets).
+	// The rank that dials (the lower) decides for the link.
 	Sockets int
 	// CMADisable (GOTREE_CMA_DISABLE=1) keeps ranks of one host from
 	// reading each other's buffers (process_vm_readv): no direct plans.
@@ -337,10 +338,7 @@ func (c Config) withDefaults() Config {
 		c.TraceBufferSize = DefaultTraceBufferSize
 	}
 	c.SlotBytes &^= 15
-	if c.Sockets <= 0 {
-		c.Sockets = DefaultSockets
-	}
-	c.Sockets = min(c.Sockets, MaxSockets)
+	c.Sockets = min(max(c.Sockets, 0), MaxSockets)
 	// MaxChannels 0 (GOTREE_MAX_NCHANNELS unset): chosen at Init from the
 	// CPUs per local rank (autoChannels).
 	if c.MinChannels <= 0 {
@@ -358,26 +356,58 @@ func (c Config) withDefaults() Config {
 // channel is another thread to wake per step), so ranks with fewer than
 // two CPUs each get one channel, else two.
 func DefaultChannels(cpus, local int) int {
-	if cpus > 0 && cpus/max(local, 1) < 2 {
+	if !spareCPUs(cpus, local) {
 		return 1
 	}
 	return 2
 }
 
-// autoChannels is DefaultChannels of the most crowded host, so that every
-// rank builds the same plans.
-func autoChannels(table []rankInfo) int {
+// DefaultSocketsFor is the socket count per TCP link when neither
+// GOTREE_NSOCKS_PERTHREAD nor GOTREE_SOCKET_NTHREADS is set, for a host
+// with cpus CPUs running local ranks: the extra sockets' parts of a
+// message move in parallel only when each rank has CPUs to spare for
+// their goroutines, so ranks with fewer than two CPUs each get one socket
+// (NCCL's default outside the clouds it tunes for), else DefaultSockets.
+// Measured on 2 CPUs, two network namespaces of 2 ranks each, through
+// torch: 16 MiB took 28.7 ms with one socket and 50.0 ms with four, 1 MiB
+// 1.7 and 3.3 ms (docs/bench.md); with one rank per namespace four
+// sockets moved 64 MiB at 1.4–1.8 GB/s against 0.9–1.1 with one.
+func DefaultSocketsFor(cpus, local int) int {
+	if !spareCPUs(cpus, local) {
+		return 1
+	}
+	return DefaultSockets
+}
+
+// spareCPUs reports whether a host with cpus CPUs gives each of its local
+// ranks two or more (a host that did not say how many it has does).
+func spareCPUs(cpus, local int) bool {
+	return cpus <= 0 || cpus/max(local, 1) >= 2
+}
+
+// mostCrowded is the smallest of def(cpus, local ranks) over the hosts of
+// table (at most top): what the most crowded host allows, the same on
+// every rank.
+func mostCrowded(table []rankInfo, top int, def func(cpus, local int) int) int {
 	local := map[string]int{}
 	for _, r := range table {
 		local[r.HostID]++
 	}
 	cpus := cpusByHost(table)
-	ch := 2
-	for h, n := range local {
-		ch = min(ch, DefaultChannels(cpus[h], n))
+	n := top
+	for h, k := range local {
+		n = min(n, def(cpus[h], k))
 	}
-	return ch
+	return n
 }
+
+// autoChannels is DefaultChannels of the most crowded host, so that every
+// rank builds the same plans.
+func autoChannels(table []rankInfo) int { return mostCrowded(table, 2, DefaultChannels) }
+
+// autoSockets is DefaultSocketsFor of the most crowded host: a link is
+// only as fast as the busier of its two ends.
+func autoSockets(table []rankInfo) int { return mostCrowded(table, DefaultSockets, DefaultSocketsFor) }
 
 // algoFor returns the algorithm forced for a collective by GOTREE_ALGO, or
 // nil when more than one is allowed (automatic choice). Syntax as
