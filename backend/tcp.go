@@ -59,8 +59,6 @@ type tcpConn struct {
 	// the FIFO now and then, so that a sender never waits for long on a
 	// receiver busy elsewhere, and a peer's abort is seen.
 	raw     syscall.RawConn // socket 0's descriptor, for pending (nil: not a socket)
-	wakeFd  int             // eventfd that ends a pollReadable (-1: none; wakeMu)
-	wakeMu  sync.Mutex      // orders wakePoll's writes before the eventfd's close
 	rd      chan struct{}   // the right to read socket 0: held while it has an element
 	waiting atomic.Bool     // a receiver waits for rd: the drainer steps aside
 	kick    chan struct{}   // wakes the drainer at once
@@ -187,13 +185,9 @@ func NewStripedTCPConn(cs []net.Conn, peer, channel, slots, slotBytes int) Conn 
 	t := &tcpConn{c: detachSocket(cs[0]), peer: peer, channel: channel, rx: newFIFO(slots, slotBytes), maxMsg: slotBytes,
 		closed: make(chan struct{}), kick: make(chan struct{}, 1), rd: make(chan struct{}, 1)}
 	t.bufs = make(net.Buffers, 0, 2)
-	t.wakeFd = -1
 	if sc, ok := t.c.(syscall.Conn); ok {
 		if rc, err := sc.SyscallConn(); err == nil {
 			t.raw = rc
-			if fd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err == nil {
-				t.wakeFd = fd
-			}
 		}
 	}
 	for _, c := range cs[1:] {
@@ -427,8 +421,7 @@ func (t *tcpConn) readFrame(ctx context.Context, peek bool) error {
 		disarm := t.rguard.arm(ctx, clear, func(inFrame bool) {
 			switch {
 			case !inFrame:
-				_ = t.c.SetReadDeadline(time.Unix(1, 0))
-				t.wakePoll()
+				_ = t.c.SetReadDeadline(time.Unix(1, 0)) // also ends a rawSocket's wait
 			case errors.Is(ctx.Err(), context.DeadlineExceeded):
 				t.setReadDeadline(time.Unix(1, 0))
 			case !dl.IsZero():
@@ -436,7 +429,7 @@ func (t *tcpConn) readFrame(ctx context.Context, peek bool) error {
 			}
 		})
 		defer disarm()
-		t.pollReadable(ctx)
+		t.pollReadable()
 		k, err = t.c.Read(hdr[:])
 		if k > 0 { // a cancellation that raced the first bytes does not count
 			t.rguard.beginFrame(func() {
@@ -499,45 +492,18 @@ func (t *tcpConn) readFrame(ctx context.Context, peek bool) error {
 	return nil
 }
 
-// pollReadable waits, in poll(2) on this thread, until socket 0 has bytes
-// to read, ctx ends or the link closes (both write wakeFd). Waiting in the
-// runtime's network poller instead costs a second wake-up when the caller
-// came from C (torch): its goroutine is locked to its thread, so the
-// poller's thread wakes first and then hands the goroutine over. After it
-// returns, a read finds the bytes, or the deadline ctx's end has set.
-func (t *tcpConn) pollReadable(ctx context.Context) {
-	if t.raw == nil {
-		return // the read waits in the network poller
+// pollReadable gives the bytes of the next frame a short time to arrive
+// on socket 0, yielding the processor (readableSoon), before the read
+// waits for them. Socket 0 is a rawSocket, whose read waits in poll(2) on
+// this thread until the bytes come, its deadline moves (ctx ending sets
+// it) or the link closes: waiting in the runtime's network poller instead
+// would cost a second wake-up when the caller came from C (torch), whose
+// goroutine is locked to its thread.
+func (t *tcpConn) pollReadable() {
+	if t.raw == nil || t.large.Load() {
+		return // a stream other than a socket; or the stripes need the CPUs
 	}
-	t.wakeMu.Lock()
-	wake := t.wakeFd // open until Close, which waits for this read to end
-	t.wakeMu.Unlock()
-	if wake < 0 {
-		return
-	}
-	_ = t.raw.Read(func(fd uintptr) bool {
-		if !t.large.Load() && readableSoon(int32(fd)) {
-			return true
-		}
-		fds := [2]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}, {Fd: int32(wake), Events: unix.POLLIN}}
-		for ctx.Err() == nil {
-			select {
-			case <-t.closed:
-				return true
-			default:
-			}
-			n, err := unix.Poll(fds[:], 1000)
-			if err == unix.EINTR || (err == nil && n == 0) {
-				continue
-			}
-			if fds[1].Revents != 0 {
-				var b [8]byte
-				_, _ = unix.Read(wake, b[:])
-			}
-			break
-		}
-		return true
-	})
+	_ = t.raw.Control(func(fd uintptr) { readableSoon(int32(fd)) })
 }
 
 // readableSoon polls fd without blocking, yielding the processor between
@@ -569,17 +535,6 @@ func readableSoon(fd int32) bool {
 
 // spinning: a receiver of this process is in readableSoon.
 var spinning atomic.Bool
-
-// wakePoll ends a pollReadable now (a stale wake-up only makes the next
-// one return early, to a read that then waits in the network poller).
-func (t *tcpConn) wakePoll() {
-	t.wakeMu.Lock()
-	defer t.wakeMu.Unlock()
-	if t.wakeFd >= 0 {
-		one := [8]byte{1}
-		_, _ = unix.Write(t.wakeFd, one[:])
-	}
-}
 
 // pending reports, without waiting, whether socket 0 has bytes to read
 // (or its end, or an error: anything a read would return at once).
@@ -772,17 +727,10 @@ func (t *tcpConn) Close() error {
 	t.once.Do(func() {
 		close(t.closed)
 		t.rx.fail(t.peerErr("recv", ErrClosed))
-		t.wakePoll()
-		t.c.Close() // returns once no pollReadable uses the socket
+		t.c.Close() // wakes a read waiting on socket 0 and returns once none uses it
 		for _, s := range t.extra {
 			s.c.Close()
 		}
-		t.wakeMu.Lock()
-		if t.wakeFd >= 0 {
-			unix.Close(t.wakeFd)
-			t.wakeFd = -1
-		}
-		t.wakeMu.Unlock()
 	})
 	return nil
 }
