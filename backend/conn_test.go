@@ -198,15 +198,22 @@ func TestConnProbe(t *testing.T) {
 }
 
 // An operation whose caller waits for it yields longer before its waits
-// sleep, also under contexts derived from its own (several streams).
+// sleep, also under contexts derived from its own (several streams);
+// under NoYield other waits do not yield at all.
 func TestYieldPhase(t *testing.T) {
-	require.Equal(t, yieldSpin, yieldPhase(context.Background()))
+	var pol WaitPolicy
+	require.Equal(t, yieldSpin, pol.yieldPhase(context.Background()))
 	ctx := context.WithValue(context.Background(), CallerWaitsKey, true)
-	require.Equal(t, callerYieldSpin, yieldPhase(ctx))
+	require.Equal(t, callerYieldSpin, pol.yieldPhase(ctx))
 	derived, cancel := context.WithCancel(ctx)
 	defer cancel()
-	require.Equal(t, callerYieldSpin, yieldPhase(derived))
+	require.Equal(t, callerYieldSpin, pol.yieldPhase(derived))
 	require.Greater(t, callerYieldSpin, yieldSpin)
+
+	pol.NoYield = true
+	require.Equal(t, time.Duration(0), pol.yieldPhase(context.Background()))
+	require.Equal(t, time.Duration(0), pol.yieldPhase(nil))
+	require.Equal(t, callerYieldSpin, pol.yieldPhase(derived), "a waiting caller's small message keeps its yield phase")
 }
 
 // A shm link reports why it failed (failureReporter): nothing while the

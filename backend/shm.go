@@ -488,7 +488,7 @@ func pollThenYield(ctx context.Context, ready func() bool, pol WaitPolicy) bool 
 	if pol.BusyPoll > 0 && busyPoll(ready, pol) {
 		return true
 	}
-	return yieldUntil(ready, pol.YieldGoroutine, yieldPhase(ctx))
+	return yieldUntil(ready, pol.YieldGoroutine, pol.yieldPhase(ctx))
 }
 
 // WaitPolicy says how a link's waits behave before they sleep on the
@@ -513,6 +513,15 @@ type WaitPolicy struct {
 	// futex sleep and wake each time (small allreduces 10x slower when
 	// ranks share CPUs).
 	YieldGoroutine bool
+	// NoYield skips the yield phase (but for a waiting caller's small
+	// message, see callerYieldSpin) where yielding would not hand the
+	// processor to the ranks that need it: they outnumber the CPUs and
+	// run in other scheduler groups. Linux's autogroup gives every
+	// session a group of its own, and torchrun starts every worker in a
+	// session of its own; sched_yield then lets only this process's own
+	// threads go first, so a yielding wait spins on a CPU that a peer's
+	// group would get if the wait slept.
+	NoYield bool
 }
 
 // busyPollers counts this process's waits that are busy-polling now
@@ -597,10 +606,14 @@ var CallerWaitsKey any = callerWaitsKey{}
 
 type callerWaitsKey struct{}
 
-// yieldPhase is how long a wait of ctx's operation yields before it sleeps.
-func yieldPhase(ctx context.Context) time.Duration {
-	if ctx.Value(CallerWaitsKey) != nil {
+// yieldPhase is how long a wait of ctx's operation under p yields the
+// processor before it sleeps.
+func (p WaitPolicy) yieldPhase(ctx context.Context) time.Duration {
+	switch {
+	case ctx != nil && ctx.Value(CallerWaitsKey) != nil:
 		return callerYieldSpin
+	case p.NoYield:
+		return 0
 	}
 	return yieldSpin
 }

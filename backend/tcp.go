@@ -65,7 +65,13 @@ type tcpConn struct {
 	rguard  ioGuard         // a receiver's context ending interrupts its read
 	large   atomic.Bool     // the last frame was cut over the stripes: no spin (see readableSoon)
 	wguard  ioGuard         // a sender's context ending interrupts its write
+
+	policy atomic.Pointer[WaitPolicy] // how long readableSoon yields (NoYield); nil: yieldSpin
 }
+
+// SetWaitPolicy implements WaitTuner: under NoYield a receiver does not
+// yield the processor while it waits for the next frame.
+func (t *tcpConn) SetWaitPolicy(p WaitPolicy) { t.policy.Store(&p) }
 
 // ioGuard lets the end of a context interrupt one blocking read (or
 // write) of a link, by moving the socket's deadline into the past, and
@@ -503,7 +509,12 @@ func (t *tcpConn) pollReadable() {
 	if t.raw == nil || t.large.Load() {
 		return // a stream other than a socket; or the stripes need the CPUs
 	}
-	_ = t.raw.Control(func(fd uintptr) { readableSoon(int32(fd)) })
+	var pol WaitPolicy
+	if p := t.policy.Load(); p != nil {
+		pol = *p
+	}
+	spin := pol.yieldPhase(nil)
+	_ = t.raw.Control(func(fd uintptr) { readableSoon(int32(fd), spin) })
 }
 
 // readableSoon polls fd without blocking, yielding the processor between
@@ -519,7 +530,7 @@ func (t *tcpConn) pollReadable() {
 // link whose last frame came over its stripes does not spin either: the
 // stripes' readers need the CPUs then, and the wake-up is small beside
 // the message (2 namespaces, 256 KiB: 370-590 µs against 315-405).
-func readableSoon(fd int32) bool {
+func readableSoon(fd int32, spin time.Duration) bool {
 	if !spinning.CompareAndSwap(false, true) {
 		return false
 	}
@@ -530,7 +541,7 @@ func readableSoon(fd int32) bool {
 		n, _, errno := unix.RawSyscall6(unix.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, uintptr(unsafe.Pointer(&zero)), 0, 0, 0)
 		return errno == 0 && n > 0
 	}
-	return readable() || yieldUntil(readable, false, yieldSpin)
+	return readable() || yieldUntil(readable, false, spin)
 }
 
 // spinning: a receiver of this process is in readableSoon.
@@ -734,3 +745,5 @@ func (t *tcpConn) Close() error {
 	})
 	return nil
 }
+
+var _ WaitTuner = (*tcpConn)(nil)

@@ -235,7 +235,7 @@ func TestTCPReadableSoon(t *testing.T) {
 	raw, err := s.SyscallConn()
 	require.NoError(t, err)
 	soon := func() (ok bool) {
-		require.NoError(t, raw.Control(func(fd uintptr) { ok = readableSoon(int32(fd)) }))
+		require.NoError(t, raw.Control(func(fd uintptr) { ok = readableSoon(int32(fd), yieldSpin) }))
 		return ok
 	}
 	t0 := time.Now()

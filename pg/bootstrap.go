@@ -16,16 +16,18 @@ import (
 
 // rankInfo is what every rank tells the bootstrap root about itself.
 type rankInfo struct {
-	Rank      int    `json:"rank"`
-	NRanks    int    `json:"nranks"`
-	HostID    string `json:"host"`
-	DataAddr  string `json:"addr"`
-	Pid       int    `json:"pid"`
-	TimeoutMS int64  `json:"timeout_ms"`
-	CPUs      int    `json:"cpus,omitempty"`   // runtime.NumCPU() of the rank's process
-	CMA       bool   `json:"cma,omitempty"`    // may read and be read by the host's other ranks (backend.CMAUsable)
-	Choice    string `json:"choice,omitempty"` // what decides its plans besides the call (choiceSettings)
-	Stage     string `json:"stage,omitempty"`  // its staging region for shared plans (stage.go); "": none
+	Rank       int    `json:"rank"`
+	NRanks     int    `json:"nranks"`
+	HostID     string `json:"host"`
+	DataAddr   string `json:"addr"`
+	Pid        int    `json:"pid"`
+	TimeoutMS  int64  `json:"timeout_ms"`
+	CPUs       int    `json:"cpus,omitempty"`        // runtime.NumCPU() of the rank's process
+	CMA        bool   `json:"cma,omitempty"`         // may read and be read by the host's other ranks (backend.CMAUsable)
+	Choice     string `json:"choice,omitempty"`      // what decides its plans besides the call (choiceSettings)
+	Stage      string `json:"stage,omitempty"`       // its staging region for shared plans (stage.go); "": none
+	Kernel     string `json:"kernel,omitempty"`      // the running kernel's boot id (sched.go): ranks with the same one share processors
+	SchedGroup string `json:"sched_group,omitempty"` // the scheduler group its yields stay in (sched.go); "": none
 }
 
 type rootReply struct {

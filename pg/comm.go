@@ -158,7 +158,8 @@ func Init(id UniqueID, rank, nranks int, cfg Config) (*Comm, error) {
 		log.Infof("INIT", "direct (single-copy) allreduce off: %s", why)
 	}
 	stage := createStage(cfg, log)
-	info := rankInfo{Rank: rank, NRanks: nranks, HostID: host, DataAddr: ln.Addr().String(), Pid: os.Getpid(), TimeoutMS: cfg.Timeout.Milliseconds(), CPUs: runtime.NumCPU(), CMA: cma, Choice: choiceSettings(cfg)}
+	info := rankInfo{Rank: rank, NRanks: nranks, HostID: host, DataAddr: ln.Addr().String(), Pid: os.Getpid(), TimeoutMS: cfg.Timeout.Milliseconds(), CPUs: runtime.NumCPU(), CMA: cma, Choice: choiceSettings(cfg),
+		Kernel: kernelID(), SchedGroup: schedGroup()}
 	if stage != nil {
 		info.Stage = stage.Name()
 	}
@@ -194,6 +195,9 @@ func Init(id UniqueID, rank, nranks int, cfg Config) (*Comm, error) {
 	c.nodeOf = nodesOf(table)
 	c.devs.maxChannels = devChannels
 	c.waitPolicy = waitPolicyFor(table, rank)
+	if c.waitPolicy.NoYield {
+		log.Infof("INIT", "the %d ranks on this machine's %d CPUs run in different scheduler groups (Linux autogroup: a session each, as torchrun starts them), which a yielding wait does not reach: waits sleep instead of yielding", sharingCPUs(table, rank), cpusOf(table[rank]))
+	}
 	c.direct = directUsable(table)
 	c.cmaPeers = cmaPeersOf(table, rank)
 	c.directFrag = directFragment(table, rank, cfg.SlotBytes)
@@ -613,7 +617,11 @@ func (c *Comm) makeLink(k linkKey, conns []*net.TCPConn, deadline time.Time) (ba
 		for i, conn := range conns {
 			cs[i] = conn
 		}
-		return backend.NewStripedTCPConn(cs, k.peer, k.channel, backend.DefaultSlots, slotBytes), nil
+		l := backend.NewStripedTCPConn(cs, k.peer, k.channel, backend.DefaultSlots, slotBytes)
+		if wt, ok := l.(backend.WaitTuner); ok {
+			wt.SetWaitPolicy(c.waitPolicy)
+		}
+		return l, nil
 	}
 	if len(conns) != 1 {
 		return nil, fmt.Errorf("%w: rank %d sent %d sockets for a shared-memory link (channel %d)", ErrRemote, k.peer, len(conns), k.channel)
@@ -631,21 +639,24 @@ func (c *Comm) makeLink(k linkKey, conns []*net.TCPConn, deadline time.Time) (ba
 	return l, err
 }
 
-// waitPolicyFor is how shared-memory waits behave on this rank: ranks of
-// this communicator that are goroutines of this very process (tests,
+// waitPolicyFor is how waits behave on this rank (shared-memory links,
+// staging-region rounds, a TCP receiver's wait for the next frame): ranks
+// of this communicator that are goroutines of this very process (tests,
 // ranks as threads) share its Ps, so a waiter yields its goroutine and
 // never busy-polls; otherwise it busy-polls for BusyPoll when the host has
 // a CPU for each of its ranks, with at most its share of the CPUs polling
-// at once.
+// at once, and skips the yield phase where yields do not reach the ranks
+// that share its CPUs (yieldsMissPeers).
 func waitPolicyFor(table []rankInfo, rank int) backend.WaitPolicy {
 	local, here := localRanks(table, rank)
+	cpus := cpusOf(table[rank])
 	switch {
 	case here > 1:
 		return backend.WaitPolicy{YieldGoroutine: true}
-	case local <= runtime.NumCPU():
-		return backend.WaitPolicy{BusyPoll: BusyPoll, Pollers: runtime.NumCPU() / local}
+	case local <= cpus:
+		return backend.WaitPolicy{BusyPoll: BusyPoll, Pollers: cpus / local, NoYield: yieldsMissPeers(table, rank)}
 	}
-	return backend.WaitPolicy{}
+	return backend.WaitPolicy{NoYield: yieldsMissPeers(table, rank)}
 }
 
 const BusyPoll = 20 * time.Microsecond
