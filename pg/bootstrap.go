@@ -28,6 +28,7 @@ type rankInfo struct {
 	Stage      string `json:"stage,omitempty"`       // its staging region for shared plans (stage.go); "": none
 	Kernel     string `json:"kernel,omitempty"`      // the running kernel's boot id (sched.go): ranks with the same one share processors
 	SchedGroup string `json:"sched_group,omitempty"` // the scheduler group its yields stay in (sched.go); "": none
+	CPUMask    string `json:"cpu_mask,omitempty"`    // the CPUs its process may run on, hexadecimal (sched.go); "": unknown
 }
 
 type rootReply struct {

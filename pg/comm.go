@@ -159,7 +159,7 @@ func Init(id UniqueID, rank, nranks int, cfg Config) (*Comm, error) {
 	}
 	stage := createStage(cfg, log)
 	info := rankInfo{Rank: rank, NRanks: nranks, HostID: host, DataAddr: ln.Addr().String(), Pid: os.Getpid(), TimeoutMS: cfg.Timeout.Milliseconds(), CPUs: runtime.NumCPU(), CMA: cma, Choice: choiceSettings(cfg),
-		Kernel: kernelID(), SchedGroup: schedGroup()}
+		Kernel: kernelID(), SchedGroup: schedGroup(), CPUMask: cpuMask()}
 	if stage != nil {
 		info.Stage = stage.Name()
 	}

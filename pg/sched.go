@@ -1,9 +1,12 @@
 package pg
 
 import (
+	"math/big"
 	"os"
 	"runtime"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // This file finds which ranks share this machine's processors and whether
@@ -43,6 +46,38 @@ func schedGroup() string {
 	return f[0]
 }
 
+// cpuMask is the set of CPUs this process may run on, as a hexadecimal
+// bit mask (bit i: CPU i; CPUs 0-1023). "": unknown.
+func cpuMask() string {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return ""
+	}
+	var m big.Int
+	for cpu := 0; cpu < len(set)*64; cpu++ {
+		if set.IsSet(cpu) {
+			m.SetBit(&m, cpu, 1)
+		}
+	}
+	if m.Sign() == 0 {
+		return ""
+	}
+	return m.Text(16)
+}
+
+// masksOverlap reports whether two cpuMask values share a CPU; an
+// unknown or unreadable mask overlaps everything.
+func masksOverlap(a, b string) bool {
+	var x, y big.Int
+	if _, ok := x.SetString(a, 16); !ok {
+		return true
+	}
+	if _, ok := y.SetString(b, 16); !ok {
+		return true
+	}
+	return x.And(&x, &y).Sign() != 0
+}
+
 // cpusOf is the number of CPUs a rank's process may run on.
 func cpusOf(r rankInfo) int {
 	if r.CPUs > 0 {
@@ -72,7 +107,7 @@ func yieldsMissPeers(table []rankInfo, rank int) bool {
 }
 
 // sharingCPUs counts the ranks that share rank's processors: its host's
-// and any other on the same kernel.
+// and any other on the same kernel whose CPUs overlap its own.
 func sharingCPUs(table []rankInfo, rank int) int {
 	n := 0
 	for _, r := range table {
@@ -83,7 +118,9 @@ func sharingCPUs(table []rankInfo, rank int) int {
 	return n
 }
 
-// sharesCPUs: a and b are on one host, or on one kernel.
+// sharesCPUs: a and b are on one host, or on one kernel with CPU sets
+// that overlap (containers pinned to different CPUs of one machine do
+// not share them).
 func sharesCPUs(a, b rankInfo) bool {
-	return a.HostID == b.HostID || (a.Kernel != "" && a.Kernel == b.Kernel)
+	return a.HostID == b.HostID || (a.Kernel != "" && a.Kernel == b.Kernel && masksOverlap(a.CPUMask, b.CPUMask))
 }

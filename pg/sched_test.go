@@ -2,11 +2,13 @@ package pg
 
 import (
 	"fmt"
+	"math/big"
 	"os"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/gotree/gotree/backend"
 )
@@ -36,6 +38,17 @@ func TestWaitPolicyNoYield(t *testing.T) {
 	// 2 CPUs though each host has a CPU per rank.
 	ns := []rankInfo{rank(0, "n0", "k", "/autogroup-1"), rank(1, "n0", "k", "/autogroup-2"), rank(2, "n1", "k", "/autogroup-3"), rank(3, "n1", "k", "/autogroup-4")}
 	require.Equal(t, backend.WaitPolicy{BusyPoll: BusyPoll, Pollers: 1, NoYield: true}, waitPolicyFor(ns, 2))
+	// The same on one kernel, each namespace pinned to CPUs of its own.
+	for i := range ns {
+		ns[i].CPUMask = []string{"3", "c"}[i/2]
+	}
+	require.Equal(t, backend.WaitPolicy{BusyPoll: BusyPoll, Pollers: 1}, waitPolicyFor(ns, 2))
+	require.Equal(t, 2, sharingCPUs(ns, 2))
+	ns[0].CPUMask = "6" // CPUs 1 and 2: overlaps both
+	require.Equal(t, 3, sharingCPUs(ns, 2))
+	for i := range ns {
+		ns[i].CPUMask = ""
+	}
 	// The same on different kernels (real nodes), or kernels unknown.
 	for i := range ns {
 		ns[i].Kernel = fmt.Sprintf("k%d", i/2)
@@ -52,8 +65,27 @@ func TestWaitPolicyNoYield(t *testing.T) {
 	require.Equal(t, 4, sharingCPUs(own, 0))
 }
 
-// kernelID and schedGroup read what Linux says about this process.
+func TestMasksOverlap(t *testing.T) {
+	require.True(t, masksOverlap("3", "2"))
+	require.False(t, masksOverlap("3", "c"))
+	require.False(t, masksOverlap("10000000000000000000000000000000000000001", "2")) // CPUs 0 and 160 against 1
+	require.True(t, masksOverlap("10000000000000000000000000000000000000001", "10000000000000000000000000000000000000000"))
+	require.True(t, masksOverlap("", "c"), "unknown overlaps everything")
+	require.True(t, masksOverlap("zz", "c"))
+}
+
+// kernelID, schedGroup and cpuMask read what Linux says about this process.
 func TestSchedFacts(t *testing.T) {
+	var set unix.CPUSet
+	require.NoError(t, unix.SchedGetaffinity(0, &set))
+	var want big.Int
+	for cpu := 0; cpu < 1024; cpu++ {
+		if set.IsSet(cpu) {
+			want.SetBit(&want, cpu, 1)
+		}
+	}
+	require.Equal(t, want.Text(16), cpuMask())
+
 	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	if err != nil {
 		t.Skipf("no boot id here: %v", err)
