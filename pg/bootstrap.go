@@ -36,7 +36,14 @@ type rootReply struct {
 	Ranks []rankInfo `json:"ranks,omitempty"`
 }
 
+// maxFrame bounds a bootstrap frame: one rank's join. The root's reply,
+// the whole table, may have replyBytesPerRank more per rank.
 const maxFrame = 4 << 20
+
+// replyBytesPerRank is what a rank allows the root's reply per rank of
+// the table beyond maxFrame (a rankInfo is a few hundred bytes of JSON:
+// host id, address, kernel, scheduler group, CPU mask, staging region).
+const replyBytesPerRank = 4 << 10
 
 func writeFrame(c net.Conn, v any) error {
 	b, err := json.Marshal(v)
@@ -49,14 +56,17 @@ func writeFrame(c net.Conn, v any) error {
 	return err
 }
 
-func readFrame(c net.Conn, v any) error {
+func readFrame(c net.Conn, v any) error { return readFrameLimit(c, v, maxFrame) }
+
+// readFrameLimit reads a frame of at most limit bytes into v.
+func readFrameLimit(c net.Conn, v any, limit int64) error {
 	var hdr [4]byte
 	if _, err := io.ReadFull(c, hdr[:]); err != nil {
 		return err
 	}
 	n := binary.LittleEndian.Uint32(hdr[:])
-	if n > maxFrame {
-		return fmt.Errorf("bootstrap frame of %d bytes exceeds the %d-byte limit", n, maxFrame)
+	if int64(n) > limit {
+		return fmt.Errorf("bootstrap frame of %d bytes exceeds the %d-byte limit", n, limit)
 	}
 	b := make([]byte, n)
 	if _, err := io.ReadFull(c, b); err != nil {
@@ -259,7 +269,7 @@ func joinRoot(uid uidFields, info rankInfo, timeout time.Duration) ([]rankInfo, 
 	// The root's own deadline fires first and says who is missing.
 	_ = c.SetReadDeadline(deadline.Add(5 * time.Second))
 	var r rootReply
-	if err := readFrame(c, &r); err != nil {
+	if err := readFrameLimit(c, &r, maxFrame+int64(info.NRanks)*replyBytesPerRank); err != nil {
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
 			return nil, fmt.Errorf("%w: rank %d: waited %v for all %d ranks to join; the bootstrap root did not answer", ErrTimeout, info.Rank, timeout, info.NRanks)
