@@ -66,12 +66,12 @@ type tcpConn struct {
 	large   atomic.Bool     // the last frame was cut over the stripes: no spin (see readableSoon)
 	wguard  ioGuard         // a sender's context ending interrupts its write
 
-	policy atomic.Pointer[WaitPolicy] // how long readableSoon yields (NoYield); nil: yieldSpin
+	spin atomic.Int64 // how long readableSoon yields, ns (SetWaitPolicy; yieldSpin until then)
 }
 
 // SetWaitPolicy implements WaitTuner: under NoYield a receiver does not
 // yield the processor while it waits for the next frame.
-func (t *tcpConn) SetWaitPolicy(p WaitPolicy) { t.policy.Store(&p) }
+func (t *tcpConn) SetWaitPolicy(p WaitPolicy) { t.spin.Store(int64(p.yieldPhase(nil))) }
 
 // ioGuard lets the end of a context interrupt one blocking read (or
 // write) of a link, by moving the socket's deadline into the past, and
@@ -191,6 +191,7 @@ func NewStripedTCPConn(cs []net.Conn, peer, channel, slots, slotBytes int) Conn 
 	t := &tcpConn{c: detachSocket(cs[0]), peer: peer, channel: channel, rx: newFIFO(slots, slotBytes), maxMsg: slotBytes,
 		closed: make(chan struct{}), kick: make(chan struct{}, 1), rd: make(chan struct{}, 1)}
 	t.bufs = make(net.Buffers, 0, 2)
+	t.spin.Store(int64(yieldSpin))
 	if sc, ok := t.c.(syscall.Conn); ok {
 		if rc, err := sc.SyscallConn(); err == nil {
 			t.raw = rc
@@ -509,11 +510,7 @@ func (t *tcpConn) pollReadable() {
 	if t.raw == nil || t.large.Load() {
 		return // a stream other than a socket; or the stripes need the CPUs
 	}
-	var pol WaitPolicy
-	if p := t.policy.Load(); p != nil {
-		pol = *p
-	}
-	spin := pol.yieldPhase(nil)
+	spin := time.Duration(t.spin.Load())
 	_ = t.raw.Control(func(fd uintptr) { readableSoon(int32(fd), spin) })
 }
 

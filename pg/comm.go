@@ -270,8 +270,8 @@ func sameChoiceSettings(table []rankInfo) error {
 
 func defaultHostID() string {
 	h, _ := os.Hostname()
-	if b, err := os.ReadFile("/proc/sys/kernel/random/boot_id"); err == nil {
-		return h + "/" + string(trimNL(b))
+	if k := kernelID(); k != "" {
+		return h + "/" + k
 	}
 	return h
 }
@@ -612,25 +612,20 @@ func (c *Comm) makeLink(k linkKey, conns []*net.TCPConn, deadline time.Time) (ba
 	if k.channel == ctrlChannel {
 		slotBytes = ctrlSlotBytes // views only: a few hundred bytes each
 	}
-	if !c.shmLink(k.peer) {
+	var l backend.Conn
+	var err error
+	switch {
+	case !c.shmLink(k.peer):
 		cs := make([]net.Conn, len(conns))
 		for i, conn := range conns {
 			cs[i] = conn
 		}
-		l := backend.NewStripedTCPConn(cs, k.peer, k.channel, backend.DefaultSlots, slotBytes)
-		if wt, ok := l.(backend.WaitTuner); ok {
-			wt.SetWaitPolicy(c.waitPolicy)
-		}
-		return l, nil
-	}
-	if len(conns) != 1 {
+		l = backend.NewStripedTCPConn(cs, k.peer, k.channel, backend.DefaultSlots, slotBytes)
+	case len(conns) != 1:
 		return nil, fmt.Errorf("%w: rank %d sent %d sockets for a shared-memory link (channel %d)", ErrRemote, k.peer, len(conns), k.channel)
-	}
-	var l backend.Conn
-	var err error
-	if c.rank < k.peer {
+	case c.rank < k.peer:
 		l, err = backend.CreateShmConn(conns[0], k.peer, k.channel, backend.DefaultSlots, slotBytes, deadline)
-	} else {
+	default:
 		l, err = backend.OpenShmConn(conns[0], k.peer, k.channel, deadline)
 	}
 	if wt, ok := l.(backend.WaitTuner); ok && err == nil {

@@ -95,27 +95,31 @@ func cpusOf(r rankInfo) int {
 // "Yielding under autogroup").
 func yieldsMissPeers(table []rankInfo, rank int) bool {
 	me := table[rank]
-	if me.SchedGroup == "" || sharingCPUs(table, rank) <= cpusOf(me) {
+	if me.SchedGroup == "" {
 		return false
 	}
-	for _, r := range table {
-		if sharesCPUs(me, r) && r.SchedGroup != me.SchedGroup {
-			return true
-		}
-	}
-	return false
+	n, apart := sharers(table, rank)
+	return apart && n > cpusOf(me)
 }
 
 // sharingCPUs counts the ranks that share rank's processors: its host's
 // and any other on the same kernel whose CPUs overlap its own.
 func sharingCPUs(table []rankInfo, rank int) int {
-	n := 0
+	n, _ := sharers(table, rank)
+	return n
+}
+
+// sharers counts the ranks that share rank's processors (sharesCPUs) and
+// says whether any of them is in another scheduler group.
+func sharers(table []rankInfo, rank int) (n int, apart bool) {
+	me := table[rank]
 	for _, r := range table {
-		if sharesCPUs(table[rank], r) {
+		if sharesCPUs(me, r) {
 			n++
+			apart = apart || r.SchedGroup != me.SchedGroup
 		}
 	}
-	return n
+	return n, apart
 }
 
 // sharesCPUs: a and b are on one host, or on one kernel with CPU sets
