@@ -24,26 +24,105 @@ func kernelID() string {
 }
 
 // schedGroup names the scheduler group that this process's sched_yield
-// is confined to. With Linux's autogroup on, every session has a group of
-// its own (/proc/self/autogroup reads "/autogroup-N nice 0"), and the
-// scheduler shares the processors between groups first: a thread that
-// yields lets the other threads of its group go first, never another
-// group's. torchrun starts every worker in a session of its own. "":
-// autogroup off or unknown, where a yield reaches every process.
+// is confined to: the scheduler shares the processors between groups
+// first, and a thread that yields lets the other threads of its group go
+// first, never another group's. A process in a cgroup with the cpu
+// controller is in that cgroup's group ("cgroup:[ns]/path": its cgroup
+// namespace and path). Otherwise, with Linux's autogroup on, every session
+// has a group of its own (/proc/self/autogroup reads "/autogroup-N nice 0";
+// torchrun starts every worker in a session of its own), and a process
+// that never left the first session is in the root group ("/": the file
+// reads empty). "": autogroup off or unknown, where a yield reaches every
+// process outside cgroups.
 func schedGroup() string {
-	on, err := os.ReadFile("/proc/sys/kernel/sched_autogroup_enabled")
+	return schedGroupFrom(procFacts{
+		read:     os.ReadFile,
+		readlink: os.Readlink,
+		exists: func(path string) bool {
+			_, err := os.Stat(path)
+			return err == nil
+		},
+	})
+}
+
+// procFacts is how schedGroupFrom reads the system (tests give it a fake).
+type procFacts struct {
+	read     func(path string) ([]byte, error)
+	readlink func(path string) (string, error)
+	exists   func(path string) bool
+}
+
+func schedGroupFrom(p procFacts) string {
+	if cg := cpuCgroup(p); cg != "" {
+		return cg
+	}
+	on, err := p.read("/proc/sys/kernel/sched_autogroup_enabled")
 	if err != nil || strings.TrimSpace(string(on)) != "1" {
 		return ""
 	}
-	b, err := os.ReadFile("/proc/self/autogroup")
+	b, err := p.read("/proc/self/autogroup")
 	if err != nil {
 		return ""
 	}
 	f := strings.Fields(string(b))
 	if len(f) == 0 {
-		return ""
+		return "/" // the default autogroup, which is the root group
 	}
 	return f[0]
+}
+
+// cpuCgroup names the cgroup whose share of the processors this process
+// gets ("cgroup:[ns]/path"), or "" where that is the root group (where
+// autogroup applies) or unknown. Under cgroup v1 that is the path of the
+// hierarchy with the cpu controller; under v2 the nearest cgroup on the
+// process's path that has the cpu controller (a cpu.weight file): the
+// root has none, and the root of a container's cgroup namespace does.
+func cpuCgroup(p procFacts) string {
+	b, err := p.read("/proc/self/cgroup")
+	if err != nil {
+		return ""
+	}
+	ns, _ := p.readlink("/proc/self/ns/cgroup")
+	unified := ""
+	for _, line := range strings.Split(string(trimNL(b)), "\n") {
+		f := strings.SplitN(line, ":", 3)
+		if len(f) != 3 {
+			continue
+		}
+		if f[0] == "0" && f[1] == "" {
+			unified = f[2]
+			continue
+		}
+		for _, c := range strings.Split(f[1], ",") {
+			if c == "cpu" {
+				if f[2] == "/" {
+					return ""
+				}
+				return ns + f[2]
+			}
+		}
+	}
+	if unified == "" {
+		return ""
+	}
+	for dir := unified; ; {
+		if p.exists("/sys/fs/cgroup" + strings.TrimSuffix(dir, "/") + "/cpu.weight") {
+			return ns + dir
+		}
+		if dir == "/" || dir == "" {
+			return ""
+		}
+		dir = parentDir(dir)
+	}
+}
+
+// parentDir is the parent of a cgroup path ("/a/b" → "/a", "/a" → "/").
+func parentDir(dir string) string {
+	i := strings.LastIndex(strings.TrimSuffix(dir, "/"), "/")
+	if i <= 0 {
+		return "/"
+	}
+	return dir[:i]
 }
 
 // cpuMask is the set of CPUs this process may run on, as a hexadecimal

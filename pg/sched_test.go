@@ -91,6 +91,10 @@ func TestSchedFacts(t *testing.T) {
 		t.Skipf("no boot id here: %v", err)
 	}
 	require.Equal(t, strings.TrimSpace(string(boot)), kernelID())
+	t.Logf("scheduler group: %q", schedGroup())
+	if cg := schedGroup(); strings.HasPrefix(cg, "cgroup:") {
+		return // a cpu cgroup's group: TestSchedGroupFrom covers the reading
+	}
 	on, err := os.ReadFile("/proc/sys/kernel/sched_autogroup_enabled")
 	if err != nil || strings.TrimSpace(string(on)) != "1" {
 		require.Equal(t, "", schedGroup(), "autogroup off or absent")
@@ -98,6 +102,72 @@ func TestSchedFacts(t *testing.T) {
 	}
 	g, err := os.ReadFile("/proc/self/autogroup")
 	require.NoError(t, err)
+	if len(strings.TrimSpace(string(g))) == 0 {
+		require.Equal(t, "/", schedGroup(), "the default autogroup reads empty")
+		return
+	}
 	require.True(t, strings.HasPrefix(string(g), schedGroup()+" "), "%q against %q", g, schedGroup())
 	require.True(t, strings.HasPrefix(schedGroup(), "/autogroup-"), schedGroup())
+}
+
+// schedGroupFrom reads cgroups v1 and v2, namespaces and autogroup.
+func TestSchedGroupFrom(t *testing.T) {
+	const ns = "cgroup:[4026531835]"
+	fake := func(files map[string]string, dirsWithCPU ...string) procFacts {
+		return procFacts{
+			read: func(path string) ([]byte, error) {
+				if s, ok := files[path]; ok {
+					return []byte(s), nil
+				}
+				return nil, os.ErrNotExist
+			},
+			readlink: func(path string) (string, error) {
+				if path == "/proc/self/ns/cgroup" {
+					return ns, nil
+				}
+				return "", os.ErrNotExist
+			},
+			exists: func(path string) bool {
+				for _, d := range dirsWithCPU {
+					if path == "/sys/fs/cgroup"+d+"/cpu.weight" {
+						return true
+					}
+				}
+				return false
+			},
+		}
+	}
+	const on, v1root = "1\n", "4:memory:/x\n2:cpuacct,cpu:/\n0::/\n"
+	ag := "/autogroup-17 nice 0\n"
+	for _, c := range []struct {
+		name  string
+		files map[string]string
+		cpu   []string
+		want  string
+	}{
+		{"v1 root, own session", map[string]string{"/proc/self/cgroup": v1root,
+			"/proc/sys/kernel/sched_autogroup_enabled": on, "/proc/self/autogroup": ag}, nil, "/autogroup-17"},
+		{"v1 root, first session", map[string]string{"/proc/self/cgroup": v1root,
+			"/proc/sys/kernel/sched_autogroup_enabled": on, "/proc/self/autogroup": ""}, nil, "/"},
+		{"v1 root, autogroup off", map[string]string{"/proc/self/cgroup": v1root,
+			"/proc/sys/kernel/sched_autogroup_enabled": "0\n", "/proc/self/autogroup": ag}, nil, ""},
+		{"v1 cpu cgroup wins over autogroup", map[string]string{
+			"/proc/self/cgroup":                        "3:cpu,cpuacct:/docker/abc\n0::/\n",
+			"/proc/sys/kernel/sched_autogroup_enabled": on, "/proc/self/autogroup": ag}, nil, ns + "/docker/abc"},
+		{"v2 leaf without cpu: nearest ancestor with it", map[string]string{
+			"/proc/self/cgroup":                        "0::/system.slice/ci.service/job\n",
+			"/proc/sys/kernel/sched_autogroup_enabled": on, "/proc/self/autogroup": ag},
+			[]string{"/system.slice"}, ns + "/system.slice"},
+		{"v2 namespace root with cpu", map[string]string{"/proc/self/cgroup": "0::/\n"}, []string{""}, ns + "/"},
+		{"v2 host root", map[string]string{"/proc/self/cgroup": "0::/\n",
+			"/proc/sys/kernel/sched_autogroup_enabled": on, "/proc/self/autogroup": ag}, nil, "/autogroup-17"},
+		{"nothing readable", map[string]string{}, nil, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			require.Equal(t, c.want, schedGroupFrom(fake(c.files, c.cpu...)))
+		})
+	}
+	require.Equal(t, "/a", parentDir("/a/b"))
+	require.Equal(t, "/", parentDir("/a"))
+	require.Equal(t, "/", parentDir("/"))
 }
