@@ -82,7 +82,8 @@ func cpuCgroup(p procFacts) string {
 	if err != nil {
 		return ""
 	}
-	ns, _ := p.readlink("/proc/self/ns/cgroup")
+	ns, _ := p.readlink("/proc/self/ns/cgroup") // "cgroup:[inode]"
+	ns = "cgroup:" + strings.TrimPrefix(ns, "cgroup:")
 	unified := ""
 	for _, line := range strings.Split(string(trimNL(b)), "\n") {
 		f := strings.SplitN(line, ":", 3)

@@ -113,6 +113,7 @@ func TestSchedFacts(t *testing.T) {
 // schedGroupFrom reads cgroups v1 and v2, namespaces and autogroup.
 func TestSchedGroupFrom(t *testing.T) {
 	const ns = "cgroup:[4026531835]"
+	// files holds what reading (or, for links, readlink) each path gives.
 	fake := func(files map[string]string, dirsWithCPU ...string) procFacts {
 		return procFacts{
 			read: func(path string) ([]byte, error) {
@@ -122,8 +123,8 @@ func TestSchedGroupFrom(t *testing.T) {
 				return nil, os.ErrNotExist
 			},
 			readlink: func(path string) (string, error) {
-				if path == "/proc/self/ns/cgroup" {
-					return ns, nil
+				if l, ok := files[path]; ok {
+					return l, nil
 				}
 				return "", os.ErrNotExist
 			},
@@ -152,16 +153,18 @@ func TestSchedGroupFrom(t *testing.T) {
 		{"v1 root, autogroup off", map[string]string{"/proc/self/cgroup": v1root,
 			"/proc/sys/kernel/sched_autogroup_enabled": "0\n", "/proc/self/autogroup": ag}, nil, ""},
 		{"v1 cpu cgroup wins over autogroup", map[string]string{
-			"/proc/self/cgroup":                        "3:cpu,cpuacct:/docker/abc\n0::/\n",
+			"/proc/self/cgroup": "3:cpu,cpuacct:/docker/abc\n0::/\n", "/proc/self/ns/cgroup": ns,
 			"/proc/sys/kernel/sched_autogroup_enabled": on, "/proc/self/autogroup": ag}, nil, ns + "/docker/abc"},
 		{"v2 leaf without cpu: nearest ancestor with it", map[string]string{
-			"/proc/self/cgroup":                        "0::/system.slice/ci.service/job\n",
+			"/proc/self/cgroup": "0::/system.slice/ci.service/job\n", "/proc/self/ns/cgroup": ns,
 			"/proc/sys/kernel/sched_autogroup_enabled": on, "/proc/self/autogroup": ag},
 			[]string{"/system.slice"}, ns + "/system.slice"},
-		{"v2 namespace root with cpu", map[string]string{"/proc/self/cgroup": "0::/\n"}, []string{""}, ns + "/"},
+		{"v2 namespace root with cpu", map[string]string{"/proc/self/cgroup": "0::/\n", "/proc/self/ns/cgroup": ns}, []string{""}, ns + "/"},
 		{"v2 host root", map[string]string{"/proc/self/cgroup": "0::/\n",
 			"/proc/sys/kernel/sched_autogroup_enabled": on, "/proc/self/autogroup": ag}, nil, "/autogroup-17"},
 		{"nothing readable", map[string]string{}, nil, ""},
+		{"no cgroup namespace link", map[string]string{"/proc/self/cgroup": "1:cpu:/k8s/pod\n"}, nil, "cgroup:/k8s/pod"},
+		{"the namespace link", map[string]string{"/proc/self/cgroup": "1:cpu:/k8s/pod\n", "/proc/self/ns/cgroup": "cgroup:[4026532511]"}, nil, "cgroup:[4026532511]/k8s/pod"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			require.Equal(t, c.want, schedGroupFrom(fake(c.files, c.cpu...)))
