@@ -196,7 +196,7 @@ func Init(id UniqueID, rank, nranks int, cfg Config) (*Comm, error) {
 	c.devs.maxChannels = devChannels
 	c.waitPolicy = waitPolicyFor(table, rank)
 	if c.waitPolicy.NoYield {
-		log.Infof("INIT", "the %d ranks on this machine's %d CPUs run in different scheduler groups (Linux autogroup: a session each, as torchrun starts them), which a yielding wait does not reach: waits sleep instead of yielding", sharingCPUs(table, rank), cpusOf(table[rank]))
+		log.Infof("INIT", "the %d ranks on this machine's %d CPUs run in different scheduler groups (this rank's: %s; Linux autogroup gives a session each, as torchrun starts them, and a cpu cgroup is one, as a container's), which a yielding wait does not reach: waits sleep instead of yielding", sharingCPUs(table, rank), cpusOf(table[rank]), table[rank].SchedGroup)
 	}
 	c.direct = directUsable(table)
 	c.cmaPeers = cmaPeersOf(table, rank)
