@@ -3,6 +3,7 @@ package pg
 import (
 	"math/big"
 	"os"
+	"path"
 	"runtime"
 	"strings"
 
@@ -106,24 +107,14 @@ func cpuCgroup(p procFacts) string {
 	if unified == "" {
 		return ""
 	}
-	for dir := unified; ; {
-		if p.exists("/sys/fs/cgroup" + strings.TrimSuffix(dir, "/") + "/cpu.weight") {
+	for dir := unified; ; dir = path.Dir(dir) {
+		if p.exists(path.Join("/sys/fs/cgroup", dir, "cpu.weight")) {
 			return ns + dir
 		}
-		if dir == "/" || dir == "" {
+		if dir == "/" || dir == "." { // path.Dir ends at "/" ("." for a relative path)
 			return ""
 		}
-		dir = parentDir(dir)
 	}
-}
-
-// parentDir is the parent of a cgroup path ("/a/b" → "/a", "/a" → "/").
-func parentDir(dir string) string {
-	i := strings.LastIndex(strings.TrimSuffix(dir, "/"), "/")
-	if i <= 0 {
-		return "/"
-	}
-	return dir[:i]
 }
 
 // cpuMask is the set of CPUs this process may run on, as a hexadecimal

@@ -170,7 +170,4 @@ func TestSchedGroupFrom(t *testing.T) {
 			require.Equal(t, c.want, schedGroupFrom(fake(c.files, c.cpu...)))
 		})
 	}
-	require.Equal(t, "/a", parentDir("/a/b"))
-	require.Equal(t, "/", parentDir("/a"))
-	require.Equal(t, "/", parentDir("/"))
 }
