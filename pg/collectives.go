@@ -459,10 +459,17 @@ func (c *Comm) buildPlanFor(a collArgs) (*algorithms.Plan, error) {
 	if a.pick != nil {
 		pr = *a.pick
 	}
+	chunk := int64(backend.DefaultSlots * c.cfg.SlotBytes / 2) // half a link's FIFO (GOTREE_BUFFSIZE)
+	if pr.Algo == algorithms.Shared {
+		// Shared plans move chunks through the staging regions, not the
+		// links: their chunk is what the regions were made for (stage.go),
+		// whatever GOTREE_BUFFSIZE says.
+		chunk = algorithms.SharedStageBytes
+	}
 	req := algorithms.PlanRequest{
 		Coll: a.coll, Algo: pr.Algo, Proto: algorithms.Simple,
 		Count: a.count, DType: a.dt, Op: a.op, Root: a.root,
-		ChunkBytes:    int64(backend.DefaultSlots * c.cfg.SlotBytes / 2),
+		ChunkBytes:    chunk,
 		FragmentBytes: int64(c.cfg.SlotBytes), // Exec's fragBytes (execPlanCtx)
 		// The model's channel count (within GOTREE_MIN/MAX_NCHANNELS);
 		// a minimum above one keeps that many even for small messages.

@@ -48,6 +48,34 @@ func TestSharedAllReduce(t *testing.T) {
 	}
 }
 
+// A shared plan's chunk is the staging region's, whatever the links' FIFO
+// size: with GOTREE_BUFFSIZE at NCCL's 4 MiB (a slot of 512 KiB) the
+// plans once asked for 4 MiB regions and every allreduce failed; with a
+// small FIFO they still use the regions' chunk. Exact sums at 2 and 3
+// ranks, at counts of one chunk and of several.
+func TestSharedAllReduceAnyBuffSize(t *testing.T) {
+	for _, slot := range []int{64 << 10, 512 << 10, 2 << 20} {
+		for _, n := range []int{2, 3} {
+			cfg := testConfig()
+			cfg.Algo = "allreduce:shared"
+			cfg.SlotBytes = slot
+			comms := startComms(t, n, nil, cfg)
+			chunk := int64(algorithms.SharedStageBytes / 8)
+			for _, count := range []int64{7, chunk + 1, 4*chunk + 3} {
+				p, err := comms[0].PlanOf(algorithms.AllReduce, count, algorithms.Int64, algorithms.Sum, 0, false)
+				require.NoError(t, err)
+				require.Equal(t, algorithms.Shared, p.Algo, "slot %d, n=%d, count %d", slot, n, count)
+				require.LessOrEqual(t, p.StageElems*8, int64(2*algorithms.SharedStageBytes), "slot %d: the plan fits the staging region", slot)
+				checkAllReduceInt64(t, comms, count, false)
+				checkAllReduceInt64(t, comms, count, true)
+			}
+			for _, c := range comms {
+				require.NoError(t, c.Destroy())
+			}
+		}
+	}
+}
+
 // Shared plans need every rank on one host with shared-memory links:
 // across host ids, with GOTREE_SHM_DISABLE=1, or when GOTREE_ALGO rules
 // them out, no staging region is made and GOTREE_ALGO=shared runs the
