@@ -34,7 +34,7 @@ func ParseAlgoSpec(spec string, coll Collective) (AlgoSet, error) {
 		if ignoredAlgoNames[name] {
 			return 0, false, nil
 		}
-		return 0, false, fmt.Errorf("unknown algorithm %q (want ring, tree, hd or auto)", name)
+		return 0, false, fmt.Errorf("unknown algorithm %q (want one of %s, auto; NCCL's collnet, nvls and pat are accepted and ignored)", name, AlgorithmNames())
 	}, int(AllAlgos))
 	return AlgoSet(m), err
 }

@@ -238,7 +238,7 @@ func TestParseSpecs(t *testing.T) {
 		{"allreduce:tree;allgather:ring", AllGather, 1 << Ring, ""},
 		{"allreduce:tree;allgather:ring", Broadcast, AllAlgos, ""},
 		{"allreduce:^ring", AllReduce, 1<<Tree | 1<<HalvingDoubling | 1<<Direct | 1<<OneShot | 1<<Shared, ""},
-		{"bogus", AllReduce, 0, "unknown algorithm"},
+		{"bogus", AllReduce, 0, `unknown algorithm "bogus" (want one of ring, tree, hd, direct, oneshot, shared, auto;`},
 		{"^ring,tree,hd,direct,oneshot,shared", AllReduce, 0, "nothing"},
 		{"nvls", AllReduce, 0, "nothing"},
 		{"allreduce", AllReduce, AllAlgos, "unknown algorithm"},

@@ -1,6 +1,9 @@
 package algorithms
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // DType is an element type. The numeric values are part of the C ABI
 // (capi/gotree.h, gotree_dtype_t) and must not change.
@@ -236,7 +239,17 @@ func ParseAlgorithm(name string) (Algorithm, error) {
 			return a, nil
 		}
 	}
-	return 0, fmt.Errorf("unknown algorithm %q (want ring, tree, hd, direct, oneshot or shared)", name)
+	return 0, fmt.Errorf("unknown algorithm %q (want one of %s)", name, AlgorithmNames())
+}
+
+// AlgorithmNames lists every algorithm's name in order: "ring, tree, hd,
+// direct, oneshot, shared".
+func AlgorithmNames() string {
+	names := make([]string, NumAlgorithms)
+	for a := range names {
+		names[a] = Algorithm(a).String()
+	}
+	return strings.Join(names, ", ")
 }
 
 func (a Algorithm) String() string {

@@ -120,7 +120,7 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 	}
 	if err == nil && o.algo != "auto" {
 		if _, e := algorithms.ParseAlgorithm(o.algo); e != nil {
-			err = fmt.Errorf("--algo %q: want ring, tree, hd or auto", o.algo)
+			err = fmt.Errorf("--algo %q: want one of %s, auto", o.algo, algorithms.AlgorithmNames())
 		}
 	}
 	if err != nil {
