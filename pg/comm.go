@@ -10,6 +10,8 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -240,30 +242,71 @@ func Init(id UniqueID, rank, nranks int, cfg Config) (*Comm, error) {
 }
 
 // choiceSettings says in words what, besides the call itself, decides the
-// algorithm, protocol, channels and so the plan a rank runs. Every rank
-// must have the same: each chooses alone, and plans that do not fit each
-// other leave ranks waiting on links their peers never write.
+// algorithm, protocol, channels and so the plan a rank runs, and the size
+// of the messages it sends (GOTREE_BUFFSIZE: chunks of half a FIFO, in
+// slots of an eighth). Every rank must have the same: each chooses alone,
+// plans that do not fit each other leave ranks waiting on links their
+// peers never write, and a message larger than the receiver's slot fails
+// the link mid-call.
 func choiceSettings(cfg Config) string {
 	tuning := "built-in"
 	if cfg.Tuning != nil {
 		tuning = "unreadable"
 		if b, err := algorithms.MarshalTuning(cfg.Tuning, nil, nil); err == nil {
 			sum := sha256.Sum256(b)
-			tuning = "sha256 " + hex.EncodeToString(sum[:6])
+			tuning = "sha256:" + hex.EncodeToString(sum[:6])
 		}
 	}
-	return fmt.Sprintf("GOTREE_ALGO=%q GOTREE_PROTO=%q GOTREE_MIN_NCHANNELS=%d GOTREE_MAX_NCHANNELS=%d GOTREE_SHM_DISABLE=%d GOTREE_AUTOTUNE=%d tuning %s",
-		cfg.Algo, cfg.Proto, cfg.MinChannels, cfg.MaxChannels, map[bool]int{true: 1}[cfg.ShmDisable], map[bool]int{false: 1}[cfg.NoAutoTune], tuning)
+	return fmt.Sprintf("GOTREE_ALGO=%q GOTREE_PROTO=%q GOTREE_MIN_NCHANNELS=%d GOTREE_MAX_NCHANNELS=%d GOTREE_SHM_DISABLE=%d GOTREE_AUTOTUNE=%d GOTREE_BUFFSIZE=%d tuning=%s",
+		cfg.Algo, cfg.Proto, cfg.MinChannels, cfg.MaxChannels, map[bool]int{true: 1}[cfg.ShmDisable], map[bool]int{false: 1}[cfg.NoAutoTune], backend.DefaultSlots*cfg.SlotBytes, tuning)
+}
+
+// settingFields splits choiceSettings' text into its NAME=VALUE fields
+// (a quoted value may hold spaces).
+func settingFields(s string) []string {
+	var out []string
+	for s = strings.TrimLeft(s, " "); s != ""; s = strings.TrimLeft(s, " ") {
+		eq := strings.IndexByte(s, '=')
+		if eq < 0 {
+			return append(out, s)
+		}
+		n := strings.IndexByte(s, ' ')
+		if q, err := strconv.QuotedPrefix(s[eq+1:]); err == nil {
+			n = eq + 1 + len(q)
+		}
+		if n < 0 || n > len(s) {
+			n = len(s)
+		}
+		out = append(out, s[:n])
+		s = s[n:]
+	}
+	return out
 }
 
 // sameChoiceSettings fails, on every rank alike, when a rank of the
-// bootstrap table has other choice settings than rank 0.
+// bootstrap table has other choice settings than rank 0, naming the ones
+// that differ.
 func sameChoiceSettings(table []rankInfo) error {
 	for _, r := range table[1:] {
-		if r.Choice != table[0].Choice {
-			return fmt.Errorf("%w: rank %d has %s where rank 0 has %s: every rank must set the same GOTREE_ALGO, GOTREE_PROTO, GOTREE_MIN_NCHANNELS, GOTREE_MAX_NCHANNELS, GOTREE_SHM_DISABLE, GOTREE_AUTOTUNE and GOTREE_TUNING_FILE contents, or the ranks choose different plans for the same call and wait on each other",
-				ErrInvalidArgument, r.Rank, r.Choice, table[0].Choice)
+		if r.Choice == table[0].Choice {
+			continue
 		}
+		mine, theirs := settingFields(r.Choice), settingFields(table[0].Choice)
+		var a, b []string
+		for i := range max(len(mine), len(theirs)) {
+			x, y := "", ""
+			if i < len(mine) {
+				x = mine[i]
+			}
+			if i < len(theirs) {
+				y = theirs[i]
+			}
+			if x != y {
+				a, b = append(a, x), append(b, y)
+			}
+		}
+		return fmt.Errorf("%w: rank %d has %s where rank 0 has %s: every rank must set the same GOTREE_ALGO, GOTREE_PROTO, GOTREE_MIN_NCHANNELS, GOTREE_MAX_NCHANNELS, GOTREE_SHM_DISABLE, GOTREE_AUTOTUNE, GOTREE_BUFFSIZE and GOTREE_TUNING_FILE contents, or the ranks choose different plans for the same call, or send messages their peers' FIFO slots cannot hold",
+			ErrInvalidArgument, r.Rank, strings.Join(a, " "), strings.Join(b, " "))
 	}
 	return nil
 }

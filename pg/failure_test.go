@@ -72,7 +72,8 @@ func TestMismatchedCollectivesFailEveryRank(t *testing.T) {
 }
 
 // Ranks whose settings would make them choose different plans for the
-// same call (GOTREE_ALGO, channels, tuning) fail in Init, every one of
+// same call (GOTREE_ALGO, channels, tuning), or send messages larger than
+// their peers' slots (GOTREE_BUFFSIZE), fail in Init, every one of
 // them, naming both settings, instead of waiting on each other later.
 func TestDifferentChoiceSettingsFailInit(t *testing.T) {
 	tu := algorithms.DefaultTuning()
@@ -82,10 +83,12 @@ func TestDifferentChoiceSettingsFailInit(t *testing.T) {
 		set  func(c *Config)
 		want string
 	}{
-		{"algo", func(c *Config) { c.Algo = "direct" }, `GOTREE_ALGO="direct"`},
-		{"channels", func(c *Config) { c.MaxChannels = 1 }, "GOTREE_MAX_NCHANNELS=1"},
-		{"tuning", func(c *Config) { c.Tuning = tu }, "tuning sha256 "},
-		{"shm", func(c *Config) { c.ShmDisable = true }, "GOTREE_SHM_DISABLE=1"},
+		{"algo", func(c *Config) { c.Algo = "direct" }, `rank 1 has GOTREE_ALGO="direct" where rank 0 has GOTREE_ALGO="":`},
+		{"algo list", func(c *Config) { c.Algo = "allreduce:tree; allgather:ring" }, `rank 1 has GOTREE_ALGO="allreduce:tree; allgather:ring" where rank 0 has GOTREE_ALGO="":`},
+		{"channels", func(c *Config) { c.MaxChannels = 1 }, "rank 1 has GOTREE_MAX_NCHANNELS=1 where rank 0 has GOTREE_MAX_NCHANNELS=2:"},
+		{"tuning", func(c *Config) { c.Tuning = tu }, "has tuning=sha256:"},
+		{"shm", func(c *Config) { c.ShmDisable = true }, "rank 1 has GOTREE_SHM_DISABLE=1 where rank 0 has GOTREE_SHM_DISABLE=0:"},
+		{"buffsize", func(c *Config) { c.SlotBytes = 512 << 10 }, "rank 1 has GOTREE_BUFFSIZE=4194304 where rank 0 has GOTREE_BUFFSIZE=1048576:"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig()
