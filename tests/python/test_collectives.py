@@ -13,6 +13,16 @@ def test_collectives(built, nproc):
     print(f"{passed} checks passed over {nproc} ranks")
 
 
+def test_reductions_six_ranks(built):
+    # Six ranks on this 2-CPU machine (three per CPU): the reducing collectives,
+    # every dtype and op; integer sums wrap beyond four ranks at the workers'
+    # input ranges, and an integer AVG divides the wrapped sum.
+    env = worker_env({"GOTREE_TEST_ONLY": "allreduce,reduce,reduce_scatter"})
+    rc, out = torchrun("collectives.py", 6, timeout=420, env=env)
+    passed = assert_checks(rc, out, 6, min_passed=3000)
+    print(f"{passed} checks passed over 6 ranks")
+
+
 @pytest.mark.parametrize("nproc", [1, 3])
 def test_bad_input(built, nproc):
     rc, out = torchrun("bad_input.py", nproc, timeout=300)

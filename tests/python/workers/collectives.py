@@ -35,7 +35,8 @@ INT_OPS = ["SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR"]
 BOOL_OPS = ["SUM", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR"]
 COMPLEX_OPS = ["SUM", "AVG", "PREMUL_SUM"]
 
-# (normal range, PRODUCT range): no overflow for up to 4 ranks
+# (normal range, PRODUCT range): no overflow for up to 4 ranks (the references wrap
+# as the backend does beyond that)
 INT_RANGE = {
     torch.int8: ((-30, 30), (-2, 2)),
     torch.uint8: ((0, 60), (0, 3)),
@@ -86,7 +87,10 @@ def reference(inputs, dtype, opname, n):
         if opname == "SUM":
             r = s.sum(0)
         elif opname == "AVG":
-            r = torch.div(s.sum(0), n, rounding_mode="trunc")
+            # the sum wraps in the dtype first, then divides (docs/reductions.md);
+            # the input ranges keep the sum from wrapping up to 4 ranks
+            wrapped = s.sum(0).to(dtype).to(torch.int64)
+            r = torch.div(wrapped, n, rounding_mode="trunc")
         elif opname == "PRODUCT":
             r = s.prod(0)
         elif opname == "MIN":
