@@ -93,6 +93,14 @@ type SimLinks struct {
 	// usually stays 0.
 	HostCores    int
 	HostCoreGBps float64
+	// SerialNet (with HostCores) makes the nodes' network handle one
+	// message at a time: every message's MsgCPUUs, at its sender and at
+	// its receiver, also holds one resource that all nodes share. Network
+	// namespaces joined by veth pairs through one bridge behave so: two
+	// ranks that send to each other at once take twice as long as one
+	// that sends while the other waits (tests/netns/exchange.py), while
+	// over loopback the two overlap.
+	SerialNet bool
 }
 
 // SimResult is the outcome of a simulation.
@@ -153,6 +161,7 @@ type simEngine struct {
 	nicIn   map[int]*simRes
 	cpu     map[int]*simRes
 	cores   []simRes // the host's (HostCores)
+	net     simRes   // the nodes' shared network (SerialNet)
 	windows map[simKey]*simWindow
 	es      int64
 	// mirror: a message on key k is also delivered on mirror[k] (phantom
@@ -452,6 +461,10 @@ func (e *simEngine) work(rank, ch int, bytes int64, msgs int, t float64) float64
 			}
 		}
 		t = max(t, core.free)
+		if l.SerialNet && fixed > 0 {
+			t = max(t, e.net.free)
+			e.net.free = t + fixed
+		}
 	}
 	end := t
 	if eng != nil {

@@ -174,7 +174,10 @@ func TestSimWindow(t *testing.T) {
 // TestSimHostCores: ranks 0 and 2 each send one message to 1 and 3 (four
 // nodes on one host), 10 µs of processor time per message at each end,
 // nothing else. Two cores: both sends [0,10], both receives [10,20]. One
-// core: the four pieces of work one after another, 40 µs.
+// core: the four pieces of work one after another, 40 µs. Two cores and
+// a network that carries one message at a time (SerialNet): also 40 µs,
+// though the cores would overlap; a single message (only the pair 0, 1)
+// takes 20 µs with or without it.
 func TestSimHostCores(t *testing.T) {
 	p := &Plan{Coll: AllReduce, Algo: Ring, Proto: Simple, NRanks: 4, DType: Uint8, Channels: 1, Ranks: make([]RankPlan, 4)}
 	for _, pair := range [][2]int{{0, 1}, {2, 3}} {
@@ -185,6 +188,17 @@ func TestSimHostCores(t *testing.T) {
 		r, err := SimulatePlan(p, []int{0, 1, 2, 3}, SimLinks{WindowBytes: 1 << 20, MsgCPUUs: 10, HostCores: cores})
 		if err != nil || math.Abs(r.TimeUs-want) > 1e-9 {
 			t.Errorf("%d cores: %v %v, want %v", cores, r.TimeUs, err, want)
+		}
+	}
+	r, err := SimulatePlan(p, []int{0, 1, 2, 3}, SimLinks{WindowBytes: 1 << 20, MsgCPUUs: 10, HostCores: 2, SerialNet: true})
+	if err != nil || math.Abs(r.TimeUs-40) > 1e-9 {
+		t.Errorf("2 cores, serial network: %v %v, want 40", r.TimeUs, err)
+	}
+	one := &Plan{Coll: AllReduce, Algo: Ring, Proto: Simple, NRanks: 2, DType: Uint8, Channels: 1, Ranks: p.Ranks[:2]}
+	for _, serial := range []bool{false, true} {
+		r, err := SimulatePlan(one, []int{0, 1}, SimLinks{WindowBytes: 1 << 20, MsgCPUUs: 10, HostCores: 2, SerialNet: serial})
+		if err != nil || math.Abs(r.TimeUs-20) > 1e-9 {
+			t.Errorf("one message, serial network %v: %v %v, want 20", serial, r.TimeUs, err)
 		}
 	}
 }

@@ -56,6 +56,7 @@ type simOpts struct {
 	msgCPUUs   float64
 	minCh      int
 	hostCores  int
+	serialNet  bool
 	perf       bool
 	iters      int
 	warmup     int
@@ -84,6 +85,7 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	fs.Float64Var(&o.msgCPUUs, "msg-cpu-us", 0, "processor time per message at the sender and again at the receiver, µs: the messages of a rank's channels queue behind each other (with --window)")
 	fs.IntVar(&o.minCh, "min-channels", 1, "with --perf: at least this many channels per call, as GOTREE_MIN_NCHANNELS (above 1 also for small messages)")
 	fs.IntVar(&o.hostCores, "host-cores", 0, "all nodes are emulated on one host with this many cores (network namespaces): every send and receive takes one of them (--msg-cpu-us plus the bytes at the rank's copy rate) and waits for a free one; 0: every node has its own CPU")
+	fs.BoolVar(&o.serialNet, "serial-net", false, "with --host-cores: the emulated network (veth pairs through one bridge) handles one message at a time: every message's --msg-cpu-us also holds one resource all nodes share (tests/netns/exchange.py measures it)")
 	protoS := fs.String("proto", "Simple", "protocol: LL, LL128 or Simple")
 	minS := fs.String("b", "4K", "smallest size")
 	maxS := fs.String("e", "1G", "largest size")
@@ -270,6 +272,7 @@ func (o simOpts) links(a algorithms.Algorithm, channels int) algorithms.SimLinks
 		l.HostCores = o.hostCores
 		l.HostCoreGBps = l.EngineGBps
 		l.NodeGBps = 0
+		l.SerialNet = o.serialNet
 	}
 	return l
 }
@@ -288,6 +291,9 @@ func (o simOpts) describe() string {
 	host := ""
 	if o.hostCores > 0 {
 		host = fmt.Sprintf(", all nodes on one host of %d cores", o.hostCores)
+		if o.serialNet {
+			host += ", one message at a time on their network"
+		}
 	}
 	lat := ""
 	if o.hopUs >= 0 {

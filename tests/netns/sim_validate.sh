@@ -11,7 +11,9 @@
 #    without a rate limit, REPS repetitions (default 5) in fresh namespaces;
 # 3. fit --hop-us and --msg-cpu-us on step 1 only (sim_calibrate.py);
 # 4. `gotree sim --perf` with those and the tuning file's link bandwidth for
-#    both rates, and the comparison tables (sim_compare.py).
+#    both rates (one host of $(nproc) cores, one message at a time on the
+#    namespaces' network: --serial-net), and the comparison tables
+#    (sim_compare.py).
 #
 # Writes OUTDIR/raw/{cal-1ch,cal-2ch,measured}/RATE/*.json (perf --json of
 # rank 0, with commands.txt), OUTDIR/env.txt, OUTDIR/calibration.txt,
@@ -43,7 +45,10 @@ PERF_ENV=GOTREE_MIN_NCHANNELS=2 "${pm[@]}" "$out/raw/cal-2ch" "$rate" "$bin" "$r
 "${pm[@]}" "$out/raw/measured" none "$bin" "$reps" "2 3 4" "ring tree" "${full[@]}"
 echo "load after: $(cat /proc/loadavg)" >>"$out/env.txt"
 
-sim=("$bin" sim --links cpu --tuning "$tuning" --ranks-per-node 1 --mtu 1500 --host-cores "$(nproc)")
+# --serial-net: the namespaces' veth pairs and bridge carry one message at a
+# time (tests/netns/exchange.py: two ranks sending to each other at once take
+# twice as long as one-way hops here, while over loopback they overlap).
+sim=("$bin" sim --links cpu --tuning "$tuning" --ranks-per-node 1 --mtu 1500 --host-cores "$(nproc)" --serial-net)
 lat=$(python3 "$here/sim_calibrate.py" "$out/raw/cal-1ch/$rate" "$out/raw/cal-2ch/$rate" -- "${sim[@]}" --nic-rate "$rate" --nic-burst 1M 2>"$out/calibration.txt")
 echo "fit: $lat" >>"$out/calibration.txt"
 # shellcheck disable=SC2086
