@@ -346,6 +346,21 @@ func TestConfigParsing(t *testing.T) {
 	_, err = LoadConfig(func(k string) string { return env[k] })
 	require.ErrorContains(t, err, "GOTREE_MAX_NCHANNELS")
 	env["GOTREE_MAX_NCHANNELS"] = ""
+	// Integers as NCCL reads them (strtoll, base 0): decimal or 0x
+	// hexadecimal; out of range or not a number is an error naming the
+	// variable.
+	for v, slot := range map[string]int{"4194304": 512 << 10, "0x400000": 512 << 10, " 65536 ": 8 << 10, "0X100000": 128 << 10} {
+		env["GOTREE_BUFFSIZE"] = v
+		c, err = LoadConfig(func(k string) string { return env[k] })
+		require.NoError(t, err, "GOTREE_BUFFSIZE=%q", v)
+		require.Equal(t, slot, c.SlotBytes, "GOTREE_BUFFSIZE=%q", v)
+	}
+	for _, v := range []string{"4M", "4194304.0", "0x", "1024", "0x80000000", "99999999999999999999"} {
+		env["GOTREE_BUFFSIZE"] = v
+		_, err = LoadConfig(func(k string) string { return env[k] })
+		require.ErrorContains(t, err, fmt.Sprintf("GOTREE_BUFFSIZE=%q: want an integer in [65536, 1073741824]", v))
+	}
+	env["GOTREE_BUFFSIZE"] = ""
 	env["GOTREE_CMA_DISABLE"] = "1"
 	c, err = LoadConfig(func(k string) string { return env[k] })
 	require.NoError(t, err)

@@ -261,12 +261,14 @@ func LoadConfig(getenv Getenv) (Config, error) {
 		if s == "" || err != nil {
 			return
 		}
-		v, e := strconv.Atoi(s)
-		if e != nil || v < lo || v > hi {
-			err = fmt.Errorf("gotree: %s=%q: want an integer in [%d, %d]", name, s, lo, hi)
+		// Base 0, as NCCL reads its integer variables (strtoll with base
+		// 0): 4194304, 0x400000 (and 0o/0b prefixes, a leading 0 octal).
+		v, e := strconv.ParseInt(s, 0, 64)
+		if e != nil || v < int64(lo) || v > int64(hi) {
+			err = fmt.Errorf("gotree: %s=%q: want an integer in [%d, %d] (decimal, or 0x hexadecimal)", name, s, lo, hi)
 			return
 		}
-		*dst = v
+		*dst = int(v)
 	}
 	var timeoutMS, buff int
 	intVar("GOTREE_TIMEOUT_MS", &timeoutMS, 1, 1<<31-1)
