@@ -63,7 +63,8 @@ func TestInitSockets(t *testing.T) {
 }
 
 // Without GOTREE_MAX_NCHANNELS, Init picks DefaultChannels for this
-// machine; with it, the setting holds.
+// machine, or GOTREE_MIN_NCHANNELS where that is more; with it, the
+// setting holds.
 func TestInitChannels(t *testing.T) {
 	for _, n := range []int{1, 3} {
 		comms := startCommsAs(t, n, nil, testConfig())
@@ -80,6 +81,21 @@ func TestInitChannels(t *testing.T) {
 	for _, c := range comms {
 		require.Equal(t, 4, c.cfg.MaxChannels)
 		require.Equal(t, 3, c.cfg.MinChannels)
+	}
+	checkAllReduce(t, comms, 1009)
+	// GOTREE_MIN_NCHANNELS alone, above the automatic bound: the user's
+	// minimum holds (as NCCL_MIN_NCHANNELS does), and calls use it.
+	cfg = testConfig()
+	cfg.MinChannels = DefaultChannels(runtime.NumCPU(), 3) + 2
+	cfg.Algo = "ring" // direct, one-shot and shared plans have one channel
+	comms = startCommsAs(t, 3, nil, cfg)
+	for _, c := range comms {
+		require.Equal(t, cfg.MinChannels, c.cfg.MinChannels)
+		require.Equal(t, cfg.MinChannels, c.cfg.MaxChannels)
+		p, err := c.PlanOf(algorithms.AllReduce, 1<<16, algorithms.Int64, algorithms.Sum, 0, false)
+		require.NoError(t, err)
+		require.Equal(t, min(cfg.MinChannels, c.graph.Channels), p.Channels, "graph of %d channels", c.graph.Channels)
+		require.Greater(t, p.Channels, DefaultChannels(runtime.NumCPU(), 3))
 	}
 	checkAllReduce(t, comms, 1009)
 }

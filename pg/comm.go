@@ -182,9 +182,10 @@ func Init(id UniqueID, rank, nranks int, cfg Config) (*Comm, error) {
 		devChannels = cfg.MaxChannels
 	}
 	if cfg.MaxChannels <= 0 {
-		cfg.MaxChannels = autoChannels(table)
-		cfg.MinChannels = min(cfg.MinChannels, cfg.MaxChannels)
-		log.Infof("INIT", "a call uses at most %d of the graph's channels (GOTREE_MAX_NCHANNELS unset; %d CPUs here)", cfg.MaxChannels, runtime.NumCPU())
+		// GOTREE_MIN_NCHANNELS, set by the user, wins over the automatic
+		// bound: NCCL_MIN_NCHANNELS=4 gives at least 4 channels.
+		cfg.MaxChannels = max(autoChannels(table), cfg.MinChannels)
+		log.Infof("INIT", "a call uses at most %d of the graph's channels (GOTREE_MAX_NCHANNELS unset; %d CPUs here; GOTREE_MIN_NCHANNELS %d)", cfg.MaxChannels, runtime.NumCPU(), cfg.MinChannels)
 	}
 	if cfg.Sockets <= 0 {
 		cfg.Sockets = autoSockets(table)
