@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -460,6 +461,16 @@ func TestIfaceFilter(t *testing.T) {
 	f = parseIfaceFilter("^=eth0")
 	require.False(t, f.matches("eth0"))
 	require.True(t, f.matches("eth01"))
+
+	// A filter that matches nothing names the filter and lists this
+	// machine's interfaces, each once (an interface with IPv4 and IPv6
+	// addresses is one candidate per address).
+	_, err := chooseIface("=no-such-interface", nil)
+	require.ErrorContains(t, err, `GOTREE_SOCKET_IFNAME="=no-such-interface" matches no interface with an address (have `)
+	list := err.Error()[strings.LastIndex(err.Error(), "(have ")+len("(have ") : len(err.Error())-1]
+	names := strings.Split(list, ", ")
+	require.Contains(t, names, "lo")
+	require.Len(t, names, len(slices.Compact(slices.Sorted(slices.Values(names)))), "each interface once: %s", list)
 }
 
 func TestTopologyDumpAtInit(t *testing.T) {

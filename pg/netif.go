@@ -3,6 +3,7 @@ package pg
 import (
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 )
 
@@ -98,9 +99,11 @@ func chooseIface(filter string, toward *net.TCPAddr) (ifaceAddr, error) {
 				return c, nil
 			}
 		}
-		names := make([]string, len(cands))
-		for i, c := range cands {
-			names[i] = c.Name
+		var names []string // each interface once (one may have several addresses)
+		for _, c := range cands {
+			if !slices.Contains(names, c.Name) {
+				names = append(names, c.Name)
+			}
 		}
 		return ifaceAddr{}, fmt.Errorf("gotree: GOTREE_SOCKET_IFNAME=%q matches no interface with an address (have %s)", filter, strings.Join(names, ", "))
 	}
