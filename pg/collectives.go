@@ -275,6 +275,10 @@ func (c *Comm) choice(a collArgs) algorithms.Prediction {
 			// Only algorithms this communicator cannot run are allowed (hd
 			// across hosts): the ring, once said.
 			c.algoWarn.Do(func() {
+				if a.coll != algorithms.AllReduce {
+					c.log.Warnf("GOTREE_ALGO=%q allows nothing that runs %v: it has only the ring (tree, hd, direct, oneshot and shared are allreduce algorithms): using the ring", c.cfg.Algo, a.coll)
+					return
+				}
 				c.log.Warnf("GOTREE_ALGO=%q allows nothing that runs here for %v (%d ranks on %d hosts; hd runs only within one host, direct only within one host whose ranks may read each other's memory, oneshot only within one host for up to 8 ranks and messages up to %d bytes and one FIFO slot, shared only within one host whose ranks mapped each other's staging regions): using the ring", c.cfg.Algo, a.coll, c.nranks, topo.NNodes, min(int64(c.cfg.SlotBytes), algorithms.OneShotMaxBytes))
 			})
 			cons.Algos = 1 << algorithms.Ring

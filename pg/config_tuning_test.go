@@ -98,7 +98,8 @@ func TestTuningFor(t *testing.T) {
 	require.Same(t, file, Config{Tuning: file}.TuningFor(3))
 }
 
-// GOTREE_ALGO=hd on ranks of two hosts: the ring, and one warning.
+// GOTREE_ALGO=hd on ranks of two hosts: the ring, and one warning; a
+// tree forced for allgather: the ring, and a warning saying why.
 func TestForcedAlgorithmThatCannotRun(t *testing.T) {
 	g, err := algorithms.BuildGraph(algorithms.UniformLayout(2, 2, 1, algorithms.BalancedTree))
 	require.NoError(t, err)
@@ -111,6 +112,14 @@ func TestForcedAlgorithmThatCannotRun(t *testing.T) {
 		require.Equal(t, algorithms.Ring, c.algorithm(collArgs{coll: algorithms.AllReduce, count: count, dt: algorithms.Float32}))
 	}
 	require.Equal(t, 1, strings.Count(logs.String(), `GOTREE_ALGO="hd" allows nothing that runs here for allreduce (4 ranks on 2 hosts`), logs.String())
+
+	// An allreduce algorithm forced for another collective: the warning
+	// says that collective has only the ring.
+	cfg.Algo = "allgather:tree"
+	logs.Reset()
+	c = &Comm{cfg: cfg, graph: g, nranks: 4, log: lg, tuning: cfg.TuningFor(2)}
+	require.Equal(t, algorithms.Ring, c.algorithm(collArgs{coll: algorithms.AllGather, count: 1000, dt: algorithms.Float32}))
+	require.Contains(t, logs.String(), `GOTREE_ALGO="allgather:tree" allows nothing that runs allgather: it has only the ring (tree, hd, direct, oneshot and shared are allreduce algorithms)`)
 }
 
 // algorithm is the cost model's algorithm for a call (choice's; the
