@@ -57,13 +57,17 @@ def main():
     buf = b"x" * size
     deadline = time.monotonic() + 120
 
+    def waited(what):
+        if time.monotonic() > deadline:
+            sys.exit(f"exchange.py: the peer did not {what} within 120 s")
+
     def send():
         view = memoryview(buf)
         while view:
             try:
                 view = view[s.send(view):]
             except BlockingIOError:
-                pass
+                waited("take data")
 
     def recv():
         got = 0
@@ -71,8 +75,7 @@ def main():
             try:
                 b = s.recv(size - got)
             except BlockingIOError:
-                if time.monotonic() > deadline:
-                    sys.exit("exchange.py: no data from the peer for too long")
+                waited("send data")
                 continue
             if not b:
                 sys.exit("exchange.py: the peer closed the connection")
