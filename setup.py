@@ -93,6 +93,14 @@ ext = CppExtension(
     # need when none is given: C++17 up to torch 2.11, C++20 from 2.12,
     # whose headers refuse to compile as C++17.
     extra_compile_args={"cxx": ["-O2", "-fvisibility=hidden"]},
+    # Some toolchains link part or all of libstdc++ statically into what
+    # they build (the g++ of the CUDA image gotree's GPU checks run on put
+    # 102 std::basic_ostream functions into the extension). Exported, those
+    # copies bind half to themselves and half to the libstdc++ torch loaded,
+    # and the first std::ostream << long crashed the process. Hidden, the
+    # extension uses its own copy throughout; with a shared libstdc++ the
+    # flag changes nothing.
+    extra_link_args=["-Wl,--exclude-libs,ALL"],
     libraries=["dl"],
 )
 
