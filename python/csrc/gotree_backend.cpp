@@ -1185,6 +1185,14 @@ class GotreeBackend : public c10d::Backend {
     return work;
   }
 
+  // torch sends a sparse CUDA tensor's all_reduce here (a sparse CPU
+  // tensor's to allreduce): the same path, through host memory.
+  c10::intrusive_ptr<c10d::Work> allreduce_sparse(
+      std::vector<at::Tensor>& tensors,
+      const c10d::AllreduceOptions& opts) override {
+    return allreduce(tensors, opts);
+  }
+
   // allreduce of a sparse COO tensor, SUM only (as gloo offers it): the
   // sum of sparse tensors is sparse, with a number of elements no rank
   // knows in advance, so the ranks exchange what they hold and each builds
