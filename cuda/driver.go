@@ -22,10 +22,20 @@ typedef void *CUfunction;
 typedef unsigned long long CUdeviceptr;
 typedef struct { char reserved[64]; } CUipcMemHandle;
 
-static void *gt_dlopen(const char *path) { return dlopen(path, RTLD_NOW | RTLD_LOCAL); }
+// dlopen, and on failure dlerror's message copied into err in the same
+// call: dlerror is per thread, and a goroutine's next cgo call may run on
+// another one (nvrtc.go declares and uses it too).
+void *gt_dlopen_err(const char *path, int global, char *err, size_t n) {
+  void *h = dlopen(path, RTLD_NOW | (global ? RTLD_GLOBAL : RTLD_LOCAL));
+  if (h == NULL && n > 0) {
+    const char *e = dlerror();
+    strncpy(err, e ? e : "unknown dlopen error", n - 1);
+    err[n - 1] = 0;
+  }
+  return h;
+}
 static void *gt_dlsym(void *h, const char *name) { return dlsym(h, name); }
 static int gt_dlclose(void *h) { return dlclose(h); }
-static const char *gt_dlerror(void) { return dlerror(); }
 
 // One trampoline per prototype: Go cannot call a C function pointer.
 #define T0(n) static CUresult n(void *f) { return ((CUresult(*)(void))f)(); }
@@ -312,11 +322,21 @@ func Load(path string) (*Driver, error) {
 	return loadDriver, loadErr
 }
 
-func dlerror() string {
-	if e := C.gt_dlerror(); e != nil {
-		return C.GoString(e)
+// dlopen opens path (RTLD_NOW; RTLD_GLOBAL or RTLD_LOCAL), or says why it
+// could not.
+func dlopen(path string, global bool) (unsafe.Pointer, error) {
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	var msg [512]C.char
+	g := C.int(0)
+	if global {
+		g = 1
 	}
-	return "unknown dlopen error"
+	h := C.gt_dlopen_err(cpath, g, &msg[0], C.size_t(len(msg)))
+	if h == nil {
+		return nil, errors.New(C.GoString(&msg[0]))
+	}
+	return h, nil
 }
 
 // LoadFrom opens the driver library at path (a file or a soname), resolves
@@ -324,11 +344,9 @@ func dlerror() string {
 // pass a fake library here. A library that cannot be opened gives an error
 // wrapping ErrNoDriver.
 func LoadFrom(path string) (*Driver, error) {
-	cpath := C.CString(path)
-	defer C.free(unsafe.Pointer(cpath))
-	lib := C.gt_dlopen(cpath)
-	if lib == nil {
-		return nil, fmt.Errorf("gotree/cuda: %w: %s not found (%s)", ErrNoDriver, path, dlerror())
+	lib, err := dlopen(path, false)
+	if err != nil {
+		return nil, fmt.Errorf("gotree/cuda: %w: %s not found (%v)", ErrNoDriver, path, err)
 	}
 	d := &Driver{path: path, lib: lib}
 	if err := d.resolve(); err != nil {

@@ -224,3 +224,25 @@ func TestLoadErrors(t *testing.T) {
 		}
 	})
 }
+
+// TestLoadErrorFromAnyThread: the reason a library could not be opened
+// reaches the error whichever thread the next cgo call runs on (dlerror is
+// per thread): many goroutines at once all get the loader's message.
+func TestLoadErrorFromAnyThread(t *testing.T) {
+	errs := make(chan error, 256)
+	for i := 0; i < cap(errs); i++ {
+		go func() {
+			_, err := LoadFrom("/nonexistent/libcuda.so.1")
+			errs <- err
+		}()
+	}
+	for i := 0; i < cap(errs); i++ {
+		if err := <-errs; err == nil || !strings.Contains(err.Error(), "No such file or directory") {
+			t.Fatalf("err = %v, want the loader's reason (No such file or directory)", err)
+		}
+	}
+	_, err := LoadNVRTCFrom("/nonexistent/libnvrtc.so.13")
+	if !errors.Is(err, ErrNoNVRTC) || !strings.Contains(err.Error(), "No such file or directory") {
+		t.Fatalf("NVRTC: err = %v, want ErrNoNVRTC with the loader's reason", err)
+	}
+}

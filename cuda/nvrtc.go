@@ -11,10 +11,7 @@ package cuda
 typedef int nvrtcResult;
 typedef void *nvrtcProgram;
 
-static void *gt_dlopen_nv(const char *path) { return dlopen(path, RTLD_NOW | RTLD_LOCAL); }
-static void *gt_dlopen_nv_global(const char *path) { return dlopen(path, RTLD_NOW | RTLD_GLOBAL); }
 static void *gt_dlsym_nv(void *h, const char *name) { return dlsym(h, name); }
-static const char *gt_dlerror_nv(void) { return dlerror(); }
 
 static nvrtcResult nv_version(void *f, int *a, int *b) { return ((nvrtcResult(*)(int *, int *))f)(a, b); }
 static const char *nv_errstr(void *f, nvrtcResult r) { return ((const char *(*)(nvrtcResult))f)(r); }
@@ -90,20 +87,12 @@ func LoadNVRTCFrom(path string) (*NVRTC, error) {
 			if strings.Contains(filepath.Base(b), ".alt.") {
 				continue
 			}
-			cb := C.CString(b)
-			C.gt_dlopen_nv_global(cb) // best effort; a failure shows at compile time
-			C.free(unsafe.Pointer(cb))
+			dlopen(b, true) // best effort; a failure shows at compile time
 		}
 	}
-	cs := C.CString(path)
-	defer C.free(unsafe.Pointer(cs))
-	lib := C.gt_dlopen_nv(cs)
-	if lib == nil {
-		msg := "unknown error"
-		if e := C.gt_dlerror_nv(); e != nil {
-			msg = C.GoString(e)
-		}
-		return nil, fmt.Errorf("gotree/cuda: %w: %s not found (%s)", ErrNoNVRTC, path, msg)
+	lib, err := dlopen(path, false)
+	if err != nil {
+		return nil, fmt.Errorf("gotree/cuda: %w: %s not found (%v)", ErrNoNVRTC, path, err)
 	}
 	n := &NVRTC{path: path, fns: map[string]unsafe.Pointer{}}
 	for _, s := range nvrtcSyms {
