@@ -12,6 +12,7 @@ package cuda
 import (
 	"fmt"
 	"runtime"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,6 +29,14 @@ type emuMem struct {
 	base uint64
 	mu   sync.Mutex
 	next uint64
+
+	// Bounds checking (Emulator.CheckBounds): each allocation's exact
+	// [start, end), in address order, and the accesses of launches that
+	// left them.
+	check atomic.Bool
+	spans [][2]uint64
+	badMu sync.Mutex
+	bad   []string
 }
 
 func newEmuMem(n int) *emuMem {
@@ -47,7 +56,28 @@ func (m *emuMem) alloc(n int) DevicePtr {
 	if m.next-m.base > uint64(len(m.buf)) {
 		panic("emulated device memory exhausted")
 	}
+	m.spans = append(m.spans, [2]uint64{p, p + uint64(n)})
 	return DevicePtr(p)
+}
+
+// in reports whether [p, p+n) lies inside one allocation.
+func (m *emuMem) in(p DevicePtr, n int) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a, b := uint64(p), uint64(p)+uint64(n)
+	i := sort.Search(len(m.spans), func(i int) bool { return m.spans[i][1] > a })
+	return i < len(m.spans) && m.spans[i][0] <= a && b <= m.spans[i][1]
+}
+
+// at is bytes for a launch's access: with bounds checking on, an access
+// outside every allocation is recorded (what names it).
+func (m *emuMem) at(p DevicePtr, n int, what string) []byte {
+	if m.check.Load() && !m.in(p, n) {
+		m.badMu.Lock()
+		m.bad = append(m.bad, fmt.Sprintf("%s: [%#x, %#x) (%d bytes) is not inside one allocation", what, uint64(p), uint64(p)+uint64(n), n))
+		m.badMu.Unlock()
+	}
+	return m.bytes(p, n)
 }
 
 func (m *emuMem) bytes(p DevicePtr, n int) []byte {
@@ -93,20 +123,20 @@ type emuLaunch struct {
 // groups are done.
 func (l *emuLaunch) run(nch int, wg *sync.WaitGroup) {
 	for c := 0; c < nch; c++ {
-		cd := l.m.bytes(l.a.Channels+DevicePtr(c*channelBytes), channelBytes)
+		cd := l.m.at(l.a.Channels+DevicePtr(c*channelBytes), channelBytes, "channel table")
 		nstreams := int(le.Uint32(cd[16:]))
 		firstConn := int(le.Uint32(cd[20:]))
 		nconns := int(le.Uint32(cd[24:]))
 		conns := make([]emuConn, nconns)
 		step := make([]uint64, nconns) // sStep
 		for i := range conns {
-			b := l.m.bytes(l.a.Conns+DevicePtr((firstConn+i)*connBytes), connBytes)
+			b := l.m.at(l.a.Conns+DevicePtr((firstConn+i)*connBytes), connBytes, "connection table")
 			conns[i] = emuConn{DevicePtr(le.Uint64(b)), DevicePtr(le.Uint64(b[8:])), DevicePtr(le.Uint64(b[16:])),
 				DevicePtr(le.Uint64(b[24:])), le.Uint32(b[32:])}
 			if conns[i].role == roleSend {
-				step[i] = atomic.LoadUint64(l.m.u64(conns[i].tail))
+				step[i] = atomic.LoadUint64(l.u64(conns[i].tail, "tail"))
 			} else {
-				step[i] = atomic.LoadUint64(l.m.u64(conns[i].head))
+				step[i] = atomic.LoadUint64(l.u64(conns[i].head, "head"))
 			}
 		}
 		for g := 0; g < nstreams; g++ {
@@ -118,6 +148,13 @@ func (l *emuLaunch) run(nch int, wg *sync.WaitGroup) {
 			}()
 		}
 	}
+}
+
+func (l *emuLaunch) u64(p DevicePtr, what string) *uint64 {
+	return (*uint64)(unsafe.Pointer(&l.m.at(p, 8, what)[0]))
+}
+func (l *emuLaunch) u32(p DevicePtr, what string) *uint32 {
+	return (*uint32)(unsafe.Pointer(&l.m.at(p, 4, what)[0]))
 }
 
 func (l *emuLaunch) wait(cond func() bool) {
@@ -172,7 +209,7 @@ func (l *emuLaunch) stream(first, nsteps int, conns []emuConn, sStep []uint64) {
 		stride = uint64(l.a.LLSlotLines) * LLLineBytes
 	}
 	for k := 0; k < nsteps; k++ {
-		st := decodeStep(l.m.bytes(l.a.Steps+DevicePtr((first+k)*stepBytes), stepBytes))
+		st := decodeStep(l.m.at(l.a.Steps+DevicePtr((first+k)*stepBytes), stepBytes, "step table"))
 		src, dst := l.buf(st.srcBuf, st.srcOff), l.buf(st.dstBuf, st.dstOff)
 		if st.prim == byte(algorithms.Copy) && src == dst {
 			continue
@@ -183,20 +220,24 @@ func (l *emuLaunch) stream(first, nsteps int, conns []emuConn, sStep []uint64) {
 			for i := 0; i < int(st.nsend); i++ {
 				c := conns[st.send[i]]
 				s := sStep[st.send[i]]
-				l.wait(func() bool { return atomic.LoadUint64(l.m.u64(c.head))+NSlots > s })
+				l.wait(func() bool { return atomic.LoadUint64(l.u64(c.head, "head"))+NSlots > s })
 			}
 			if !ll {
 				for i := 0; i < int(st.nrecv); i++ {
 					c := conns[st.recv[i]]
 					s := sStep[st.recv[i]]
-					l.wait(func() bool { return atomic.LoadUint64(l.m.u64(c.tail)) > s })
+					l.wait(func() bool { return atomic.LoadUint64(l.u64(c.tail, "tail")) > s })
 				}
+			}
+			if src == 0 && st.nrecv == 0 && l.m.check.Load() {
+				// The kernel's Simple slice would read the unset rp[0].
+				l.m.at(0, int(n), fmt.Sprintf("step %d (prim %d) has neither a source nor a receive", k, st.prim))
 			}
 			// data: whole 16-byte units, as the kernel moves them
 			units := int((n + 15) / 16)
 			acc := make([]byte, 16*units)
 			if src != 0 {
-				copy(acc, l.m.bytes(src+DevicePtr(done), int(n)))
+				copy(acc, l.m.at(src+DevicePtr(done), int(n), "source buffer"))
 			}
 			for i := 0; i < int(st.nrecv); i++ {
 				c := conns[st.recv[i]]
@@ -207,13 +248,13 @@ func (l *emuLaunch) stream(first, nsteps int, conns []emuConn, sStep []uint64) {
 					f := uint32(s + 1)
 					llLines(slot, units, func(line DevicePtr, off int) {
 						l.wait(func() bool {
-							return atomic.LoadUint32(l.m.u32(line+4)) == f && atomic.LoadUint32(l.m.u32(line+12)) == f
+							return atomic.LoadUint32(l.u32(line+4, "LL receive")) == f && atomic.LoadUint32(l.u32(line+12, "LL receive")) == f
 						})
-						copy(msg[off:], l.m.bytes(line, 4))
-						copy(msg[off+4:], l.m.bytes(line+8, 4))
+						copy(msg[off:], l.m.at(line, 4, "LL receive"))
+						copy(msg[off+4:], l.m.at(line+8, 4, "LL receive"))
 					})
 				} else {
-					copy(msg, l.m.bytes(c.simple+DevicePtr((s%NSlots)*stride), 16*units))
+					copy(msg, l.m.at(c.simple+DevicePtr((s%NSlots)*stride), 16*units, "Simple receive"))
 				}
 				if src != 0 || i > 0 {
 					if l.reduce {
@@ -226,7 +267,7 @@ func (l *emuLaunch) stream(first, nsteps int, conns []emuConn, sStep []uint64) {
 				}
 			}
 			if dst != 0 {
-				copy(l.m.bytes(dst+DevicePtr(done), int(n)), acc[:n])
+				copy(l.m.at(dst+DevicePtr(done), int(n), "destination buffer"), acc[:n])
 			}
 			for i := 0; i < int(st.nsend); i++ {
 				c := conns[st.send[i]]
@@ -235,13 +276,13 @@ func (l *emuLaunch) stream(first, nsteps int, conns []emuConn, sStep []uint64) {
 					slot := c.ll + DevicePtr((s%NSlots)*stride)
 					f := uint32(s + 1)
 					llLines(slot, units, func(line DevicePtr, off int) {
-						copy(l.m.bytes(line, 4), acc[off:off+4])
-						copy(l.m.bytes(line+8, 4), acc[off+4:off+8])
-						atomic.StoreUint32(l.m.u32(line+4), f)
-						atomic.StoreUint32(l.m.u32(line+12), f)
+						copy(l.m.at(line, 4, "LL send"), acc[off:off+4])
+						copy(l.m.at(line+8, 4, "LL send"), acc[off+4:off+8])
+						atomic.StoreUint32(l.u32(line+4, "LL send"), f)
+						atomic.StoreUint32(l.u32(line+12, "LL send"), f)
 					})
 				} else {
-					copy(l.m.bytes(c.simple+DevicePtr((s%NSlots)*stride), 16*units), acc)
+					copy(l.m.at(c.simple+DevicePtr((s%NSlots)*stride), 16*units, "Simple send"), acc)
 				}
 			}
 			done += n
@@ -249,12 +290,12 @@ func (l *emuLaunch) stream(first, nsteps int, conns []emuConn, sStep []uint64) {
 			for i := 0; i < int(st.nsend); i++ {
 				ci := st.send[i]
 				sStep[ci]++
-				atomic.StoreUint64(l.m.u64(conns[ci].tail), sStep[ci])
+				atomic.StoreUint64(l.u64(conns[ci].tail, "tail"), sStep[ci])
 			}
 			for i := 0; i < int(st.nrecv); i++ {
 				ci := st.recv[i]
 				sStep[ci]++
-				atomic.StoreUint64(l.m.u64(conns[ci].head), sStep[ci])
+				atomic.StoreUint64(l.u64(conns[ci].head, "head"), sStep[ci])
 			}
 		}
 	}
@@ -302,6 +343,26 @@ func NewEmulator(size int) *Emulator {
 	n, _ := KernelName(algorithms.Int8, algorithms.Sum, false)
 	g.kernels[n] = emuKernel{dt: algorithms.Int8, op: algorithms.Sum, reduce: true}
 	return g
+}
+
+// CheckBounds turns bounds checking on or off: with it on, every access
+// of an emulated kernel, finalize or copy to device memory (user buffers,
+// FIFO slots, head and tail words, the tables) must lie inside one
+// allocation (its exact size, not the arena's rounding); BoundsErrors
+// lists those that did not. Across processes such an access faults (a
+// FIFO is an IPC mapping of its own size; a caching allocator's buffer
+// ends where the caller's tensor does), while in one process it lands in
+// a neighbour unnoticed.
+func (g *Emulator) CheckBounds(on bool) { g.m.check.Store(on) }
+
+// BoundsErrors returns the accesses found outside every allocation since
+// bounds checking was turned on, and forgets them.
+func (g *Emulator) BoundsErrors() []string {
+	g.m.badMu.Lock()
+	defer g.m.badMu.Unlock()
+	b := g.m.bad
+	g.m.bad = nil
+	return b
 }
 
 func (g *Emulator) Alloc(n uint64) (DevicePtr, error) {
@@ -374,7 +435,7 @@ func (g *Emulator) Synchronize() error {
 
 func (g *Emulator) Copy(dst, src DevicePtr, n uint64, stream uintptr) error {
 	g.pending.Add(1)
-	g.stream(stream) <- func() { copy(g.m.bytes(dst, int(n)), g.m.bytes(src, int(n))) }
+	g.stream(stream) <- func() { copy(g.m.at(dst, int(n), "copy destination"), g.m.at(src, int(n), "copy source")) }
 	return nil
 }
 
@@ -434,7 +495,7 @@ func (g *Emulator) Launch(name string, grid, block int, stream uintptr, params .
 	var run func()
 	if k.finalize {
 		out, n, ranks := DevicePtr(le.Uint64(params[0])), int(le.Uint64(params[1])), int(le.Uint32(params[2]))
-		run = func() { algorithms.Finalize(g.m.bytes(out, n), k.dt, k.op, ranks) }
+		run = func() { algorithms.Finalize(g.m.at(out, n, name), k.dt, k.op, ranks) }
 	} else {
 		a := decodeArgs(params[0])
 		run = func() {
