@@ -31,8 +31,33 @@ def main():
     world = int(os.environ["WORLD_SIZE"])
     dev = torch.device("cuda", rank % torch.cuda.device_count())
     torch.cuda.set_device(dev)
+
+    def step(msg):
+        # progress on stderr: where a run that dies stopped
+        print(f"torch_check rank {rank}: {msg}", file=sys.stderr, flush=True)
+
+    if os.environ.get("TORCH_CHECK_SYNC") == "1":
+        # Each collective synchronises the device and says what it was, so
+        # that an asynchronous fault (an illegal address) names its call.
+        def synced(name, fn):
+            def call(t, *args, **kwargs):
+                step(f"{name} {tuple(t.shape)} {t.dtype} {kwargs.get('op', '')}")
+                out = fn(t, *args, **kwargs)
+                torch.cuda.synchronize()
+                return out
+            return call
+        for name in ["all_reduce", "broadcast", "reduce", "all_gather_into_tensor", "reduce_scatter_tensor"]:
+            setattr(dist, name, synced(name, getattr(dist, name)))
+
+    step("init_process_group")
     dist.init_process_group("gotree", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=90))
     fails = []
+    # A CPU tensor first: the library itself, before any CUDA path.
+    step("all_reduce of a CPU tensor")
+    x = torch.full((5,), float(rank + 1))
+    dist.all_reduce(x)
+    if not torch.equal(x, torch.full((5,), float(world * (world + 1) // 2))):
+        fails.append(f"all_reduce of a CPU tensor: got {x.tolist()}")
 
     def check(name, got, want):
         if not torch.equal(got.cpu(), want.cpu()):
@@ -50,6 +75,7 @@ def main():
             if dtype != torch.float32 and n > (1 << 20) + 3:
                 continue
             tag = f"{dtype} n={n}"
+            step(tag)
             idx = torch.arange(n, device=dev) % mod
             rsum = world * (world - 1) // 2
             want_sum = (idx * world + rsum).to(dtype)
@@ -81,6 +107,7 @@ def main():
             dist.all_reduce(x, op=dist.ReduceOp.AVG)
             check("all_reduce avg float32 n=4099", x, (torch.arange(4099, device=dev) % 97 * world + rsum).to(dtype))
 
+    step("unsigned")
     # Unsigned orderings and division: rank 1 holds small values, the others
     # values above 2^31, where the signed order would disagree.
     n = 1001
@@ -92,6 +119,7 @@ def main():
         x = vals[rank].to(torch.uint32)
         dist.all_reduce(x, op=op)
         check(f"all_reduce {op} uint32 n={n}", x.to(torch.int64), want)
+    step("float8")
     # float8: 1s and 2s, so every partial sum (an integer <= 2 * world <= 16)
     # is exact in both formats, whatever the order of the plan.
     for dtype in [torch.float8_e4m3fn, torch.float8_e5m2]:
@@ -105,6 +133,7 @@ def main():
         dist.all_reduce(x, op=dist.ReduceOp.MAX)
         check(f"all_reduce max {dtype} n={n}", x.float(), torch.stack(ones).max(0).values)
 
+    step("host-staged collectives")
     # Host-staged collectives (all-to-all, gather, scatter run through host
     # memory): exact values; the input is written just after a long kernel
     # on the current stream, so a call that read it early sees -7s.
@@ -139,6 +168,7 @@ def main():
         dist.scatter(out, scatter_list=ins, src=0)
         check(f"scatter {tag}", out, ar(n) + 1000 * rank + 7)
 
+    step("point to point")
     # Point-to-point on CUDA tensors (through host memory): a ring shift as
     # batch_isend_irecv with the receive listed first on every rank (the
     # extension issues the batch's receives after its sends), then plain
@@ -160,6 +190,7 @@ def main():
             w.wait()
             check(f"isend/recv {tag}", out, ar(n) + 7 * prv)
 
+    step("sparse")
     # Sparse COO allreduce (SUM) of CUDA tensors, through host memory: rank r
     # holds value r+1 at indices r..r+9 (one duplicate at r), so index i sums
     # the ranks r with r <= i <= r+9, and index r also gets r+1 once more.
@@ -174,6 +205,7 @@ def main():
         fails.append(f"sparse all_reduce: result is sparse={sp.is_sparse} on {sp.device}, want sparse on {dev}")
     check("sparse all_reduce cuda", sp.to_dense(), want.to(dev))
 
+    step("stream semantics")
     # Stream semantics: the input is written by a slow kernel on the current
     # stream just before the call; async work, then a kernel after wait().
     n = 1 << 24
@@ -189,6 +221,7 @@ def main():
         if not torch.all(y == want).item():
             fails.append(f"stream order iteration {it}: got {y[0].item()} .. {y[-1].item()}, want {want}")
 
+    step("timing")
     # Timing: float32 all_reduce, median of 20 with CUDA events.
     lines = []
     for n in [1024, 1 << 16, 1 << 20, 1 << 24]:
