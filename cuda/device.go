@@ -115,6 +115,14 @@ func (d *ctxDevice) CopyFromHost(dst DevicePtr, src []byte, stream uintptr) erro
 
 func (d *ctxDevice) Ordinal() int { return d.ctx.Dev.Ordinal }
 
+func (d *ctxDevice) BusID() string {
+	id, err := d.ctx.Dev.PCIBusID()
+	if err != nil {
+		return ""
+	}
+	return id
+}
+
 func (d *ctxDevice) Capturing(stream uintptr) (bool, error) {
 	return d.ctx.WrapStream(stream).Capturing()
 }

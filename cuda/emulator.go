@@ -411,6 +411,9 @@ func (g *Emulator) Capture(stream uintptr, on bool) {
 // Ordinal is 0: the emulator is one device.
 func (g *Emulator) Ordinal() int { return 0 }
 
+// BusID is the emulated device's PCI address.
+func (g *Emulator) BusID() string { return "0000:00:00.0" }
+
 func (g *Emulator) Capturing(stream uintptr) (bool, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -42,6 +43,9 @@ type GPU interface {
 	CopyFromHost(dst DevicePtr, src []byte, stream uintptr) error
 	// Ordinal is the device's CUDA ordinal.
 	Ordinal() int
+	// BusID is the device's PCI address ("" where unknown): what says,
+	// across processes whose ordinals may differ, that two use one GPU.
+	BusID() string
 	// Capturing says whether stream is capturing a CUDA graph.
 	Capturing(stream uintptr) (bool, error)
 	// MaxBlocks is how many blocks of threads threads the device runs at
@@ -63,6 +67,8 @@ type Links interface {
 	// DeviceLink is the host link to peer reserved for the device path's
 	// channel ch, made on first use (both ranks ask for it).
 	DeviceLink(ch, peer int) (backend.Conn, error)
+	// Warn reports something that works but not as the user expects.
+	Warn(msg string)
 }
 
 // RankComm is one rank of a communicator whose ranks are separate
@@ -106,6 +112,8 @@ type RankComm struct {
 	staged []backend.Conn // the proxies' links, aborted at the first failure
 
 	last atomic.Pointer[launch] // the last launch, named in kernel errors
+
+	sharedGPUOnce sync.Once // the warning that another process uses this GPU
 
 	stageMu sync.Mutex // one Staged call at a time; Close frees stage under it
 	stage   []byte     // pinned host memory of Staged calls, the largest so far
@@ -483,9 +491,11 @@ func peerOf(ref ConnRef) int {
 // ipcMsg is what a receiver sends the sender of a connection on the same
 // node: the connection, the FIFO's size, the receiver's process id,
 // device and address of the FIFO (a rank in the same process uses the
-// address: CUDA IPC does not open a process's own memory), and its IPC
-// handle.
-const ipcMsgBytes = 4 + 12 + 8 + 4 + 4 + 8 + 64
+// address: CUDA IPC does not open a process's own memory), its IPC
+// handle, and the device's PCI address.
+const ipcMsgBytes = 4 + 12 + 8 + 4 + 4 + 8 + 64 + busIDBytes
+
+const busIDBytes = 16 // "dddd:bb:dd.f", zero-padded
 
 const ipcMagic = 0x47544950 // "GTIP"
 
@@ -544,6 +554,7 @@ func (c *RankComm) connect(refs []ConnRef) error {
 		binary.LittleEndian.PutUint32(msg[28:], uint32(c.dev.Ordinal()))
 		binary.LittleEndian.PutUint64(msg[32:], uint64(d))
 		copy(msg[40:], h[:])
+		copy(msg[104:104+busIDBytes], c.dev.BusID())
 		ctx, cancel := context.WithTimeout(c.life, c.timeout)
 		err = link.Send(ctx, ipcMagic, msg)
 		cancel()
@@ -604,6 +615,14 @@ func (c *RankComm) openPeerFIFO(ref ConnRef, fifoBytes uint64) error {
 		}
 		c.conns[ref.Key] = fifoAt(DevicePtr(binary.LittleEndian.Uint64(b[32:])), c.cfg, peer)
 		return nil
+	}
+	if bus := string(bytes.TrimRight(b[104:104+busIDBytes], "\x00")); bus != "" && bus == c.dev.BusID() {
+		c.sharedGPUOnce.Do(func() {
+			c.links.Warn(fmt.Sprintf("ranks %d and %d are processes %d and %d on one GPU (%s): "+
+				"kernels of two processes do not run at once, so each collective between them waits for the "+
+				"driver to switch (about 5 ms a call on an H200, whatever its size); give each rank its own GPU",
+				c.rank, peer, c.pid, pid, bus))
+		})
 	}
 	var h IpcMemHandle
 	copy(h[:], b[40:])

@@ -27,6 +27,15 @@ type pipeLinks struct {
 	rank  int
 	hosts []int
 	net   *pipeNet
+
+	mu       sync.Mutex
+	warnings []string
+}
+
+func (p *pipeLinks) Warn(msg string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.warnings = append(p.warnings, msg)
 }
 
 type pipeNet struct {
@@ -362,6 +371,63 @@ type ordinalGPU struct {
 }
 
 func (g ordinalGPU) Ordinal() int { return g.ord }
+
+// busGPU is the emulator posing as the GPU at another PCI address.
+type busGPU struct {
+	*Emulator
+	bus string
+}
+
+func (g busGPU) BusID() string { return g.bus }
+
+// TestRankCommSharedGPUWarning: ranks in different processes on one GPU
+// (same PCI address) are told, once each, that their kernels take turns;
+// ranks on different GPUs, and threads of one process, are not.
+func TestRankCommSharedGPUWarning(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		samePID   bool
+		otherBus  bool
+		wantWarns bool
+	}{{"processes on one GPU", false, false, true}, {"processes on two GPUs", false, true, false}, {"threads of one process", true, false, false}} {
+		c := newEmuCluster(t, 1, 3, 2, 5*time.Second)
+		for r, rc := range c.comms {
+			rc.pid = 1000 + r
+			if tc.samePID {
+				rc.pid = 7
+			}
+			if tc.otherBus {
+				rc.dev = busGPU{c.gpu, fmt.Sprintf("0000:%02x:00.0", 0x19+r)}
+			}
+		}
+		p, err := algorithms.BuildPlan(c.graph, algorithms.PlanRequest{Coll: algorithms.AllReduce, Algo: algorithms.Ring, Proto: algorithms.Simple,
+			Count: 100, DType: algorithms.Int64, Op: algorithms.Sum, KeepChannels: true, ChunkBytes: 1024})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for run := 0; run < 2; run++ {
+			if _, err := c.run(p, [][]byte{make([]byte, 800), make([]byte, 800), make([]byte, 800)}, false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for r, rc := range c.comms {
+			w := rc.links.(*pipeLinks).warnings
+			if !tc.wantWarns {
+				if len(w) != 0 {
+					t.Errorf("%s: rank %d warned: %q", tc.name, r, w)
+				}
+				continue
+			}
+			if len(w) != 1 {
+				t.Fatalf("%s: rank %d: %d warnings, want 1: %q", tc.name, r, len(w), w)
+			}
+			want := fmt.Sprintf("ranks %d and ", r)
+			if !strings.Contains(w[0], want) || !strings.Contains(w[0], "on one GPU (0000:00:00.0)") || !strings.Contains(w[0], fmt.Sprintf("processes %d and ", 1000+r)) {
+				t.Errorf("%s: rank %d: %q", tc.name, r, w[0])
+			}
+		}
+	}
+}
 
 // TestRankCommThreads: ranks that are threads of one process use each
 // other's FIFO addresses (CUDA IPC does not open a process's own memory);

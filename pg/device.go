@@ -64,6 +64,7 @@ func (l deviceLinks) Size() int { return l.c.nranks }
 func (l deviceLinks) SameHost(peer int) bool {
 	return l.c.peers[peer].HostID == l.c.peers[l.c.rank].HostID
 }
+func (l deviceLinks) Warn(msg string) { l.c.log.Warnf("%s", msg) }
 func (l deviceLinks) DeviceLink(ch, peer int) (backend.Conn, error) {
 	if ch < 0 || ch >= maxDevChannels {
 		return nil, fmt.Errorf("%w: device channel %d not in 0..%d", ErrInvalidArgument, ch, maxDevChannels-1)
