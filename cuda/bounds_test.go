@@ -115,14 +115,7 @@ func TestRankCommTorchSequenceBounds(t *testing.T) {
 					le.PutUint32(inputs[r][4*i:], math.Float32bits(float32(rng.Intn(64)-32)))
 				}
 			}
-			want, err := algorithms.RunOracle(p, inputs, true)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := c.run(p, inputs, true)
-			if err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
+			got, want := c.runWithOracle(t, name, p, inputs, true)
 			if bad := gpu.BoundsErrors(); len(bad) > 0 {
 				t.Fatalf("%s: %d accesses outside every allocation, first %q", name, len(bad), bad[0])
 			}

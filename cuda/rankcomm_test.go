@@ -210,14 +210,7 @@ func TestRankCommEmulated(t *testing.T) {
 					for r := range inputs {
 						inputs[r] = randomInput(rng, dt, inN)
 					}
-					want, err := algorithms.RunOracle(p, inputs, inPlace)
-					if err != nil {
-						t.Fatal(err)
-					}
-					got, err := c.run(p, inputs, inPlace)
-					if err != nil {
-						t.Fatalf("%s: %v", name, err)
-					}
+					got, want := c.runWithOracle(t, name, p, inputs, inPlace)
 					for r := range got {
 						if !bytes.Equal(got[r], want[r]) {
 							t.Fatalf("%s run %d: rank %d output differs from the oracle:\n got %x\nwant %x\n in %x", name, run, r, got[r][:min(16, len(got[r]))], want[r][:min(16, len(want[r]))], inputs[r][:min(16, len(inputs[r]))])
@@ -229,6 +222,20 @@ func TestRankCommEmulated(t *testing.T) {
 		}
 	}
 	t.Logf("%d plans run on separate rank communicators", plans)
+}
+
+// runWithOracle runs p on every rank (run) and returns the outputs with
+// what RunOracle computes for them; a failure of either ends the test.
+func (c *emuCluster) runWithOracle(t *testing.T, name string, p *algorithms.Plan, inputs [][]byte, inPlace bool) (got, want [][]byte) {
+	t.Helper()
+	want, err := algorithms.RunOracle(p, inputs, inPlace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err = c.run(p, inputs, inPlace); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return got, want
 }
 
 // TestSliceSchedule: both ends of every connection list the same slices,
