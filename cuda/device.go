@@ -46,7 +46,7 @@ func (d *ctxDevice) Alloc(n uint64) (DevicePtr, error) {
 	if err != nil {
 		return 0, err
 	}
-	if err := d.ctx.MemsetD8(p, 0, n); err != nil {
+	if err := d.ctx.MemsetD8Now(p, 0, n); err != nil {
 		d.ctx.MemFree(p)
 		return 0, err
 	}
@@ -54,7 +54,7 @@ func (d *ctxDevice) Alloc(n uint64) (DevicePtr, error) {
 }
 
 func (d *ctxDevice) Free(p DevicePtr) error               { return d.ctx.MemFree(p) }
-func (d *ctxDevice) Upload(dst DevicePtr, b []byte) error { return d.ctx.MemcpyHtoD(dst, b) }
+func (d *ctxDevice) Upload(dst DevicePtr, b []byte) error { return d.ctx.MemcpyHtoDNow(dst, b) }
 
 func (d *ctxDevice) HostAlloc(n int) ([]byte, DevicePtr, error) {
 	p, err := d.ctx.MemHostAlloc(uint64(n), HostAllocPortable|HostAllocDeviceMap)

@@ -63,6 +63,7 @@ T3(gt_dptr_dptr_size, CUdeviceptr, CUdeviceptr, size_t)
 static CUresult gt_htod_async(void *f, CUdeviceptr d, uintptr_t h, size_t n, CUstream s) {
 	return ((CUresult(*)(CUdeviceptr, const void *, size_t, CUstream))f)(d, (const void *)h, n, s);
 }
+T4(gt_dptr_cptr_size_stream, CUdeviceptr, const void *, size_t, CUstream)
 static CUresult gt_dtoh_async(void *f, uintptr_t h, CUdeviceptr d, size_t n, CUstream s) {
 	return ((CUresult(*)(void *, CUdeviceptr, size_t, CUstream))f)((void *)h, d, n, s);
 }
@@ -604,6 +605,9 @@ type Context struct {
 	d   *Driver
 	h   C.CUcontext
 	Dev Device
+
+	mu      sync.Mutex
+	private *Stream // MemsetD8Now's and MemcpyHtoDNow's, made on first use
 }
 
 // RetainPrimaryContext retains the device's primary context.
@@ -625,6 +629,12 @@ func (v Device) RetainPrimaryContext() (*Context, error) {
 // Release releases the primary context (it is destroyed when every user,
 // torch included, has released it).
 func (c *Context) Release() error {
+	c.mu.Lock()
+	if c.private != nil {
+		c.private.Destroy()
+		c.private = nil
+	}
+	c.mu.Unlock()
 	f, err := c.d.fn(fnDevicePrimaryCtxRelease)
 	if err != nil {
 		return err
@@ -696,6 +706,57 @@ func (c *Context) MemcpyDtoD(dst, src DevicePtr, n uint64) error {
 	return c.call(fnMemcpyDtoD, func(f unsafe.Pointer) C.CUresult {
 		return C.gt_dptr_dptr_size(f, C.CUdeviceptr(dst), C.CUdeviceptr(src), C.size_t(n))
 	})
+}
+
+// MemsetD8Now and MemcpyHtoDNow set device memory that kernels read
+// later (a FIFO's zeroing, a plan's tables, a test's inputs). The driver's "synchronous" memset and
+// host-to-device copy run on the legacy default stream and may still be
+// pending when they return (the memset always, the copy's DMA from
+// pageable memory too); a kernel on a non-blocking stream (torch's, and
+// gotree's own) is not ordered after them, and a caller like torch keeps
+// that stream busy with waits on gotree's earlier kernels, so a kernel
+// could read a table before it landed. These run on the context's own
+// non-blocking stream and return when the memory holds the result.
+func (c *Context) MemsetD8Now(p DevicePtr, v byte, n uint64) error {
+	s, err := c.privateStream()
+	if err != nil {
+		return err
+	}
+	if err := c.MemsetD8Async(p, v, n, s); err != nil {
+		return err
+	}
+	return s.Synchronize()
+}
+
+// MemcpyHtoDNow copies src (any host memory) to dst; see MemsetD8Now.
+func (c *Context) MemcpyHtoDNow(dst DevicePtr, src []byte) error {
+	if len(src) == 0 {
+		return nil
+	}
+	s, err := c.privateStream()
+	if err != nil {
+		return err
+	}
+	// From pageable memory the driver stages src before it returns.
+	if err := c.call(fnMemcpyHtoDAsync, func(f unsafe.Pointer) C.CUresult {
+		return C.gt_dptr_cptr_size_stream(f, C.CUdeviceptr(dst), unsafe.Pointer(&src[0]), C.size_t(len(src)), s.handle())
+	}); err != nil {
+		return err
+	}
+	return s.Synchronize()
+}
+
+func (c *Context) privateStream() (*Stream, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.private == nil {
+		s, err := c.StreamCreate(StreamNonBlocking)
+		if err != nil {
+			return nil, err
+		}
+		c.private = s
+	}
+	return c.private, nil
 }
 
 // MemcpyHtoDAsync copies n bytes from pinned host memory at src (C

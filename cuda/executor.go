@@ -127,7 +127,7 @@ func (c *Comm) alloc(n uint64) (DevicePtr, error) {
 		return 0, err
 	}
 	c.allocs = append(c.allocs, p)
-	if err := c.ctx.MemsetD8(p, 0, n); err != nil {
+	if err := c.ctx.MemsetD8Now(p, 0, n); err != nil {
 		return 0, err
 	}
 	return p, nil

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
@@ -141,6 +142,9 @@ func TestCommHostSide(t *testing.T) {
 // handles exported, sent and opened; mapped host FIFOs; the capture check;
 // stream-ordered copies; the error word a kernel writes.
 func TestRankCommFakeDriver(t *testing.T) {
+	// FIFOs and tables must not go through the legacy stream (see
+	// TestDeviceMemoryReadyOnAnyStream).
+	t.Setenv("FAKE_NO_LEGACY_COPIES", "1")
 	ctx := fakeContext(t)
 	k, err := LoadKernels(ctx, KernelOptions{ForceNVRTC: true, NVRTC: fakeLib(t, "libnvrtc_fake.so"), CacheDir: t.TempDir()})
 	if err != nil {
@@ -234,5 +238,46 @@ func TestRankCommFakeDriver(t *testing.T) {
 		}
 		pn.close()
 		ctx.MemFree(buf)
+	}
+}
+
+// TestDeviceMemoryReadyOnAnyStream: the GPU's zeroed allocations and
+// uploads (FIFOs, plan tables) are complete when they return, through a
+// non-blocking stream of gotree's own: the fake refuses the legacy stream's
+// memset and copy, which kernels on non-blocking streams (torch's) are not
+// ordered after.
+func TestDeviceMemoryReadyOnAnyStream(t *testing.T) {
+	t.Setenv("FAKE_NO_LEGACY_COPIES", "1")
+	ctx := fakeContext(t)
+	if err := ctx.MemsetD8(0, 0, 0); err == nil {
+		t.Fatal("the fake accepted a legacy-stream memset with FAKE_NO_LEGACY_COPIES=1")
+	}
+	gpu := NewGPU(ctx, nil)
+	for _, n := range []int{1, 13, 4096} {
+		p, err := gpu.Alloc(uint64(n))
+		if err != nil {
+			t.Fatalf("Alloc(%d): %v", n, err)
+		}
+		got := make([]byte, n)
+		if err := ctx.MemcpyDtoH(got, p); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, make([]byte, n)) {
+			t.Fatalf("Alloc(%d) is not zeroed: % x", n, got[:min(n, 16)])
+		}
+		want := make([]byte, n)
+		for i := range want {
+			want[i] = byte(i*7 + 1)
+		}
+		if err := gpu.Upload(p, want); err != nil {
+			t.Fatalf("Upload(%d): %v", n, err)
+		}
+		if err := ctx.MemcpyDtoH(got, p); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("Upload(%d) wrote % x, want % x", n, got[:min(n, 16)], want[:min(n, 16)])
+		}
+		gpu.Free(p)
 	}
 }

@@ -252,7 +252,7 @@ func runCase(t *testing.T, f *gpuFixture, c gpuCase, seed int64) {
 			t.Fatalf("%v: %v", c, err)
 		}
 		allocs = append(allocs, d)
-		if err := f.ctx.MemsetD8(d, 0xA5, uint64(n+c.misalign+16)); err != nil {
+		if err := f.ctx.MemsetD8Now(d, 0xA5, uint64(n+c.misalign+16)); err != nil {
 			t.Fatal(err)
 		}
 		return d + DevicePtr(c.misalign)
@@ -272,7 +272,7 @@ func runCase(t *testing.T, f *gpuFixture, c gpuCase, seed int64) {
 			ins[r] = alloc(inN * es)
 			outs[r] = ins[r]
 		}
-		if err := f.ctx.MemcpyHtoD(ins[r], inputs[r]); err != nil {
+		if err := f.ctx.MemcpyHtoDNow(ins[r], inputs[r]); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -625,7 +625,7 @@ func TestGPUBench(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer f.ctx.MemFree(d)
-			f.ctx.MemsetD8(d, 0, uint64(maxBytes))
+			f.ctx.MemsetD8Now(d, 0, uint64(maxBytes))
 			bufs[r] = d
 		}
 		for _, bytes := range sweepSizes(maxBytes) {

@@ -141,7 +141,7 @@ func (m *deviceMem) fill(r perfRegion, encode func([]byte)) error {
 	}
 	b := make([]byte, r.n)
 	encode(b)
-	return m.ctx.MemcpyHtoD(m.addr(r), b)
+	return m.ctx.MemcpyHtoDNow(m.addr(r), b) // complete before the next kernel, whatever its stream
 }
 
 func (m *deviceMem) read(r perfRegion) ([]byte, error) {

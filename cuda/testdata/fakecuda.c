@@ -128,7 +128,20 @@ CUresult cuMemFree_v2(CUdeviceptr p) {
   free((void *)(uintptr_t)p);
   return 0;
 }
+/* FAKE_NO_LEGACY_COPIES=1: the legacy stream's memset and host-to-device
+ * copy fail, and so do their async forms on any stream but a non-blocking
+ * one (cuStreamCreate gives each flag value its own token). */
+static int stream_tokens[2];
+static int legacy_refused(void *stream) {
+  return envint("FAKE_NO_LEGACY_COPIES", 0) && stream != &stream_tokens[1];
+}
 CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void *h, size_t n) {
+  if (legacy_refused(NULL)) return 1;
+  memcpy((void *)(uintptr_t)d, h, n);
+  return 0;
+}
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *h, size_t n, void *stream) {
+  if (legacy_refused(stream)) return 1;
   memcpy((void *)(uintptr_t)d, h, n);
   return 0;
 }
@@ -137,6 +150,12 @@ CUresult cuMemcpyDtoH_v2(void *h, CUdeviceptr d, size_t n) {
   return 0;
 }
 CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n) {
+  if (legacy_refused(NULL)) return 1;
+  memset((void *)(uintptr_t)d, v, n);
+  return 0;
+}
+CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, void *stream) {
+  if (legacy_refused(stream)) return 1;
   memset((void *)(uintptr_t)d, v, n);
   return 0;
 }
@@ -205,10 +224,8 @@ CUresult cuFuncGetAttribute(int *v, int attr, void *fn) {
   return 0;
 }
 
-static int stream_token;
 CUresult cuStreamCreate(void **s, unsigned int flags) {
-  (void)flags;
-  *s = &stream_token;
+  *s = &stream_tokens[flags & 1];
   return 0;
 }
 CUresult cuStreamDestroy_v2(void *s) {
@@ -261,6 +278,8 @@ static const struct {
     {"cuMemcpyHtoD", (void *)cuMemcpyHtoD_v2},
     {"cuMemcpyDtoH", (void *)cuMemcpyDtoH_v2},
     {"cuMemsetD8", (void *)cuMemsetD8_v2},
+    {"cuMemsetD8Async", (void *)cuMemsetD8Async},
+    {"cuMemcpyHtoDAsync", (void *)cuMemcpyHtoDAsync_v2},
     {"cuModuleLoadData", (void *)cuModuleLoadData},
     {"cuModuleUnload", (void *)cuModuleUnload},
     {"cuModuleGetFunction", (void *)cuModuleGetFunction},
