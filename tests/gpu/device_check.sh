@@ -25,6 +25,12 @@
 #      minute), the package's CPU tests, and a table, printed last; every
 #      log packed into $OUT/logs.tgz.
 #
+# From a session with the device tool: build here (tests/gpu/prepare.sh),
+# then run `bash tests/gpu/device_check.sh` there with carry
+# ["tests/gpu/bin"] and a timeout_s of CHECK_BUDGET + 30. The tracked
+# files are close to the tool's 64 MiB: take docs/ out of the index for
+# the call (docs/gpu/README.md says how, and what the last runs showed).
+#
 # The whole check ends within CHECK_BUDGET seconds (default 420):
 # each stage's own limit is cut to what is left, and a stage that would
 # start with under 20 s left is skipped and reported as such.
