@@ -681,7 +681,10 @@ func (c *Context) MemFree(p DevicePtr) error {
 	return c.call(fnMemFree, func(f unsafe.Pointer) C.CUresult { return C.gt_dptr(f, C.CUdeviceptr(p)) })
 }
 
-// MemcpyHtoD copies src to device memory (synchronously).
+// MemcpyHtoD copies src to device memory on the legacy default stream:
+// its DMA may still be pending when it returns, and kernels on
+// non-blocking streams are not ordered after it (use MemcpyHtoDNow for
+// memory kernels read).
 func (c *Context) MemcpyHtoD(dst DevicePtr, src []byte) error {
 	if len(src) == 0 {
 		return nil
@@ -709,14 +712,15 @@ func (c *Context) MemcpyDtoD(dst, src DevicePtr, n uint64) error {
 }
 
 // MemsetD8Now and MemcpyHtoDNow set device memory that kernels read
-// later (a FIFO's zeroing, a plan's tables, a test's inputs). The driver's "synchronous" memset and
-// host-to-device copy run on the legacy default stream and may still be
-// pending when they return (the memset always, the copy's DMA from
-// pageable memory too); a kernel on a non-blocking stream (torch's, and
-// gotree's own) is not ordered after them, and a caller like torch keeps
-// that stream busy with waits on gotree's earlier kernels, so a kernel
-// could read a table before it landed. These run on the context's own
-// non-blocking stream and return when the memory holds the result.
+// later (a FIFO's zeroing, a plan's tables, a test's inputs). The
+// driver's "synchronous" memset and host-to-device copy run on the legacy
+// default stream and may still be pending when they return (the memset
+// always, the copy's DMA from pageable memory too); a kernel on a
+// non-blocking stream (torch's, and gotree's own) is not ordered after
+// them, and a caller like torch keeps that stream busy with waits on
+// gotree's earlier kernels, so a kernel could read a table before it
+// landed. These run on the context's own non-blocking stream and return
+// when the memory holds the result.
 func (c *Context) MemsetD8Now(p DevicePtr, v byte, n uint64) error {
 	s, err := c.privateStream()
 	if err != nil {
@@ -782,7 +786,8 @@ func (c *Context) MemcpyDtoDAsync(dst, src DevicePtr, n uint64, s *Stream) error
 	})
 }
 
-// MemsetD8 sets n bytes to v.
+// MemsetD8 sets n bytes to v on the legacy default stream, asynchronously
+// for device memory (use MemsetD8Now for memory kernels read).
 func (c *Context) MemsetD8(p DevicePtr, v byte, n uint64) error {
 	return c.call(fnMemsetD8, func(f unsafe.Pointer) C.CUresult {
 		return C.gt_dptr_uchar_size(f, C.CUdeviceptr(p), C.uchar(v), C.size_t(n))
