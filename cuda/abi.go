@@ -75,10 +75,58 @@ func stepUses(p algorithms.Prim) (src, dst bool) {
 	return false, false
 }
 
+// kernelStep refuses a step the kernels would not run as the plan means
+// it: they know the six message primitives of ring and tree plans, read
+// and write only the input and output buffers, take a step's data from
+// its source or else its first receive, fold the source first, and send
+// and receive only what the primitive says.
+func kernelStep(st *algorithms.Step) error {
+	var recvs, sends [2]int // the least and most of each
+	switch st.Prim {
+	case algorithms.Send:
+		recvs, sends = [2]int{0, 0}, [2]int{1, MaxPeers}
+	case algorithms.Recv:
+		recvs, sends = [2]int{1, 1}, [2]int{0, 0}
+	case algorithms.RecvReduceSend:
+		recvs, sends = [2]int{1, MaxPeers}, [2]int{1, MaxPeers}
+	case algorithms.RecvReduceCopySend:
+		recvs, sends = [2]int{1, MaxPeers}, [2]int{0, MaxPeers}
+	case algorithms.RecvCopySend:
+		recvs, sends = [2]int{1, 1}, [2]int{1, MaxPeers}
+	case algorithms.Copy:
+		recvs, sends = [2]int{0, 0}, [2]int{0, 0}
+	default:
+		return fmt.Errorf("%v steps have no kernel (the device runs ring and tree plans)", st.Prim)
+	}
+	if n := len(st.RecvFrom); n < recvs[0] || n > recvs[1] {
+		return fmt.Errorf("a %v step with %d receives (the kernels take %d to %d)", st.Prim, n, recvs[0], recvs[1])
+	}
+	if n := len(st.SendTo); n < sends[0] || n > sends[1] {
+		return fmt.Errorf("a %v step with %d sends (the kernels take %d to %d)", st.Prim, n, sends[0], sends[1])
+	}
+	if len(st.ReadFrom) > 0 || len(st.WriteTo) > 0 {
+		return fmt.Errorf("a %v step reads or writes peers' memory, which the kernels do not", st.Prim)
+	}
+	if st.SrcAt != 0 {
+		return fmt.Errorf("a %v step folds its source after %d messages; the kernels fold it first", st.Prim, st.SrcAt)
+	}
+	src, dst := stepUses(st.Prim)
+	for _, u := range []struct {
+		used bool
+		what string
+		ref  algorithms.Ref
+	}{{src, "source", st.Src}, {dst, "destination", st.Dst}} {
+		if u.used && u.ref.Buf != algorithms.Input && u.ref.Buf != algorithms.Output {
+			return fmt.Errorf("a %v step's %s is in the %v buffer; the kernels reach only the input and output", st.Prim, u.what, u.ref.Buf)
+		}
+	}
+	return nil
+}
+
 // EncodeRank encodes rank's part of p. Offsets and counts become bytes.
 // It fails on what the kernels cannot run: more than two streams in a
-// channel, more than MaxPeers peers in a step, more than MaxConns
-// connections in a channel.
+// channel, a step kernelStep refuses (MaxPeers peers at most), more than
+// MaxConns connections in a channel.
 func EncodeRank(p *algorithms.Plan, rank int) (*RankTables, error) {
 	if rank < 0 || rank >= len(p.Ranks) {
 		return nil, fmt.Errorf("gotree/cuda: rank %d not in plan of %d ranks", rank, len(p.Ranks))
@@ -125,12 +173,11 @@ func EncodeRank(p *algorithms.Plan, rank int) (*RankTables, error) {
 			}
 			for i := range stream {
 				st := &stream[i]
-				if len(st.RecvFrom) > MaxPeers || len(st.SendTo) > MaxPeers {
-					return nil, fmt.Errorf("gotree/cuda: rank %d channel %d step %d has %d receives and %d sends; the kernels take at most %d",
-						rank, c, i, len(st.RecvFrom), len(st.SendTo), MaxPeers)
-				}
 				if st.Count <= 0 {
 					return nil, fmt.Errorf("gotree/cuda: rank %d channel %d step %d has count %d", rank, c, i, st.Count)
+				}
+				if err := kernelStep(st); err != nil {
+					return nil, fmt.Errorf("gotree/cuda: rank %d channel %d step %d: %w", rank, c, i, err)
 				}
 				b := make([]byte, stepBytes)
 				b[0] = byte(st.Prim)

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/gotree/gotree/algorithms"
@@ -106,4 +107,70 @@ func TestKernelNames(t *testing.T) {
 			t.Errorf("kernel %s is not defined in gotree.cu", n)
 		}
 	}
+}
+
+// TestEncodeRankRefusesStepsWithoutKernels: plans of the CPU-only
+// algorithms (one-shot folds in rank order, direct reads peers' memory,
+// shared goes through staging regions) and malformed steps get an error
+// that names the step, not a launch that reads what the plan never meant.
+func TestEncodeRankRefusesStepsWithoutKernels(t *testing.T) {
+	g, err := algorithms.BuildGraph(algorithms.UniformLayout(1, 3, 1, algorithms.BalancedTree))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := func(a algorithms.Algorithm) *algorithms.Plan {
+		p, err := algorithms.BuildPlan(g, algorithms.PlanRequest{Coll: algorithms.AllReduce, Algo: a, Proto: algorithms.Simple,
+			Count: 1000, DType: algorithms.Float32, Op: algorithms.Sum, ChunkBytes: 4096})
+		if err != nil {
+			t.Fatalf("%v: %v", a, err)
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		algo algorithms.Algorithm
+		want string
+	}{
+		{algorithms.OneShot, "folds its source after"},
+		{algorithms.Direct, "steps have no kernel"},
+		{algorithms.Shared, "buffer; the kernels reach only the input and output"},
+	} {
+		p := plan(tc.algo)
+		var errs []string
+		for r := range p.Ranks {
+			if _, err := EncodeRank(p, r); err != nil {
+				errs = append(errs, err.Error())
+			}
+		}
+		if len(errs) == 0 || !strings.Contains(strings.Join(errs, "\n"), tc.want) {
+			t.Errorf("%v: errors %q, want one with %q", tc.algo, errs, tc.want)
+		}
+	}
+	for _, a := range []algorithms.Algorithm{algorithms.Ring, algorithms.Tree} {
+		p := plan(a)
+		for r := range p.Ranks {
+			if _, err := EncodeRank(p, r); err != nil {
+				t.Errorf("%v rank %d: %v", a, r, err)
+			}
+		}
+	}
+	// A ring step that lost its receive.
+	p := plan(algorithms.Ring)
+	for r := range p.Ranks {
+		for c := range p.Ranks[r].Channels {
+			for s := range p.Ranks[r].Channels[c].Streams {
+				for i := range p.Ranks[r].Channels[c].Streams[s] {
+					st := &p.Ranks[r].Channels[c].Streams[s][i]
+					if st.Prim == algorithms.RecvReduceSend {
+						st.RecvFrom = nil
+						_, err := EncodeRank(p, r)
+						if err == nil || !strings.Contains(err.Error(), "RecvReduceSend step with 0 receives") {
+							t.Fatalf("err = %v, want the step's missing receive named", err)
+						}
+						return
+					}
+				}
+			}
+		}
+	}
+	t.Fatal("the ring plan has no RecvReduceSend step")
 }
