@@ -62,15 +62,25 @@ type RankTables struct {
 
 var le = binary.LittleEndian
 
+// kernelPrims are the primitives the kernels run, indexed by Prim: how
+// many receives and sends a step takes (least, most) and whether it has a
+// source and a destination operand.
+var kernelPrims = [...]struct {
+	recvs, sends [2]int
+	src, dst     bool
+}{
+	algorithms.Send:               {[2]int{0, 0}, [2]int{1, MaxPeers}, true, false},
+	algorithms.Recv:               {[2]int{1, 1}, [2]int{0, 0}, false, true},
+	algorithms.RecvReduceSend:     {[2]int{1, MaxPeers}, [2]int{1, MaxPeers}, true, false},
+	algorithms.RecvReduceCopySend: {[2]int{1, MaxPeers}, [2]int{0, MaxPeers}, true, true},
+	algorithms.RecvCopySend:       {[2]int{1, 1}, [2]int{1, MaxPeers}, false, true},
+	algorithms.Copy:               {[2]int{0, 0}, [2]int{0, 0}, true, true},
+}
+
 // stepUses lists which operands a primitive has.
 func stepUses(p algorithms.Prim) (src, dst bool) {
-	switch p {
-	case algorithms.Send, algorithms.RecvReduceSend:
-		return true, false
-	case algorithms.Recv, algorithms.RecvCopySend:
-		return false, true
-	case algorithms.RecvReduceCopySend, algorithms.Copy:
-		return true, true
+	if int(p) < len(kernelPrims) {
+		return kernelPrims[p].src, kernelPrims[p].dst
 	}
 	return false, false
 }
@@ -81,23 +91,10 @@ func stepUses(p algorithms.Prim) (src, dst bool) {
 // its source or else its first receive, fold the source first, and send
 // and receive only what the primitive says.
 func kernelStep(st *algorithms.Step) error {
-	var recvs, sends [2]int // the least and most of each
-	switch st.Prim {
-	case algorithms.Send:
-		recvs, sends = [2]int{0, 0}, [2]int{1, MaxPeers}
-	case algorithms.Recv:
-		recvs, sends = [2]int{1, 1}, [2]int{0, 0}
-	case algorithms.RecvReduceSend:
-		recvs, sends = [2]int{1, MaxPeers}, [2]int{1, MaxPeers}
-	case algorithms.RecvReduceCopySend:
-		recvs, sends = [2]int{1, MaxPeers}, [2]int{0, MaxPeers}
-	case algorithms.RecvCopySend:
-		recvs, sends = [2]int{1, 1}, [2]int{1, MaxPeers}
-	case algorithms.Copy:
-		recvs, sends = [2]int{0, 0}, [2]int{0, 0}
-	default:
+	if int(st.Prim) >= len(kernelPrims) {
 		return fmt.Errorf("%v steps have no kernel (the device runs ring and tree plans)", st.Prim)
 	}
+	recvs, sends := kernelPrims[st.Prim].recvs, kernelPrims[st.Prim].sends
 	if n := len(st.RecvFrom); n < recvs[0] || n > recvs[1] {
 		return fmt.Errorf("a %v step with %d receives (the kernels take %d to %d)", st.Prim, n, recvs[0], recvs[1])
 	}
