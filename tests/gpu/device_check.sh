@@ -20,7 +20,9 @@
 #      tests/gpu/torch_check.py with one process per rank on the GPU: 2
 #      ranks on one host (CUDA IPC) and 2 ranks as two hosts
 #      (GOTREE_HOST_ID; host-staged proxies over loopback TCP).
-#      TORCH_CHECK_CONFIGS="2 1,4 1,2 2" adds 4 ranks.
+#      TORCH_CHECK_CONFIGS="2 1,4 1,2 2" adds 4 ranks. Then
+#      tests/gpu/train_check.py (DDP, FSDP2, DTensor, torch.compile against
+#      a single-process reference) the same ways (TRAIN_CHECK_CONFIGS).
 #   5. NVRTC (in the background: compiling every kernel takes about a
 #      minute), the package's CPU tests, and a table, printed last; every
 #      log packed into $OUT/logs.tgz.
@@ -189,16 +191,17 @@ if [[ $stages == *" perf "* ]]; then
     grep -E 'Out of bounds|Avg bus|gotree perf:|rror' "$logs/perf-$n-$hosts.txt" | head -6 | cut -c1-400 | tee -a "$summary"
   done
 fi
-# torch_ranks N HOSTS PORT LIMIT [gdb]: torch_check.py as N processes;
-# returns how many failed. Logs: torch-N-HOSTS-R.log (.gdb.log under gdb).
+# torch_ranks N HOSTS PORT LIMIT GDB [CHECK]: tests/gpu/CHECK_check.py
+# (default torch) as N processes; returns how many failed. Logs:
+# CHECK-N-HOSTS-R.log (.gdb.log when GDB is not empty: under cuda-gdb).
 torch_ranks() {
-  local n=$1 hosts=$2 port=$3 t=$4 gdb=$5 r fails=0 pids=() logv=()
+  local n=$1 hosts=$2 port=$3 t=$4 gdb=$5 check=${6:-torch} r fails=0 pids=() logv=()
   for ((r = 0; r < n; r++)); do
-    local cmd=(python3 -X faulthandler "$root/tests/gpu/torch_check.py") log="$logs/torch-$n-$hosts-$r.log"
+    local cmd=(python3 -X faulthandler "$root/tests/gpu/${check}_check.py") log="$logs/$check-$n-$hosts-$r.log"
     if [[ -n $gdb ]]; then
       cmd=(cuda-gdb -q -batch -ex 'handle SIGURG nostop noprint pass' -ex 'handle SIGPIPE nostop noprint pass'
         -ex 'set pagination off' -ex run -ex 'bt 40' -ex 'info threads' --args "${cmd[@]}")
-      log="$logs/torch-$n-$hosts-$r.gdb.log"
+      log="$logs/$check-$n-$hosts-$r.gdb.log"
     fi
     env RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port PYTHONUNBUFFERED=1 \
       GOTREE_DEBUG=${GOTREE_DEBUG:-INFO} GOTREE_HOST_ID="gpuhost$((r % hosts))" PYTHONPATH="$pyroot" \
@@ -290,6 +293,23 @@ print("smoke ok")' >"$logs/smoke-$v.log" 2>&1
             done
           fi
         fi
+      fi
+    done
+    # Training: DDP, FSDP2, DTensor and a compiled function of functional
+    # collectives against a single-process reference (train_check.py).
+    IFS=, read -ra cfgs <<<"${TRAIN_CHECK_CONFIGS:-2 1,2 2}"
+    for cfg in "${cfgs[@]}"; do
+      read -r n hosts <<<"$cfg"
+      t=$(limit 90)
+      if ((t == 0)); then note "training $n ranks on $hosts host(s): SKIPPED (budget)"; rc=1; continue; fi
+      port=$((port + 1))
+      torch_ranks "$n" "$hosts" "$port" "$t" "" train
+      fails=$?
+      ((fails == 0)) || rc=1
+      note "training (train_check.py), $n ranks on $hosts host(s): $fails rank(s) failed"
+      grep -h "^train_check rank [0-9]*/\|^  rank" "$logs"/train-$n-$hosts-*.log | head -12 | cut -c1-300 | tee -a "$summary"
+      if ((fails > 0)); then
+        for ((r = 0; r < n; r++)); do tail -8 "$logs/train-$n-$hosts-$r.log" | cut -c1-300 | tee -a "$summary"; done
       fi
     done
   fi
