@@ -22,7 +22,8 @@
 #      (GOTREE_HOST_ID; host-staged proxies over loopback TCP).
 #      TORCH_CHECK_CONFIGS="2 1,4 1,2 2" adds 4 ranks. Then
 #      tests/gpu/train_check.py (DDP, FSDP2, DTensor, torch.compile against
-#      a single-process reference) the same ways (TRAIN_CHECK_CONFIGS).
+#      a single-process reference) the same ways (TRAIN_CHECK_CONFIGS; an
+#      empty value skips either).
 #   5. NVRTC (in the background: compiling every kernel takes about a
 #      minute), the package's CPU tests, and a table, printed last; every
 #      log packed into $OUT/logs.tgz.
@@ -253,7 +254,7 @@ print("smoke ok")' >"$logs/smoke-$v.log" 2>&1
     note "torch: checks with the extension built by ($ext)"
     pyroot=${ext_dir[$ext]}/python
     port=29700
-    IFS=, read -ra cfgs <<<"${TORCH_CHECK_CONFIGS:-2 1,2 2}"
+    IFS=, read -ra cfgs <<<"${TORCH_CHECK_CONFIGS-2 1,2 2}"
     for cfg in "${cfgs[@]}"; do
       read -r n hosts <<<"$cfg"
       t=$(limit 60)
@@ -297,7 +298,7 @@ print("smoke ok")' >"$logs/smoke-$v.log" 2>&1
     done
     # Training: DDP, FSDP2, DTensor and a compiled function of functional
     # collectives against a single-process reference (train_check.py).
-    IFS=, read -ra cfgs <<<"${TRAIN_CHECK_CONFIGS:-2 1,2 2}"
+    IFS=, read -ra cfgs <<<"${TRAIN_CHECK_CONFIGS-2 1,2 2}"
     for cfg in "${cfgs[@]}"; do
       read -r n hosts <<<"$cfg"
       t=$(limit 90)

@@ -13,7 +13,8 @@ gradients, which DDP and FSDP compute). Checked:
   of gradient accumulation under no_sync, and a bf16-compress comm hook run
   separately against the same run on float64;
 - FSDP2 (fully_shard on a CUDA DeviceMesh: all_gather_into_tensor and
-  reduce_scatter_tensor per layer, prefetching on separate streams);
+  reduce_scatter_tensor per layer, prefetching on separate streams), and
+  at an even world of 4 or more HSDP on a 2-D mesh (sub-groups);
 - DTensor redistribute on CUDA (all_gather, all_to_all, all_reduce,
   reduce_scatter);
 - a torch.compile'd function of functional collectives (aot_eager).
@@ -127,6 +128,30 @@ def fsdp2(fails, rank, world, dev):
     compare(fails, "FSDP2", [p.full_tensor() for p in model.parameters()], reference(world, dev), 1e-10)
 
 
+def hsdp(fails, rank, world, dev):
+    """FSDP2 on a 2-D mesh (replicate x shard, HSDP): collectives on
+    sub-groups, reduce-scatter within a shard group and allreduce across
+    replicas. Needs an even world of at least 4."""
+    if world < 4 or world % 2:
+        return "skipped (needs an even world of 4 or more)"
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh(dev.type, (2, world // 2), mesh_dim_names=("replicate", "shard"))
+    model = make_model().to(dev)
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    for step in range(STEPS):
+        x, y = batch(step, rank, dev)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    compare(fails, f"HSDP (mesh 2 x {world // 2})", [p.full_tensor() for p in model.parameters()], reference(world, dev), 1e-10)
+
+
 def dtensor(fails, rank, world, dev):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
@@ -179,21 +204,24 @@ def main():
         dev = torch.device("cpu")
     dist.init_process_group("gotree", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=90))
     fails = []
-    only = os.environ.get("TRAIN_CHECK_ONLY", "ddp,fsdp2,dtensor,compiled").split(",")
+    only = os.environ.get("TRAIN_CHECK_ONLY", "ddp,fsdp2,hsdp,dtensor,compiled").split(",")
+    ran = []
     for name in only:
         print(f"train_check rank {rank}: {name}", file=sys.stderr, flush=True)
-        before = len(fails)
+        before, skipped = len(fails), None
         try:
-            globals()[name](fails, rank, world, dev)
+            skipped = globals()[name](fails, rank, world, dev)
         except Exception as e:  # one failing part does not hide the others
             fails.append(f"{name}: {type(e).__name__}: {str(e)[:300]}")
-        print(f"train_check rank {rank}: {name}: {'ok' if len(fails) == before else 'FAILED'}", file=sys.stderr, flush=True)
+        if not skipped:
+            ran.append(name)
+        print(f"train_check rank {rank}: {name}: {skipped or ('ok' if len(fails) == before else 'FAILED')}", file=sys.stderr, flush=True)
     if dev.type == "cuda":
         torch.cuda.synchronize()
     dist.barrier()
     host = os.environ.get("GOTREE_HOST_ID", "one host")
     status = "ok" if not fails else f"{len(fails)} FAILED"
-    print(f"train_check rank {rank}/{world} ({host}) on {dev}: {status} ({','.join(only)})", flush=True)
+    print(f"train_check rank {rank}/{world} ({host}) on {dev}: {status} ({','.join(ran)})", flush=True)
     for f in fails[:10]:
         print(f"  rank {rank}: {f}", flush=True)
     dist.destroy_process_group()

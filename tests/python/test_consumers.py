@@ -5,7 +5,7 @@ functional collectives (backend="aot_eager", see workers/consumers.py)."""
 
 import pytest
 
-from conftest import assert_checks, torchrun, worker_env
+from conftest import REPO, assert_checks, torchrun, worker_env
 
 torch = pytest.importorskip("torch")
 
@@ -29,3 +29,14 @@ def test_fsdp2_dtensor_compile_match_gloo(built, tmp_path):
             pairs = zip(a, b) if isinstance(a, list) else [(a, b)]
             for i, (x, y) in enumerate(pairs):
                 assert torch.allclose(x, y, rtol=1e-5, atol=1e-6), f"rank {rank} {key}[{i}]: gotree vs gloo max diff {(x - y).abs().max()}"
+
+
+def test_training_matches_single_process(built):
+    """tests/gpu/train_check.py on CPU tensors (the GPU session runs it on CUDA): DDP with
+    several buckets, no_sync and a bf16 comm hook, FSDP2, HSDP on a 2 x 2 mesh, DTensor and a
+    compiled function, each against the same training in one process on the global batch."""
+    n = 4
+    script = REPO / "tests" / "gpu" / "train_check.py"
+    rc, out = torchrun(script, n, timeout=300)
+    lines = [l for l in out.splitlines() if l.startswith("train_check rank ") and "/" in l.split()[2]]
+    assert rc == 0 and len(lines) == n and all(": ok (ddp,fsdp2,hsdp,dtensor,compiled)" in l for l in lines), out[-6000:]
