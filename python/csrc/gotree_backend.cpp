@@ -11,7 +11,12 @@
 // (the library requires one issue order on every rank). One completion
 // thread per backend waits on the issued requests in issue order (the library
 // completes them in that order) and completes each Work and its Future, so
-// DDP's future.then() chains run without anyone calling Work.wait().
+// DDP's future.then() chains run without anyone calling Work.wait(). Those
+// callbacks run on the completion thread and may issue a collective and wait
+// for its future (DDP's PowerSGD hook does): a collective queued from a
+// completion thread while no other one is free starts a helper that takes
+// the queue's next works, so the waiting callback is never the only thread
+// that could complete what it waits for.
 // Work.wait() itself waits on the library directly (lower latency); whichever
 // thread sees the request finish first completes the Work, exactly once.
 //
@@ -46,6 +51,7 @@
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include <cxxabi.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <unistd.h>
@@ -58,6 +64,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <iostream>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -290,7 +297,44 @@ std::string statusName(const Api& a, gotree_status_t st) {
 }
 
 // Error text for a failure: the first non-empty text among the handles.
+// Future callbacks running on this thread (GotreeWork::finish), and whether
+// any of them issued a collective: the order in which such collectives meet
+// those of other threads depends on timing, so it can differ between ranks.
+thread_local int tlsInCallback = 0;
+
+// Whether Python is shutting down. A tensor that Python created takes the
+// GIL when its last reference goes; a non-Python thread that asks for the
+// GIL then is ended by pthread_exit, whose unwinding through a destructor
+// (noexcept) ends the process. The completion threads leak such tensors
+// instead (the process is exiting anyway).
+bool pythonExiting() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return !Py_IsInitialized() || Py_IsFinalizing();
+#else
+  return !Py_IsInitialized() || _Py_IsFinalizing();
+#endif
+}
+std::string describeStatus(
+    const Api& a, gotree_status_t st, std::initializer_list<int64_t> handles);
+std::atomic<bool> g_issuedFromCallback{false};
+
 std::string describeFailure(
+    const Api& a, gotree_status_t st, std::initializer_list<int64_t> handles) {
+  std::string desc = describeStatus(a, st, handles);
+  if (g_issuedFromCallback.load() &&
+      desc.find("issued different collectives") != std::string::npos) {
+    desc += " [this process issued collectives from future callbacks (DDP's "
+            "PowerSGD hook does) while another thread issued collectives on "
+            "the same group: which comes first depends on timing and differs "
+            "between ranks. Keep such a DDP hook to one bucket (bucket_cap_mb "
+            "above the gradients' size) or issue every collective from one "
+            "thread; gloo hangs here, NCCL runs the callbacks of CUDA work at "
+            "issue]";
+  }
+  return desc;
+}
+
+std::string describeStatus(
     const Api& a, gotree_status_t st, std::initializer_list<int64_t> handles) {
   std::string text;
   for (int64_t h : handles) {
@@ -852,11 +896,34 @@ class GotreeWork : public c10d::Work {
     }
     completedFlag_.store(true);
     cv_.notify_all();
-    if (ex) {
-      future_->setError(ex);
-    } else {
-      future_->markCompleted(c10::IValue(outputs_));
+    // Completing the future runs its callbacks here. One that raises past
+    // torch's own handling (a then() whose child future is already set)
+    // must not end the completion thread, and with it the process. While
+    // Python exits they are not run: Python callbacks cannot run then, and
+    // releasing them takes the GIL (pythonExiting).
+    if (pythonExiting()) {
+      return true;
     }
+    tlsInCallback++;
+    try {
+      if (ex) {
+        future_->setError(ex);
+      } else {
+        future_->markCompleted(c10::IValue(outputs_));
+      }
+    } catch (abi::__forced_unwind&) {
+      // pthread_exit (Python ends threads that want the GIL while it
+      // shuts down) unwinds with this: it must go on.
+      tlsInCallback--;
+      throw;
+    } catch (const std::exception& e) {
+      std::cerr << "gotree: WARN a callback of " << label()
+                << "'s future raised: " << e.what() << std::endl;
+    } catch (...) {
+      std::cerr << "gotree: WARN a callback of " << label()
+                << "'s future raised an exception" << std::endl;
+    }
+    tlsInCallback--;
     return true;
   }
 
@@ -2691,6 +2758,9 @@ class GotreeBackend : public c10d::Backend {
   void issueLocked(
       const c10::intrusive_ptr<GotreeWork>& work, Builder&& build, bool p2p = false) {
     const bool onDevice = work->device_.is_cuda();
+    if (tlsInCallback > 0) {
+      g_issuedFromCallback.store(true);
+    }
     std::optional<c10::StreamGuard> onStream;
     int device = GOTREE_DEVICE_CPU;
     void* stream = nullptr;
@@ -2773,13 +2843,20 @@ class GotreeBackend : public c10d::Backend {
 
   bool idle() {
     std::lock_guard<std::mutex> g(queueMu_);
-    return queue_.empty();
+    return queue_.empty() && retiring_ == 0;
   }
 
   void enqueue(const c10::intrusive_ptr<GotreeWork>& work) {
     {
       std::lock_guard<std::mutex> g(queueMu_);
       queue_.push_back(work);
+      // Queued from a future callback on a completion thread, with every
+      // completion thread busy: that callback may wait for this work's
+      // future, which only a completion thread completes. Add one.
+      if (tlsCompleting == this && retiring_ == completers_ && !stopping_) {
+        completers_++;
+        helpers_.emplace_back([this] { completionLoop(); });
+      }
     }
     queueCv_->notify_one();
   }
@@ -2860,9 +2937,11 @@ class GotreeBackend : public c10d::Backend {
     addAllgather(work, in, recvPtr, nbytes, calls);
   }
 
-  // One thread per backend retires requests in issue order.
+  // The completion thread (and its helpers, see enqueue) retire the queued
+  // works in issue order; a work leaves the queue when a thread takes it.
   void completionLoop() {
     const Api& a = *g_api;
+    tlsCompleting = this;
     for (;;) {
       c10::intrusive_ptr<GotreeWork> work;
       {
@@ -2872,11 +2951,20 @@ class GotreeBackend : public c10d::Backend {
           return;  // stopping and drained
         }
         work = queue_.front();
+        queue_.pop_front();
+        retiring_++;
       }
       retire(a, work);
+      // Its last reference may free tensors: not under the lock, and not
+      // while Python exits (pythonExiting).
+      if (pythonExiting()) {
+        (void)work.release();
+      } else {
+        work.reset();
+      }
       {
         std::lock_guard<std::mutex> g(queueMu_);
-        queue_.pop_front();
+        retiring_--;
       }
     }
   }
@@ -2941,7 +3029,7 @@ class GotreeBackend : public c10d::Backend {
     if (allDone) {
       // A device work keeps its tensors until it is destroyed (the caching
       // allocator also holds their memory until its stream passed the op).
-      if (!work->device_.is_cuda()) {
+      if (!work->device_.is_cuda() && !pythonExiting()) {
         work->keepalive_.clear();
       }
     } else {
@@ -3009,6 +3097,7 @@ class GotreeBackend : public c10d::Backend {
       if (completer_.joinable()) {
         (void)new std::thread(std::move(completer_));
       }
+      (void)new std::vector<std::thread>(std::move(helpers_));
       return;
     }
     auto body = [&] {
@@ -3034,11 +3123,16 @@ class GotreeBackend : public c10d::Backend {
         stopping_ = true;
       }
       queueCv_->notify_all();
-      if (completer_.joinable()) {
-        if (completer_.get_id() == std::this_thread::get_id()) {
-          completer_.detach();  // last reference dropped by a future callback
+      // No helper starts once stopping_ is set: helpers_ no longer changes.
+      helpers_.push_back(std::move(completer_));
+      for (auto& t : helpers_) {
+        if (!t.joinable()) {
+          continue;
+        }
+        if (t.get_id() == std::this_thread::get_id()) {
+          t.detach();  // last reference dropped by a future callback
         } else {
-          completer_.join();
+          t.join();
         }
       }
     };
@@ -3078,6 +3172,11 @@ class GotreeBackend : public c10d::Backend {
   // condition variable with a waiter that no longer exists blocks forever.
   std::unique_ptr<std::condition_variable> queueCv_ = std::make_unique<std::condition_variable>();
   std::deque<c10::intrusive_ptr<GotreeWork>> queue_;
+  int completers_ = 1;  // completion threads (completer_ and helpers_), under queueMu_
+  int retiring_ = 0;    // of them, those retiring a work now, under queueMu_
+  std::vector<std::thread> helpers_;  // under queueMu_ until stopping_
+  // The backend whose completion thread this is, if any.
+  static thread_local const GotreeBackend* tlsCompleting;
   bool stopping_ = false;
   std::atomic<bool> stopped_{false};
   std::atomic<bool> aborted_{false};
@@ -3087,6 +3186,8 @@ class GotreeBackend : public c10d::Backend {
   std::string firstFailure_;
   std::thread completer_;
 };
+
+thread_local const GotreeBackend* GotreeBackend::tlsCompleting = nullptr;
 
 }  // namespace gotree_ext
 

@@ -11,7 +11,9 @@ gradients, which DDP and FSDP compute). Checked:
 - DDP with small buckets (several allreduces per step, each completed
   through Work futures on CUDA streams), gradient_as_bucket_view, a step
   of gradient accumulation under no_sync, and a bf16-compress comm hook run
-  separately against the same run on float64;
+  separately against the same run on float64; DDP with the PowerSGD hook
+  (its future callbacks issue collectives and wait for them);
+- dist.split_group on a group bound to its GPU (eager init);
 - FSDP2 (fully_shard on a CUDA DeviceMesh: all_gather_into_tensor and
   reduce_scatter_tensor per layer, prefetching on separate streams), and
   at an even world of 4 or more HSDP on a 2-D mesh (sub-groups);
@@ -109,6 +111,45 @@ def ddp(fails, rank, world, dev):
     compare(fails, "DDP with bf16_compress_hook", list(model.parameters()), reference(world, dev), 2e-3)
 
 
+def powersgd(fails, rank, world, dev):
+    """DDP with the PowerSGD hook, whose future callbacks issue collectives
+    and wait for them. Lossy, so checked for agreement across ranks and
+    closeness to the exact reference. One bucket: on CPU tensors, callbacks
+    of several buckets issue collectives in an order that depends on timing
+    (tests/python/workers/powersgd_buckets.py shows the error that gives)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+
+    model = DDP(make_model().to(dev), device_ids=[dev.index] if dev.type == "cuda" else None)
+    state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=2, start_powerSGD_iter=2)
+    model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    for step in range(STEPS):
+        x, y = batch(step, rank, dev)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    every = [torch.empty_like(flat) for _ in range(world)]
+    dist.all_gather(every, flat)
+    if not all(torch.equal(every[0], f) for f in every):
+        fails.append("DDP with powerSGD_hook: the ranks' parameters differ")
+    compare(fails, "DDP with powerSGD_hook", list(model.parameters()), reference(world, dev), 0.05)
+
+
+def split(fails, rank, world, dev):
+    """dist.split_group (needs a default group bound to a device)."""
+    if dev.type != "cuda":
+        return "skipped (split_group needs a device_id)"
+    groups = [[r for r in range(world) if r % 2 == 0], [r for r in range(world) if r % 2 == 1]]
+    g = dist.split_group(split_ranks=[x for x in groups if x])
+    mine = groups[rank % 2]
+    t = torch.full((1000,), float(rank), device=dev)
+    dist.all_reduce(t, group=g)
+    want = float(sum(mine))
+    if not torch.equal(t, torch.full_like(t, want)):
+        fails.append(f"split_group {mine}: all_reduce gave {t[0].item()}, want {want}")
+
+
 def fsdp2(fails, rank, world, dev):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -202,9 +243,11 @@ def main():
         torch.cuda.set_device(dev)
     else:
         dev = torch.device("cpu")
-    dist.init_process_group("gotree", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=90))
+    # Bound to the device where there is one (eager init; split_group needs it).
+    dist.init_process_group("gotree", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=90),
+                            device_id=dev if dev.type == "cuda" else None)
     fails = []
-    only = os.environ.get("TRAIN_CHECK_ONLY", "ddp,fsdp2,hsdp,dtensor,compiled").split(",")
+    only = os.environ.get("TRAIN_CHECK_ONLY", "ddp,powersgd,split,fsdp2,hsdp,dtensor,compiled").split(",")
     ran = []
     for name in only:
         print(f"train_check rank {rank}: {name}", file=sys.stderr, flush=True)

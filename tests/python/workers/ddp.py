@@ -3,6 +3,7 @@ gotree ends with the same parameters as the same run on gloo (same seeds)."""
 
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -54,13 +55,20 @@ def make_model(unused=False, sparse=False):
     return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(), torch.nn.Linear(64, 8))
 
 
-def train(pg, rank, sparse=False, **ddp_kwargs):
+def train(pg, rank, sparse=False, powersgd=False, **ddp_kwargs):
     model = make_model(ddp_kwargs.get("find_unused_parameters", False), sparse)
     # every rank starts differently: DDP's construction broadcast must fix that
     with torch.no_grad():
         for p in model.parameters():
             p.add_(rank * 0.01)
     ddp = DDP(model, process_group=pg, **ddp_kwargs)
+    if powersgd:
+        # From its third step the hook's future callbacks issue allreduces and
+        # wait for their futures, on the thread that completed the first.
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+
+        state = powerSGD_hook.PowerSGDState(process_group=pg, matrix_approximation_rank=1, start_powerSGD_iter=2)
+        ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
     # (SGD without momentum for sparse gradients)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.0 if sparse else 0.9)
     losses = []
@@ -79,6 +87,26 @@ def train(pg, rank, sparse=False, **ddp_kwargs):
     return [p.detach().clone() for p in model.parameters()], losses
 
 
+def nested_futures(c, rank, n):
+    """A future callback that issues collectives and waits for their futures,
+    two levels deep: it must not wait for the thread that runs it."""
+    t1, t2, t3 = torch.full((3,), rank + 1.0), torch.full((5,), rank + 2.0), torch.full((7,), rank + 3.0)
+
+    def inner(_):
+        dist.all_reduce(t3, async_op=True).get_future().wait()
+        return t3
+
+    def outer(_):
+        return dist.all_reduce(t2, async_op=True).get_future().then(inner).wait()
+
+    if rank == 0:
+        time.sleep(0.3)  # the other ranks attach their callbacks before t1 completes
+    got = dist.all_reduce(t1, async_op=True).get_future().then(outer).wait()
+    s = n * (n + 1) / 2
+    c.check(torch.equal(t1, torch.full((3,), s)) and torch.equal(t2, torch.full((5,), s + n)), f"nested futures: t1 {t1[0].item()}, t2 {t2[0].item()}")
+    c.check(torch.equal(got, torch.full((7,), s + 2 * n)), f"nested futures: t3 {got[0].item()}, want {s + 2 * n}")
+
+
 def main():
     dist.init_process_group(backend="gotree")
     c = Checker("ddp")
@@ -90,7 +118,10 @@ def main():
         {"bucket_cap_mb": 0.001, "gradient_as_bucket_view": True},
         {"find_unused_parameters": True},
         {"sparse": True},
+        {"powersgd": True},
     ):
+        if kwargs.get("powersgd"):
+            nested_futures(c, rank, n)
         init = [p.detach().clone() for p in make_model(kwargs.get("find_unused_parameters", False), kwargs.get("sparse", False)).parameters()]
         got, got_losses = train(None, rank, **kwargs)  # default group: gotree
         ref, ref_losses = train(gloo, rank, **kwargs)
