@@ -302,17 +302,67 @@ std::string statusName(const Api& a, gotree_status_t st) {
 // those of other threads depends on timing, so it can differ between ranks.
 thread_local int tlsInCallback = 0;
 
-// Whether Python is shutting down. A tensor that Python created takes the
-// GIL when its last reference goes; a non-Python thread that asks for the
-// GIL then is ended by pthread_exit, whose unwinding through a destructor
-// (noexcept) ends the process. The completion threads leak such tensors
-// instead (the process is exiting anyway).
+// Python's exit. A completion thread takes the GIL to run Python future
+// callbacks and to free tensors that Python made. Once Python finalizes, a
+// thread that asks for the GIL is ended by pthread_exit, and its unwinding
+// ends the process where it starts inside a destructor (noexcept), as it
+// does in torch's callback wrappers. So an atexit hook (quiesceForExit, run
+// while Python is whole) sets g_exiting and waits for the regions that may
+// take the GIL (GilRegion) to end; after it, completion threads neither run
+// callbacks nor free such tensors (they leak them: the process is exiting).
+std::atomic<bool> g_exiting{false};
+std::atomic<int> g_gilRegions{0};
+
 bool pythonExiting() {
+  if (g_exiting.load()) {
+    return true;
+  }
 #if PY_VERSION_HEX >= 0x030D0000
   return !Py_IsInitialized() || Py_IsFinalizing();
 #else
   return !Py_IsInitialized() || _Py_IsFinalizing();
 #endif
+}
+
+// A region of a completion thread that may take the GIL; false (and not
+// entered) once Python exits. Counted before g_exiting is read, so that
+// quiesceForExit, which sets it before it reads the count, sees every
+// region that did not see the flag.
+class GilRegion {
+ public:
+  GilRegion() {
+    g_gilRegions.fetch_add(1);
+    entered_ = !pythonExiting();
+    if (!entered_) {
+      g_gilRegions.fetch_sub(1);
+    }
+  }
+  ~GilRegion() {
+    if (entered_) {
+      g_gilRegions.fetch_sub(1);
+    }
+  }
+  GilRegion(const GilRegion&) = delete;
+  GilRegion& operator=(const GilRegion&) = delete;
+  explicit operator bool() const { return entered_; }
+
+ private:
+  bool entered_;
+};
+
+// The atexit hook, called with the GIL held: waits (without it) up to
+// `limit` for the regions under way to end. Returns whether they did.
+bool quiesceForExit(std::chrono::milliseconds limit) {
+  g_exiting.store(true);
+  pybind11::gil_scoped_release nogil;
+  auto end = std::chrono::steady_clock::now() + limit;
+  while (g_gilRegions.load() > 0) {
+    if (std::chrono::steady_clock::now() >= end) {
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
 }
 std::string describeStatus(
     const Api& a, gotree_status_t st, std::initializer_list<int64_t> handles);
@@ -899,9 +949,9 @@ class GotreeWork : public c10d::Work {
     // Completing the future runs its callbacks here. One that raises past
     // torch's own handling (a then() whose child future is already set)
     // must not end the completion thread, and with it the process. While
-    // Python exits they are not run: Python callbacks cannot run then, and
-    // releasing them takes the GIL (pythonExiting).
-    if (pythonExiting()) {
+    // Python exits they are not run (GilRegion).
+    GilRegion region;
+    if (!region) {
       return true;
     }
     tlsInCallback++;
@@ -2956,11 +3006,14 @@ class GotreeBackend : public c10d::Backend {
       }
       retire(a, work);
       // Its last reference may free tensors: not under the lock, and not
-      // while Python exits (pythonExiting).
-      if (pythonExiting()) {
-        (void)work.release();
-      } else {
-        work.reset();
+      // once Python exits (GilRegion).
+      {
+        GilRegion region;
+        if (region) {
+          work.reset();
+        } else {
+          (void)work.release();
+        }
       }
       {
         std::lock_guard<std::mutex> g(queueMu_);
@@ -3029,7 +3082,8 @@ class GotreeBackend : public c10d::Backend {
     if (allDone) {
       // A device work keeps its tensors until it is destroyed (the caching
       // allocator also holds their memory until its stream passed the op).
-      if (!work->device_.is_cuda() && !pythonExiting()) {
+      GilRegion region;
+      if (!work->device_.is_cuda() && region) {
         work->keepalive_.clear();
       }
     } else {
@@ -3199,6 +3253,18 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using gotree_ext::GotreeBackend;
   m.doc() = "gotree's torch.distributed backend (loads libgotree.so at run time)";
   m.attr("ABI_VERSION") = GOTREE_ABI_VERSION;
+
+  m.def(
+      "_quiesce_for_exit",
+      [](double seconds) {
+        return gotree_ext::quiesceForExit(std::chrono::milliseconds(
+            static_cast<int64_t>(seconds * 1000)));
+      },
+      py::arg("seconds") = 5.0,
+      "Stops completion threads from running future callbacks and freeing "
+      "Python-made tensors, and waits up to `seconds` for those under way; "
+      "registered with atexit when the module loads.");
+  py::module_::import("atexit").attr("register")(m.attr("_quiesce_for_exit"));
 
   m.def(
       "load_library",
