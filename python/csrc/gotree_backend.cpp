@@ -296,11 +296,11 @@ std::string statusName(const Api& a, gotree_status_t st) {
   return s ? std::string(s) : std::string("status ") + std::to_string(int(st));
 }
 
-// Error text for a failure: the first non-empty text among the handles.
 // Future callbacks running on this thread (GotreeWork::finish), and whether
 // any of them issued a collective: the order in which such collectives meet
 // those of other threads depends on timing, so it can differ between ranks.
 thread_local int tlsInCallback = 0;
+std::atomic<bool> g_issuedFromCallback{false};
 
 // Python's exit. A completion thread takes the GIL to run Python future
 // callbacks and to free tensors that Python made. Once Python finalizes, a
@@ -364,26 +364,8 @@ bool quiesceForExit(std::chrono::milliseconds limit) {
   }
   return true;
 }
-std::string describeStatus(
-    const Api& a, gotree_status_t st, std::initializer_list<int64_t> handles);
-std::atomic<bool> g_issuedFromCallback{false};
 
-std::string describeFailure(
-    const Api& a, gotree_status_t st, std::initializer_list<int64_t> handles) {
-  std::string desc = describeStatus(a, st, handles);
-  if (g_issuedFromCallback.load() &&
-      desc.find("issued different collectives") != std::string::npos) {
-    desc += " [this process issued collectives from future callbacks (DDP's "
-            "PowerSGD hook does) while another thread issued collectives on "
-            "the same group: which comes first depends on timing and differs "
-            "between ranks. Keep such a DDP hook to one bucket (bucket_cap_mb "
-            "above the gradients' size) or issue every collective from one "
-            "thread; gloo hangs here, NCCL runs the callbacks of CUDA work at "
-            "issue]";
-  }
-  return desc;
-}
-
+// Error text for a failure: the first non-empty text among the handles.
 std::string describeStatus(
     const Api& a, gotree_status_t st, std::initializer_list<int64_t> handles) {
   std::string text;
@@ -402,6 +384,24 @@ std::string describeStatus(
     return text;
   }
   return name + ": " + text;
+}
+
+// describeStatus, and why the ranks may have issued different collectives
+// where this process issued some from future callbacks.
+std::string describeFailure(
+    const Api& a, gotree_status_t st, std::initializer_list<int64_t> handles) {
+  std::string desc = describeStatus(a, st, handles);
+  if (g_issuedFromCallback.load() &&
+      desc.find("issued different collectives") != std::string::npos) {
+    desc += " [this process issued collectives from future callbacks (DDP's "
+            "PowerSGD hook does) while another thread issued collectives on "
+            "the same group: which comes first depends on timing and differs "
+            "between ranks. Keep such a DDP hook to one bucket (bucket_cap_mb "
+            "above the gradients' size) or issue every collective from one "
+            "thread; gloo hangs here, NCCL runs the callbacks of CUDA work at "
+            "issue]";
+  }
+  return desc;
 }
 
 std::exception_ptr makeDistError(const std::string& msg) {
