@@ -69,6 +69,28 @@ def reference(world, dev, accumulate_at=None):
     return [p.detach() for p in model.parameters()]
 
 
+def train(model, rank, dev):
+    """STEPS of SGD on this rank's slices of the global batch."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    for step in range(STEPS):
+        x, y = batch(step, rank, dev)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+
+
+def fully_sharded(mesh, dev):
+    """make_model with FSDP2 on every Linear layer and on the whole."""
+    from torch.distributed.fsdp import fully_shard
+
+    model = make_model().to(dev)
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
 def compare(fails, what, got, want, tol):
     for i, (a, b) in enumerate(zip(got, want)):
         d = (a.detach().to(b.device) - b).abs().max().item()
@@ -102,12 +124,7 @@ def ddp(fails, rank, world, dev):
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     model = DDP(make_model().to(dev), device_ids=[dev.index] if dev.type == "cuda" else None, bucket_cap_mb=0.01)
     model.register_comm_hook(dist.group.WORLD, default_hooks.bf16_compress_hook)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    for step in range(STEPS):
-        x, y = batch(step, rank, dev)
-        opt.zero_grad()
-        torch.nn.functional.mse_loss(model(x), y).backward()
-        opt.step()
+    train(model, rank, dev)
     compare(fails, "DDP with bf16_compress_hook", list(model.parameters()), reference(world, dev), 2e-3)
 
 
@@ -122,12 +139,7 @@ def powersgd(fails, rank, world, dev):
     model = DDP(make_model().to(dev), device_ids=[dev.index] if dev.type == "cuda" else None)
     state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=2, start_powerSGD_iter=2)
     model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    for step in range(STEPS):
-        x, y = batch(step, rank, dev)
-        opt.zero_grad()
-        torch.nn.functional.mse_loss(model(x), y).backward()
-        opt.step()
+    train(model, rank, dev)
     flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     every = [torch.empty_like(flat) for _ in range(world)]
     dist.all_gather(every, flat)
@@ -152,20 +164,9 @@ def split(fails, rank, world, dev):
 
 def fsdp2(fails, rank, world, dev):
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
 
-    mesh = init_device_mesh(dev.type, (world,))
-    model = make_model().to(dev)
-    for layer in model:
-        if isinstance(layer, torch.nn.Linear):
-            fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    for step in range(STEPS):
-        x, y = batch(step, rank, dev)
-        opt.zero_grad()
-        torch.nn.functional.mse_loss(model(x), y).backward()
-        opt.step()
+    model = fully_sharded(init_device_mesh(dev.type, (world,)), dev)
+    train(model, rank, dev)
     compare(fails, "FSDP2", [p.full_tensor() for p in model.parameters()], reference(world, dev), 1e-10)
 
 
@@ -176,20 +177,9 @@ def hsdp(fails, rank, world, dev):
     if world < 4 or world % 2:
         return "skipped (needs an even world of 4 or more)"
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
 
-    mesh = init_device_mesh(dev.type, (2, world // 2), mesh_dim_names=("replicate", "shard"))
-    model = make_model().to(dev)
-    for layer in model:
-        if isinstance(layer, torch.nn.Linear):
-            fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    for step in range(STEPS):
-        x, y = batch(step, rank, dev)
-        opt.zero_grad()
-        torch.nn.functional.mse_loss(model(x), y).backward()
-        opt.step()
+    model = fully_sharded(init_device_mesh(dev.type, (2, world // 2), mesh_dim_names=("replicate", "shard")), dev)
+    train(model, rank, dev)
     compare(fails, f"HSDP (mesh 2 x {world // 2})", [p.full_tensor() for p in model.parameters()], reference(world, dev), 1e-10)
 
 
