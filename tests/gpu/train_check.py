@@ -17,6 +17,9 @@ gradients, which DDP and FSDP compute). Checked:
 - FSDP2 (fully_shard on a CUDA DeviceMesh: all_gather_into_tensor and
   reduce_scatter_tensor per layer, prefetching on separate streams), and
   at an even world of 4 or more HSDP on a 2-D mesh (sub-groups);
+- tensor parallelism (ColwiseParallel, RowwiseParallel) against the
+  unsharded MLP, and torch.distributed.checkpoint save and load of an
+  FSDP2 model's sharded state;
 - DTensor redistribute on CUDA (all_gather, all_to_all, all_reduce,
   reduce_scatter);
 - a torch.compile'd function of functional collectives (aot_eager).
@@ -28,6 +31,7 @@ before a GPU session. Prints one line per rank; exit status 1 on a mismatch.
 
 import datetime
 import os
+import shutil
 import sys
 
 import torch
@@ -183,6 +187,61 @@ def hsdp(fails, rank, world, dev):
     compare(fails, f"HSDP (mesh 2 x {world // 2})", [p.full_tensor() for p in model.parameters()], reference(world, dev), 1e-10)
 
 
+def tp(fails, rank, world, dev):
+    """Tensor parallelism: a column-wise then a row-wise parallel Linear
+    (all_reduce forward, all_gather of the gradients) against the same
+    MLP unsharded, forward output and first weight's gradient."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    torch.manual_seed(4)
+    mlp = torch.nn.Sequential(torch.nn.Linear(24, 8 * world), torch.nn.Tanh(), torch.nn.Linear(8 * world, 5)).double().to(dev)
+    ref = torch.nn.Sequential(torch.nn.Linear(24, 8 * world), torch.nn.Tanh(), torch.nn.Linear(8 * world, 5)).double().to(dev)
+    ref.load_state_dict(mlp.state_dict())
+    sharded = parallelize_module(mlp, init_device_mesh(dev.type, (world,)), {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    x, _ = batch(0, 0, dev)  # the same input on every rank, as TP wants
+    out = sharded(x)
+    out.sum().backward()
+    want = ref(x)
+    want.sum().backward()
+    for what, got, exp in (("output", out, want), ("first weight's gradient", sharded[0].weight.grad.full_tensor(), ref[0].weight.grad)):
+        d = (got - exp).abs().max().item()
+        if not d <= 1e-10:
+            fails.append(f"tensor parallel {what} differs from the unsharded MLP by {d:.3g}")
+
+
+def dcp(fails, rank, world, dev):
+    """torch.distributed.checkpoint: an FSDP2 model's sharded state saved,
+    then loaded into a differently initialised one."""
+    import tempfile
+
+    import torch.distributed.checkpoint as DCP
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh(dev.type, (world,))
+    model = fully_sharded(mesh, dev)
+    train(model, rank, dev)
+    where = [tempfile.mkdtemp(prefix="gotree-dcp-") if rank == 0 else None]
+    dist.broadcast_object_list(where, src=0)  # one folder: the ranks share this machine
+    DCP.save(get_model_state_dict(model), checkpoint_id=where[0])
+    torch.manual_seed(99)
+    other = fully_sharded(mesh, dev)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.add_(1.0)
+    state = get_model_state_dict(other)
+    DCP.load(state, checkpoint_id=where[0])
+    set_model_state_dict(other, state)
+    for i, (a, b) in enumerate(zip(model.parameters(), other.parameters())):
+        if not torch.equal(a.full_tensor(), b.full_tensor()):
+            fails.append(f"DCP: parameter {i} after save and load differs from the saved one")
+            break
+    dist.barrier()
+    if rank == 0:
+        shutil.rmtree(where[0], ignore_errors=True)
+
+
 def dtensor(fails, rank, world, dev):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
@@ -237,7 +296,7 @@ def main():
     dist.init_process_group("gotree", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=90),
                             device_id=dev if dev.type == "cuda" else None)
     fails = []
-    only = os.environ.get("TRAIN_CHECK_ONLY", "ddp,powersgd,split,fsdp2,hsdp,dtensor,compiled").split(",")
+    only = os.environ.get("TRAIN_CHECK_ONLY", "ddp,powersgd,split,fsdp2,hsdp,tp,dcp,dtensor,compiled").split(",")
     ran = []
     for name in only:
         print(f"train_check rank {rank}: {name}", file=sys.stderr, flush=True)

@@ -35,7 +35,7 @@ def test_fsdp2_dtensor_compile_match_gloo(built, tmp_path):
 
 def test_training_matches_single_process(built):
     """tests/gpu/train_check.py on CPU tensors (the GPU session runs it on CUDA): DDP with
-    several buckets, no_sync, a bf16 comm hook and PowerSGD, FSDP2, HSDP on a 2 x 2 mesh, DTensor and a
+    several buckets, no_sync, a bf16 comm hook and PowerSGD, FSDP2, HSDP on a 2 x 2 mesh, tensor parallelism, a DCP save and load, DTensor and a
     compiled function, each against the same training in one process on the global batch."""
     n = 4
     script = REPO / "tests" / "gpu" / "train_check.py"
@@ -43,7 +43,7 @@ def test_training_matches_single_process(built):
     # ranks' lines can interleave without a newline between them
     ends = re.findall(r"train_check rank (\d+)/\d+ \([^)]*\) on \S+: (.*?) \(([a-z0-9,]*)\)", out)
     assert rc == 0 and sorted(int(r) for r, _, _ in ends) == list(range(n)), out[-6000:]
-    assert all(status == "ok" and parts == "ddp,powersgd,fsdp2,hsdp,dtensor,compiled" for _, status, parts in ends), ends
+    assert all(status == "ok" and parts == "ddp,powersgd,fsdp2,hsdp,tp,dcp,dtensor,compiled" for _, status, parts in ends), ends
 
 
 def test_powersgd_many_buckets_runs_or_fails_clearly(built):
