@@ -1,5 +1,6 @@
-"""torch.distributed's consumers on backend gotree, each compared with gloo on the same seeds:
-DDP (default buckets, gradient_as_bucket_view, find_unused_parameters), FSDP2 fully_shard,
+"""torch.distributed's consumers on backend gotree, each compared with gloo on the same seeds
+(or, for train_check.py, with the same training in one process):
+DDP (default buckets, gradient_as_bucket_view, find_unused_parameters, PowerSGD), FSDP2 fully_shard,
 DTensor redistribute on 1-D and 2-D DeviceMeshes, and a torch.compile'd function of
 functional collectives (backend="aot_eager", see workers/consumers.py)."""
 
@@ -35,8 +36,9 @@ def test_fsdp2_dtensor_compile_match_gloo(built, tmp_path):
 
 def test_training_matches_single_process(built):
     """tests/gpu/train_check.py on CPU tensors (the GPU session runs it on CUDA): DDP with
-    several buckets, no_sync, a bf16 comm hook and PowerSGD, FSDP2, HSDP on a 2 x 2 mesh, tensor parallelism, a DCP save and load, DTensor and a
-    compiled function, each against the same training in one process on the global batch."""
+    several buckets, no_sync, a bf16 comm hook and PowerSGD, FSDP2, HSDP on a 2 x 2 mesh,
+    tensor parallelism, a DCP save and load, DTensor and a compiled function, each against
+    the same training in one process on the global batch (or the unsharded model)."""
     n = 4
     script = REPO / "tests" / "gpu" / "train_check.py"
     rc, out = torchrun(script, n, timeout=300)
