@@ -111,3 +111,12 @@ def test_alltoall_single_copy(built):
     assert_checks(rc, out, 3, min_passed=100)
     assert "single-copy from ranks" not in out
     assert "through the FIFO from ranks" in out
+
+
+def test_group_churn_leaves_nothing_behind(built):
+    # 40 cycles of new_group / collectives / destroy on 3 ranks: descriptors,
+    # threads and shm mappings equal after cycle 10 and cycle 40
+    # (workers/group_churn.py).
+    rc, out = torchrun("group_churn.py", 3, timeout=300)
+    assert_checks(rc, out, 3, min_passed=80)
+    print("\n".join(l for l in out.splitlines() if "after cycle" in l))
