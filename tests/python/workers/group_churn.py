@@ -2,8 +2,8 @@
 
 Each cycle makes a gotree group of every rank (and one of the even ranks), runs an
 allreduce and an async allreduce whose future has a callback, and destroys the groups.
-File descriptors, threads and /dev/shm mappings after cycle 10 and after the last one
-must be equal (jobs that build sub-groups per phase, or tools that probe with a short-lived
+File descriptors and /dev/shm mappings after cycle 10 and after the last one must be
+equal, and threads within two (jobs that build sub-groups per phase, or tools that probe with a short-lived
 group, would otherwise run out of one of them)."""
 
 import os
@@ -52,8 +52,10 @@ def main():
             seen[cycle] = resources()
     before, after = seen[9], seen[CYCLES - 1]
     print(f"[rank {rank}] fds, threads, shm mappings after cycle 10: {before}, after {CYCLES}: {after}", flush=True)
-    for what, a, b in zip(("file descriptors", "threads", "/dev/shm mappings"), before, after):
-        c.check(b <= a, f"{what}: {a} after cycle 10, {b} after cycle {CYCLES}")
+    # Threads may grow by a few that are no group's: the Go runtime keeps the OS
+    # threads it starts for blocking calls. A leak per group would add 30 or more.
+    for what, a, b, slack in zip(("file descriptors", "threads", "/dev/shm mappings"), before, after, (0, 2, 0)):
+        c.check(b <= a + slack, f"{what}: {a} after cycle 10, {b} after cycle {CYCLES}")
     c.finish()
 
 
