@@ -24,8 +24,8 @@ typedef struct { char reserved[64]; } CUipcMemHandle;
 
 // dlopen, and on failure dlerror's message copied into err in the same
 // call: dlerror is per thread, and a goroutine's next cgo call may run on
-// another one (nvrtc.go declares and uses it too).
-void *gt_dlopen_err(const char *path, int global, char *err, size_t n) {
+// another one (Go's dlopen below wraps it for the driver and NVRTC).
+static void *gt_dlopen_err(const char *path, int global, char *err, size_t n) {
   void *h = dlopen(path, RTLD_NOW | (global ? RTLD_GLOBAL : RTLD_LOCAL));
   if (h == NULL && n > 0) {
     const char *e = dlerror();

@@ -85,7 +85,6 @@ func (m *emuMem) bytes(p DevicePtr, n int) []byte {
 	return m.buf[o : o+uint64(n)]
 }
 
-func (m *emuMem) u64(p DevicePtr) *uint64 { return (*uint64)(unsafe.Pointer(&m.buf[uint64(p)-m.base])) }
 func (m *emuMem) u32(p DevicePtr) *uint32 { return (*uint32)(unsafe.Pointer(&m.buf[uint64(p)-m.base])) }
 
 // emuConn is a decoded GtConn.

@@ -112,6 +112,7 @@ def main():
     c = Checker("ddp")
     rank, n = dist.get_rank(), dist.get_world_size()
     gloo = dist.new_group(backend="gloo")
+    nested_futures(c, rank, n)
 
     for kwargs in (
         {},
@@ -120,8 +121,6 @@ def main():
         {"sparse": True},
         {"powersgd": True},
     ):
-        if kwargs.get("powersgd"):
-            nested_futures(c, rank, n)
         init = [p.detach().clone() for p in make_model(kwargs.get("find_unused_parameters", False), kwargs.get("sparse", False)).parameters()]
         got, got_losses = train(None, rank, **kwargs)  # default group: gotree
         ref, ref_losses = train(gloo, rank, **kwargs)
