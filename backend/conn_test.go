@@ -216,6 +216,72 @@ func TestYieldPhase(t *testing.T) {
 	require.Equal(t, time.Duration(0), pol.yieldPhase(derived), "nor does a waiting caller's")
 }
 
+// Busy polling turns itself off for busyBackoff after busyMissLimit
+// waits in a row showed that it held the CPU its peer needed; then one
+// more such wait turns it off again, and a wait that shows the peer has a
+// CPU of its own clears the count.
+func TestBusyGuard(t *testing.T) {
+	var g busyGuard
+	at := func(ms int) time.Duration { return time.Duration(ms) * time.Millisecond }
+	for i := 1; i < busyMissLimit; i++ {
+		g.record(true, at(1))
+		require.True(t, g.allow(at(1)), "after %d misses", i)
+	}
+	g.record(false, 0) // clears the count
+	for i := 1; i < busyMissLimit; i++ {
+		g.record(true, at(2))
+	}
+	require.True(t, g.allow(at(2)))
+	g.record(true, at(2))
+	require.False(t, g.allow(at(2)), "off after %d in a row", busyMissLimit)
+	require.False(t, g.allow(at(2)+busyBackoff-1))
+	require.True(t, g.allow(at(2)+busyBackoff), "back after the back-off")
+	g.record(true, at(30))
+	require.False(t, g.allow(at(30)), "one more turns it off again")
+	require.True(t, g.allow(at(30)+busyBackoff))
+	g.record(false, 0)
+	g.record(true, at(60))
+	require.True(t, g.allow(at(60)), "the count starts over")
+}
+
+// Through pollThenYield: a wait whose data comes as soon as it yields
+// (the peer ran on its CPU) counts against busy polling, one whose data
+// comes later (a late peer) or during the poll does not; once off, the
+// wait skips the poll.
+func TestBusyGuardWaits(t *testing.T) {
+	busy = busyGuard{}
+	saved := yieldOnce
+	defer func() { busy, yieldOnce = busyGuard{}, saved }()
+	pol := WaitPolicy{BusyPoll: 30 * time.Microsecond, Pollers: 1}
+	ctx := context.Background()
+
+	// The peer runs only when this thread yields.
+	var sent bool
+	polls := 0
+	yieldOnce = func() { sent = true }
+	onYield := func() bool { polls++; return sent }
+	for i := 0; i < busyMissLimit; i++ {
+		sent = false
+		require.True(t, pollThenYield(ctx, onYield, pol))
+	}
+	require.False(t, busy.allow(time.Since(pollEpoch)), "off after %d such waits", busyMissLimit)
+	require.Positive(t, polls)
+	require.Equal(t, pollSkipped, busyPoll(func() bool { return false }, pol), "no busy poll while off")
+
+	// A late peer (data a millisecond later) and a prompt one clear the count.
+	busy = busyGuard{}
+	busy.misses.Store(busyMissLimit - 1)
+	yieldOnce = saved
+	late := time.Now().Add(time.Millisecond)
+	pollThenYield(ctx, func() bool { return time.Now().After(late) }, pol) // false: the caller would sleep now
+	require.Zero(t, busy.misses.Load())
+	busy.misses.Store(busyMissLimit - 1)
+	n := 0
+	require.True(t, pollThenYield(ctx, func() bool { n++; return n > 1000 }, pol))
+	require.Zero(t, busy.misses.Load())
+	require.True(t, busy.allow(time.Since(pollEpoch)))
+}
+
 // A shm link reports why it failed (failureReporter): nothing while the
 // peer is there, the peer's reason once it aborts.
 func TestShmFailureReason(t *testing.T) {

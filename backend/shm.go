@@ -485,8 +485,20 @@ func pollThenYield(ctx context.Context, ready func() bool, pol WaitPolicy) bool 
 			return true
 		}
 	}
-	if pol.BusyPoll > 0 && busyPoll(ready, pol) {
-		return true
+	if pol.BusyPoll > 0 {
+		switch busyPoll(ready, pol) {
+		case pollCaught:
+			return true
+		case pollRanOut:
+			// Did the peer need this CPU? Then the data is there as soon
+			// as this thread has let it run once (busyGuard).
+			yieldOnce()
+			if ready() {
+				busy.record(true, time.Since(pollEpoch))
+				return true
+			}
+			busy.record(false, 0)
+		}
 	}
 	return yieldUntil(ready, pol.YieldGoroutine, pol.yieldPhase(ctx))
 }
@@ -529,21 +541,89 @@ type WaitPolicy struct {
 // (WaitPolicy.Pollers bounds it): CPUs are a per-process resource.
 var busyPollers atomic.Int32
 
+// busy is this process's busyGuard: where its threads run is a property
+// of the process, not of one link.
+var busy busyGuard
+
+// pollEpoch is the origin of the guard's times (monotonic).
+var pollEpoch = time.Now()
+
+// yieldOnce yields the processor once (a variable: tests stand in for
+// the peer that runs meanwhile).
+var yieldOnce = func() { unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
+
 // busyPoll polls ready for pol.BusyPoll unless pol.Pollers waits of this
-// process are polling already; it reports whether ready held.
-func busyPoll(ready func() bool, pol WaitPolicy) bool {
+// process are polling already or the guard has turned polling off.
+func busyPoll(ready func() bool, pol WaitPolicy) pollResult {
+	now := time.Since(pollEpoch)
+	if !busy.allow(now) {
+		return pollSkipped
+	}
 	defer busyPollers.Add(-1)
 	if busyPollers.Add(1) > int32(max(pol.Pollers, 1)) {
-		return false
+		return pollSkipped
 	}
-	end := time.Now().Add(pol.BusyPoll)
+	end := now + pol.BusyPoll
 	for i := 1; ; i++ {
 		if ready() {
-			return true
+			busy.record(false, 0)
+			return pollCaught
 		}
-		if i%128 == 0 && time.Now().After(end) {
-			return false
+		if i%128 == 0 && time.Since(pollEpoch) > end {
+			return pollRanOut
 		}
+	}
+}
+
+// pollResult is how a busy poll ended.
+type pollResult int
+
+const (
+	pollSkipped pollResult = iota // not polled: other waits poll, or the guard is off
+	pollCaught                    // ready held
+	pollRanOut                    // polled for the whole BusyPoll in vain
+)
+
+// busyGuard turns busy polling off for a while where it keeps holding
+// the CPU that the peer needs. A busy poll pays only when the peer runs on
+// another CPU meanwhile; the policy grants it where the host has a CPU per
+// rank, but the kernel may still put two ranks on one CPU for stretches of
+// seconds (its load balancer; a cpuset changed after the communicator was
+// made), and then every wait polls for the whole BusyPoll while its peer
+// cannot run: 2 ranks pinned to one CPU after they started took 49-52 µs
+// per 4-byte allreduce against 2-4 µs apart (docs/bench.md). The sign of
+// it is a poll that ran out followed by data that is there as soon as
+// the waiter has yielded once (the peer ran in its place). After
+// busyMissLimit such waits in a row, polls are skipped for busyBackoff;
+// the first one after that turns them off again if it shows the sign
+// too. A poll that catches its data, or one whose peer was merely late
+// (no data after the yield either: a rank still computing), clears the
+// count.
+type busyGuard struct {
+	misses   atomic.Int32
+	offUntil atomic.Int64 // time.Duration since pollEpoch
+}
+
+const (
+	busyMissLimit = 16
+	busyBackoff   = 20 * time.Millisecond
+)
+
+// allow reports whether a wait may busy-poll at now.
+func (g *busyGuard) allow(now time.Duration) bool { return int64(now) >= g.offUntil.Load() }
+
+// record counts a wait whose busy poll held the peer's CPU (shared, at
+// now) or one that shows the peer has a CPU of its own (!shared).
+func (g *busyGuard) record(shared bool, now time.Duration) {
+	if !shared {
+		if g.misses.Load() != 0 {
+			g.misses.Store(0)
+		}
+		return
+	}
+	if g.misses.Add(1) >= busyMissLimit {
+		g.offUntil.Store(int64(now + busyBackoff))
+		g.misses.Store(busyMissLimit - 1)
 	}
 }
 
