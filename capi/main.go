@@ -30,7 +30,7 @@ import (
 func main() {}
 
 // Version of the library.
-const Version = "0.1.0"
+const Version = pg.Version
 
 // Status codes, as gotree_status_t.
 const (

@@ -29,6 +29,8 @@ type rankInfo struct {
 	Kernel     string `json:"kernel,omitempty"`      // the running kernel's boot id (sched.go): ranks with the same one share processors
 	SchedGroup string `json:"sched_group,omitempty"` // the scheduler group its yields stay in (sched.go); "": none
 	CPUMask    string `json:"cpu_mask,omitempty"`    // the CPUs its process may run on, hexadecimal (sched.go); "": unknown
+	Version    string `json:"version,omitempty"`     // Version and WireVersion (version.go); every rank's must equal rank 0's
+	Build      string `json:"build,omitempty"`       // the source revision it was built from, where known (version.go)
 }
 
 type rootReply struct {

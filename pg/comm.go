@@ -161,13 +161,24 @@ func Init(id UniqueID, rank, nranks int, cfg Config) (*Comm, error) {
 	}
 	stage := createStage(cfg, log)
 	info := rankInfo{Rank: rank, NRanks: nranks, HostID: host, DataAddr: ln.Addr().String(), Pid: os.Getpid(), TimeoutMS: cfg.Timeout.Milliseconds(), CPUs: runtime.NumCPU(), CMA: cma, Choice: choiceSettings(cfg),
-		Kernel: kernelID(), SchedGroup: schedGroup(), CPUMask: cpuMask()}
+		Kernel: kernelID(), SchedGroup: schedGroup(), CPUMask: cpuMask(), Version: versionTag(), Build: buildTag()}
+	if cfg.versionTag != "" {
+		info.Version = cfg.versionTag // tests: a rank of another release
+	}
 	if stage != nil {
 		info.Stage = stage.Name()
 	}
 	table, err := joinRoot(uid, info, cfg.Timeout)
 	if err == nil {
+		err = sameVersion(table)
+	}
+	if err == nil {
 		err = sameChoiceSettings(table)
+	}
+	if err == nil {
+		if why := otherBuilds(table, rank); why != "" {
+			log.Warnf("%s", why)
+		}
 	}
 	if stage != nil && (err != nil || !stagesUsable(table)) {
 		stage.Unmap()

@@ -82,6 +82,10 @@ type Config struct {
 	// Ignored the NCCL_* variables set whose GOTREE_* counterpart is not:
 	// Init reports both (UnknownVar).
 	Unknown, Ignored []UnknownVar
+
+	// versionTag replaces this rank's announced version (tests only: a
+	// rank of another release).
+	versionTag string
 }
 
 // LibraryVars are the environment variables the library reads

@@ -124,6 +124,53 @@ func TestDifferentChoiceSettingsFailInit(t *testing.T) {
 	}
 }
 
+// A rank that runs another gotree release (or wire protocol) fails Init on
+// every rank, naming it and both versions, as NCCL refuses mismatched
+// versions; a rank of an older gotree that names no version is called
+// that. Different builds of one version only warn.
+func TestDifferentVersionFailsInit(t *testing.T) {
+	cfg := testConfig()
+	cfg.Timeout = 20 * time.Second
+	uid, err := NewUniqueID(cfg)
+	require.NoError(t, err)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for r := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := cfg
+			c.HostID = fmt.Sprintf("node%d", r)
+			if r == 2 {
+				c.versionTag = "0.2.0/wire2"
+			}
+			var comm *Comm
+			if comm, errs[r] = Init(uid, r, 3, c); comm != nil {
+				comm.Destroy()
+			}
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		require.ErrorIs(t, err, ErrInvalidArgument, "rank %d", r)
+		require.ErrorContains(t, err, `rank 2 (host "node2") runs gotree 0.2.0 (wire protocol 2)`, "rank %d", r)
+		require.ErrorContains(t, err, fmt.Sprintf(`rank 0 (host "node0") runs gotree %s (wire protocol %d)`, Version, WireVersion), "rank %d", r)
+		require.ErrorContains(t, err, "install the same wheel on every node", "rank %d", r)
+	}
+	t.Logf("%v", errs[0])
+
+	same := []rankInfo{{Rank: 0, HostID: "a", Version: versionTag()}, {Rank: 1, HostID: "b", Version: versionTag()}}
+	require.NoError(t, sameVersion(same))
+	old := append(same[:1:1], rankInfo{Rank: 1, HostID: "b"})
+	require.ErrorContains(t, sameVersion(old), `rank 1 (host "b") runs a gotree older than`)
+
+	require.Empty(t, otherBuilds(same, 0), "builds unknown")
+	same[0].Build, same[1].Build = "0123456789ab", "0123456789ab"
+	require.Empty(t, otherBuilds(same, 1))
+	same[1].Build = "ba9876543210+dirty"
+	require.Contains(t, otherBuilds(same, 0), `rank 1 (host "b") runs gotree built from ba9876543210+dirty, this rank from 0123456789ab`)
+}
+
 // A data message of the same call run with another plan is named as such
 // (planTag): the ring's tag is the call's, the others' differ.
 func TestExplainTagNamesOtherPlan(t *testing.T) {
