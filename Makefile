@@ -92,7 +92,7 @@ torch-compat: venv
 
 # Builds python/gotree in place (setup.py build_ext --inplace) and runs torchrun-based tests.
 test-python: venv
-	MAX_JOBS=1 $(VPY) -m pytest -q tests/python
+	MAX_JOBS=1 $(VPY) -m pytest -q --durations=12 tests/python
 
 lint:
 	test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo 'gofmt needed'; exit 1; }
