@@ -147,6 +147,9 @@ func Init(id UniqueID, rank, nranks int, cfg Config) (*Comm, error) {
 	if host == "" {
 		host = defaultHostID()
 	}
+	if rank == 0 {
+		log.Infof("INIT", "%s", versionBanner())
+	}
 	log.Infof("INIT", "rank %d/%d host %q using interface %s %v", rank, nranks, host, ifc.Name, ln.Addr())
 	reportVars(log, cfg, rank)
 	cma := false

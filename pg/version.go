@@ -2,6 +2,7 @@ package pg
 
 import (
 	"fmt"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -44,6 +45,16 @@ func buildTag() string {
 		rev += "+dirty"
 	}
 	return rev
+}
+
+// versionBanner is what rank 0 logs first at INIT, as NCCL logs its
+// version: "gotree 0.1.0 (wire protocol 1, go1.26.0, built from 0123456789ab)".
+func versionBanner() string {
+	b := fmt.Sprintf("gotree %s (wire protocol %d, %s", Version, WireVersion, runtime.Version())
+	if t := buildTag(); t != "" {
+		b += ", built from " + t
+	}
+	return b + ")"
 }
 
 // sameVersion fails when a rank runs another gotree than rank 0 (NCCL

@@ -22,4 +22,5 @@ func TestVersionMatchesPackaging(t *testing.T) {
 		require.Equal(t, Version, string(m[1]), "%s", file)
 	}
 	require.Regexp(t, `^\d+\.\d+\.\d+/wire\d+$`, versionTag())
+	require.Regexp(t, `^gotree \d+\.\d+\.\d+ \(wire protocol \d+, go[^,)]+(, built from [0-9a-f]{1,12}(\+dirty)?)?\)$`, versionBanner())
 }
