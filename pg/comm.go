@@ -27,7 +27,7 @@ import (
 // rank joins within cfg.Timeout.
 func NewUniqueID(cfg Config) (UniqueID, error) {
 	cfg = cfg.withDefaults()
-	ifc, err := chooseIface(cfg.SocketIfname, nil)
+	ifc, err := chooseIface(cfg.SocketIfname, cfg.SocketFamily, nil)
 	if err != nil {
 		return UniqueID{}, err
 	}
@@ -135,7 +135,7 @@ func Init(id UniqueID, rank, nranks int, cfg Config) (*Comm, error) {
 	}
 	log := NewLogger(cfg, rank)
 	start := time.Now()
-	ifc, err := chooseIface(cfg.SocketIfname, uid.Addr)
+	ifc, err := chooseIface(cfg.SocketIfname, cfg.SocketFamily, uid.Addr)
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -465,12 +466,53 @@ func TestIfaceFilter(t *testing.T) {
 	// A filter that matches nothing names the filter and lists this
 	// machine's interfaces, each once (an interface with IPv4 and IPv6
 	// addresses is one candidate per address).
-	_, err := chooseIface("=no-such-interface", nil)
+	_, err := chooseIface("=no-such-interface", 0, nil)
 	require.ErrorContains(t, err, `GOTREE_SOCKET_IFNAME="=no-such-interface" matches no interface with an address (have `)
 	list := err.Error()[strings.LastIndex(err.Error(), "(have ")+len("(have ") : len(err.Error())-1]
 	names := strings.Split(list, ", ")
 	require.Contains(t, names, "lo")
 	require.Len(t, names, len(slices.Compact(slices.Sorted(slices.Values(names)))), "each interface once: %s", list)
+}
+
+// GOTREE_SOCKET_FAMILY (NCCL_SOCKET_FAMILY's AF_INET, AF_INET6) admits
+// only that family's addresses: by default, by route and with a filter;
+// a family no interface has is named in the error.
+func TestSocketFamily(t *testing.T) {
+	for _, family := range []int{4, 6} {
+		c, err := chooseIface("", family, nil)
+		if err != nil { // a machine without IPv6 at all (not even ::1)
+			require.Equal(t, 6, family, "every machine has 127.0.0.1")
+			require.ErrorContains(t, err, "GOTREE_SOCKET_FAMILY=AF_INET6: no interface that is up has an IPv6 address")
+			continue
+		}
+		require.Equal(t, family, familyOf(c.IP), "%v", c)
+		c, err = chooseIface("lo", family, nil)
+		require.NoError(t, err)
+		require.True(t, c.IP.IsLoopback(), "%v", c)
+		require.Equal(t, family, familyOf(c.IP), "%v", c)
+		// A route to the other family's loopback is not taken.
+		other := &net.TCPAddr{IP: net.IPv6loopback, Port: 1}
+		if family == 6 {
+			other.IP = net.IPv4(127, 0, 0, 1)
+		}
+		c, err = chooseIface("", family, other)
+		require.NoError(t, err)
+		require.Equal(t, family, familyOf(c.IP), "%v", c)
+	}
+	c, err := chooseIface("", 0, &net.TCPAddr{IP: net.IPv6loopback, Port: 1})
+	if err == nil && c.Name != "?" {
+		require.Equal(t, "lo", c.Name, "the route to ::1 is the loopback interface's")
+	}
+	_, err = chooseIface("=no-such-interface", 4, nil)
+	require.ErrorContains(t, err, `GOTREE_SOCKET_IFNAME="=no-such-interface" matches no interface with an IPv4 address (GOTREE_SOCKET_FAMILY=AF_INET) (have `)
+
+	for v, want := range map[string]int{"": 0, "AF_INET": 4, "af_inet6": 6, " AF_INET6 ": 6} {
+		cfg, err := LoadConfig(func(k string) string { return map[string]string{"GOTREE_SOCKET_FAMILY": v}[k] })
+		require.NoError(t, err, "%q", v)
+		require.Equal(t, want, cfg.SocketFamily, "%q", v)
+	}
+	_, err = LoadConfig(func(k string) string { return map[string]string{"GOTREE_SOCKET_FAMILY": "inet6"}[k] })
+	require.ErrorContains(t, err, `GOTREE_SOCKET_FAMILY="INET6": want AF_INET or AF_INET6`)
 }
 
 func TestTopologyDumpAtInit(t *testing.T) {

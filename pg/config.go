@@ -27,6 +27,7 @@ type Config struct {
 	Timeout      time.Duration // deadline for init and each blocking step
 	HostID       string        // "" = hostname + boot id
 	SocketIfname string        // NCCL syntax: "eth0,ib", "^docker,lo", "=eth0"
+	SocketFamily int           // GOTREE_SOCKET_FAMILY: 4 (AF_INET) or 6 (AF_INET6) only; 0 either, IPv4 first
 	Debug        Level         // GOTREE_DEBUG
 	DebugSubsys  string        // GOTREE_DEBUG_SUBSYS, e.g. "INIT,GRAPH"
 	DebugFile    string        // GOTREE_DEBUG_FILE, "" = stderr
@@ -95,7 +96,7 @@ var (
 	LibraryVars = []string{"GOTREE_ALGO", "GOTREE_AUTOTUNE", "GOTREE_BUFFSIZE", "GOTREE_CACHE_DIR", "GOTREE_CMA_DISABLE",
 		"GOTREE_DEBUG", "GOTREE_DEBUG_FILE", "GOTREE_DEBUG_SUBSYS", "GOTREE_HOST_ID", "GOTREE_LIBCUDA",
 		"GOTREE_MAX_NCHANNELS", "GOTREE_MIN_NCHANNELS", "GOTREE_NSOCKS_PERTHREAD", "GOTREE_NVRTC", "GOTREE_PROTO",
-		"GOTREE_SHM_DISABLE", "GOTREE_SOCKET_IFNAME", "GOTREE_SOCKET_NTHREADS", "GOTREE_TIMEOUT_MS",
+		"GOTREE_SHM_DISABLE", "GOTREE_SOCKET_FAMILY", "GOTREE_SOCKET_IFNAME", "GOTREE_SOCKET_NTHREADS", "GOTREE_TIMEOUT_MS",
 		"GOTREE_TOPO_DUMP_FILE", "GOTREE_TOPO_FILE", "GOTREE_TRACE_BUFFER_SIZE", "GOTREE_TRACE_DUMP_FILE", "GOTREE_TUNING_FILE"}
 	ToolVars = []string{"GOTREE_LIBRARY", "GOTREE_SKIP_GO", "GOTREE_PERF_UID", "GOTREE_PERF_RANK", "GOTREE_PERF_NRANKS",
 		"GOTREE_TEST_ONLY", "GOTREE_TEST_NO_BUILD", "GOTREE_TEST_UID", "GOTREE_TEST_RANK", "GOTREE_TEST_NRANKS",
@@ -311,6 +312,15 @@ func LoadConfig(getenv Getenv) (Config, error) {
 		default:
 			return c, fmt.Errorf("gotree: %s=%q: want 0 or 1", f.name, v)
 		}
+	}
+	switch v := strings.ToUpper(strings.TrimSpace(getenv("GOTREE_SOCKET_FAMILY"))); v {
+	case "":
+	case "AF_INET":
+		c.SocketFamily = 4
+	case "AF_INET6":
+		c.SocketFamily = 6
+	default:
+		return c, fmt.Errorf("gotree: GOTREE_SOCKET_FAMILY=%q: want AF_INET or AF_INET6 (NCCL_SOCKET_FAMILY's values)", v)
 	}
 	c.Unknown, c.Ignored = unknownVars(environ())
 	c.Timeout = time.Duration(timeoutMS) * time.Millisecond

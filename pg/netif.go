@@ -50,9 +50,10 @@ type ifaceAddr struct {
 	IP   net.IP
 }
 
-// listIfaces returns the up interfaces' IPv4 addresses (then IPv6 global
-// ones) in system order.
-func listIfaces() ([]ifaceAddr, error) {
+// listIfaces returns the up interfaces' IPv4 addresses, then their IPv6
+// global and loopback ones, in system order; family 4 or 6 keeps only
+// that family's (GOTREE_SOCKET_FAMILY), 0 both.
+func listIfaces(family int) ([]ifaceAddr, error) {
 	ifs, err := net.Interfaces()
 	if err != nil {
 		return nil, err
@@ -73,24 +74,51 @@ func listIfaces() ([]ifaceAddr, error) {
 			}
 			if ip4 := ipn.IP.To4(); ip4 != nil {
 				v4 = append(v4, ifaceAddr{it.Name, ip4})
-			} else if ipn.IP.IsGlobalUnicast() {
+			} else if ipn.IP.IsGlobalUnicast() || ipn.IP.IsLoopback() {
 				v6 = append(v6, ifaceAddr{it.Name, ipn.IP})
 			}
 		}
 	}
+	switch family {
+	case 4:
+		return v4, nil
+	case 6:
+		return v6, nil
+	}
 	return append(v4, v6...), nil
+}
+
+// familyOf is 4 or 6.
+func familyOf(ip net.IP) int {
+	if ip.To4() != nil {
+		return 4
+	}
+	return 6
+}
+
+// familyName is GOTREE_SOCKET_FAMILY's spelling of family.
+func familyName(family int) string {
+	if family == 6 {
+		return "AF_INET6"
+	}
+	return "AF_INET"
 }
 
 // chooseIface picks the address gotree listens on, as NCCL does: the
 // GOTREE_SOCKET_IFNAME filter if set; else, when a peer address is known,
 // the local address the system routes to it from; else the first interface
-// that is neither docker* nor lo*, falling back to loopback. The address
-// 127.0.1.1 that /etc/hosts gives some hostnames is never used, because
-// nothing resolves hostnames here.
-func chooseIface(filter string, toward *net.TCPAddr) (ifaceAddr, error) {
-	cands, err := listIfaces()
+// that is neither docker* nor lo*, falling back to loopback. family 4 or 6
+// (GOTREE_SOCKET_FAMILY) admits only addresses of that family; 0 prefers
+// IPv4. The address 127.0.1.1 that /etc/hosts gives some hostnames is
+// never used, because nothing resolves hostnames here.
+func chooseIface(filter string, family int, toward *net.TCPAddr) (ifaceAddr, error) {
+	cands, err := listIfaces(family)
 	if err != nil {
 		return ifaceAddr{}, fmt.Errorf("gotree: listing network interfaces: %w", err)
+	}
+	if family != 0 && len(cands) == 0 {
+		all, _ := listIfaces(0)
+		return ifaceAddr{}, fmt.Errorf("gotree: GOTREE_SOCKET_FAMILY=%s: no interface that is up has an IPv%d address (have %s)", familyName(family), family, ifaceNames(all))
 	}
 	if filter != "" {
 		f := parseIfaceFilter(filter)
@@ -99,15 +127,13 @@ func chooseIface(filter string, toward *net.TCPAddr) (ifaceAddr, error) {
 				return c, nil
 			}
 		}
-		var names []string // each interface once (one may have several addresses)
-		for _, c := range cands {
-			if !slices.Contains(names, c.Name) {
-				names = append(names, c.Name)
-			}
+		what := "no interface with an address"
+		if family != 0 {
+			what = fmt.Sprintf("no interface with an IPv%d address (GOTREE_SOCKET_FAMILY=%s)", family, familyName(family))
 		}
-		return ifaceAddr{}, fmt.Errorf("gotree: GOTREE_SOCKET_IFNAME=%q matches no interface with an address (have %s)", filter, strings.Join(names, ", "))
+		return ifaceAddr{}, fmt.Errorf("gotree: GOTREE_SOCKET_IFNAME=%q matches %s (have %s)", filter, what, ifaceNames(cands))
 	}
-	if toward != nil {
+	if toward != nil && (family == 0 || familyOf(toward.IP) == family) {
 		if c, err := net.DialUDP("udp", nil, &net.UDPAddr{IP: toward.IP, Port: max(toward.Port, 1)}); err == nil {
 			local := c.LocalAddr().(*net.UDPAddr).IP
 			c.Close()
@@ -121,7 +147,7 @@ func chooseIface(filter string, toward *net.TCPAddr) (ifaceAddr, error) {
 	}
 	def := parseIfaceFilter("^docker,lo")
 	for _, c := range cands {
-		if def.matches(c.Name) {
+		if def.matches(c.Name) && !c.IP.IsLoopback() {
 			return c, nil
 		}
 	}
@@ -130,5 +156,20 @@ func chooseIface(filter string, toward *net.TCPAddr) (ifaceAddr, error) {
 			return c, nil
 		}
 	}
+	if family == 6 {
+		return ifaceAddr{Name: "lo", IP: net.IPv6loopback}, nil
+	}
 	return ifaceAddr{Name: "lo", IP: net.IPv4(127, 0, 0, 1)}, nil
+}
+
+// ifaceNames lists the interfaces of cands, each once (one may have
+// several addresses).
+func ifaceNames(cands []ifaceAddr) string {
+	var names []string
+	for _, c := range cands {
+		if !slices.Contains(names, c.Name) {
+			names = append(names, c.Name)
+		}
+	}
+	return strings.Join(names, ", ")
 }
