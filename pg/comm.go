@@ -27,7 +27,8 @@ import (
 // rank joins within cfg.Timeout.
 func NewUniqueID(cfg Config) (UniqueID, error) {
 	cfg = cfg.withDefaults()
-	ifc, err := chooseIface(cfg.SocketIfname, cfg.SocketFamily, nil)
+	toward, why := rootHint(cfg.RootHint, cfg.SocketFamily)
+	ifc, err := chooseIface(cfg.SocketIfname, cfg.SocketFamily, toward)
 	if err != nil {
 		return UniqueID{}, err
 	}
@@ -41,7 +42,11 @@ func NewUniqueID(cfg Config) (UniqueID, error) {
 		return UniqueID{}, fmt.Errorf("%w: %v", ErrSystem, err)
 	}
 	log := NewLogger(cfg, 0)
-	log.Infof("INIT", "bootstrap root listening on %s %v", ifc.Name, ln.Addr())
+	if cfg.SocketIfname == "" && why != "" {
+		log.Infof("INIT", "bootstrap root listening on %s %v (%s)", ifc.Name, ln.Addr(), why)
+	} else {
+		log.Infof("INIT", "bootstrap root listening on %s %v", ifc.Name, ln.Addr())
+	}
 	go runRoot(ln, secret, cfg.Timeout, log)
 	return encodeUID(uidFields{Addr: ln.Addr().(*net.TCPAddr), Secret: secret}), nil
 }

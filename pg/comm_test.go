@@ -515,6 +515,54 @@ func TestSocketFamily(t *testing.T) {
 	require.ErrorContains(t, err, `GOTREE_SOCKET_FAMILY="INET6": want AF_INET or AF_INET6`)
 }
 
+// MASTER_ADDR, where it is not a loopback address, picks the bootstrap
+// root's interface by route (several networks on a host: the root listens
+// where the rendezvous is); a loopback or unresolvable one is no hint.
+func TestRootHint(t *testing.T) {
+	for _, a := range []string{"", "127.0.0.1", "::1", "localhost"} {
+		h, _ := rootHint(a, 0)
+		require.Nil(t, h, "%q", a)
+	}
+	h, why := rootHint("no-such-host.invalid", 0)
+	require.Nil(t, h)
+	require.Contains(t, why, "MASTER_ADDR=no-such-host.invalid does not resolve")
+
+	v4, err := listIfaces(4)
+	require.NoError(t, err)
+	var ip net.IP
+	for _, c := range v4 {
+		if !c.IP.IsLoopback() {
+			ip = c.IP
+			break
+		}
+	}
+	if ip == nil {
+		t.Skip("no IPv4 address besides loopback")
+	}
+	h, why = rootHint(ip.String(), 0)
+	require.Equal(t, ip.String(), h.IP.String())
+	require.Contains(t, why, "routes to MASTER_ADDR="+ip.String())
+	h, _ = rootHint(ip.String(), 6)
+	require.Nil(t, h, "not of GOTREE_SOCKET_FAMILY's family")
+
+	cfg := testConfig()
+	cfg.RootHint, cfg.SocketIfname = ip.String(), ""
+	id, err := NewUniqueID(cfg)
+	require.NoError(t, err)
+	f, err := decodeUID(id)
+	require.NoError(t, err)
+	require.Equal(t, ip.String(), f.Addr.IP.String(), "the root listens on MASTER_ADDR's interface")
+	cfg.RootHint, cfg.SocketIfname = ip.String(), "lo"
+	id, err = NewUniqueID(cfg)
+	require.NoError(t, err)
+	f, err = decodeUID(id)
+	require.NoError(t, err)
+	require.True(t, f.Addr.IP.IsLoopback(), "GOTREE_SOCKET_IFNAME wins over the hint")
+	c, err := LoadConfig(func(k string) string { return map[string]string{"MASTER_ADDR": " 10.1.2.3 "}[k] })
+	require.NoError(t, err)
+	require.Equal(t, "10.1.2.3", c.RootHint)
+}
+
 func TestTopologyDumpAtInit(t *testing.T) {
 	cfg := testConfig()
 	cfg.TopoDumpFile = t.TempDir() + "/topo.json"

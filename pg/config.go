@@ -28,6 +28,7 @@ type Config struct {
 	HostID       string        // "" = hostname + boot id
 	SocketIfname string        // NCCL syntax: "eth0,ib", "^docker,lo", "=eth0"
 	SocketFamily int           // GOTREE_SOCKET_FAMILY: 4 (AF_INET) or 6 (AF_INET6) only; 0 either, IPv4 first
+	RootHint     string        // MASTER_ADDR (torchrun's): the bootstrap root listens on the interface that routes to it
 	Debug        Level         // GOTREE_DEBUG
 	DebugSubsys  string        // GOTREE_DEBUG_SUBSYS, e.g. "INIT,GRAPH"
 	DebugFile    string        // GOTREE_DEBUG_FILE, "" = stderr
@@ -245,6 +246,7 @@ func LoadConfig(getenv Getenv) (Config, error) {
 	c := Config{
 		HostID:        getenv("GOTREE_HOST_ID"),
 		SocketIfname:  getenv("GOTREE_SOCKET_IFNAME"),
+		RootHint:      strings.TrimSpace(getenv("MASTER_ADDR")),
 		DebugSubsys:   getenv("GOTREE_DEBUG_SUBSYS"),
 		DebugFile:     getenv("GOTREE_DEBUG_FILE"),
 		Algo:          strings.ToLower(strings.TrimSpace(getenv("GOTREE_ALGO"))),

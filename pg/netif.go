@@ -1,10 +1,12 @@
 package pg
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"slices"
 	"strings"
+	"time"
 )
 
 // ifaceFilter is a parsed GOTREE_SOCKET_IFNAME (NCCL_SOCKET_IFNAME syntax):
@@ -103,6 +105,38 @@ func familyName(family int) string {
 	}
 	return "AF_INET"
 }
+
+// rootHint turns MASTER_ADDR (an address or a host name, resolved within
+// rootHintLookup) into the address whose route picks the bootstrap root's
+// interface, so that on a host with several networks the root listens
+// where the launcher's rendezvous is, as the other ranks reach this host.
+// A loopback address is no hint: a host name that /etc/hosts maps to
+// 127.0.1.1 would put the root where no other host reaches it. It also
+// says, for the log, what it made of the hint.
+func rootHint(addr string, family int) (*net.TCPAddr, string) {
+	if addr == "" {
+		return nil, ""
+	}
+	ips := []net.IP{net.ParseIP(addr)}
+	if ips[0] == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), rootHintLookup)
+		defer cancel()
+		found, err := net.DefaultResolver.LookupIP(ctx, "ip", addr)
+		if err != nil {
+			return nil, fmt.Sprintf("MASTER_ADDR=%s does not resolve: %v; the first interface instead", addr, err)
+		}
+		ips = found
+	}
+	for _, ip := range ips {
+		if !ip.IsLoopback() && !ip.IsUnspecified() && (family == 0 || familyOf(ip) == family) {
+			return &net.TCPAddr{IP: ip, Port: 1}, fmt.Sprintf("the interface that routes to MASTER_ADDR=%s", addr)
+		}
+	}
+	return nil, ""
+}
+
+// rootHintLookup bounds the resolution of a MASTER_ADDR host name.
+const rootHintLookup = 2 * time.Second
 
 // chooseIface picks the address gotree listens on, as NCCL does: the
 // GOTREE_SOCKET_IFNAME filter if set; else, when a peer address is known,
