@@ -153,7 +153,7 @@ func Init(id UniqueID, rank, nranks int, cfg Config) (*Comm, error) {
 		host = defaultHostID()
 	}
 	if rank == 0 {
-		log.Infof("INIT", "%s", versionBanner())
+		log.Versionf("%s", versionBanner())
 	}
 	log.Infof("INIT", "rank %d/%d host %q using interface %s %v", rank, nranks, host, ifc.Name, ln.Addr())
 	reportVars(log, cfg, rank)

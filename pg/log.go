@@ -97,6 +97,12 @@ func (l *Logger) Infof(subsys, format string, args ...any) {
 	l.logf(LevelInfo, subsys, "INFO", format, args...)
 }
 
+// Versionf logs at GOTREE_DEBUG=VERSION and above (NCCL_DEBUG=VERSION
+// prints NCCL's version and nothing else).
+func (l *Logger) Versionf(format string, args ...any) {
+	l.logf(LevelVersion, "", "INFO", format, args...)
+}
+
 // Warnf logs a warning.
 func (l *Logger) Warnf(format string, args ...any) { l.logf(LevelWarn, "", "WARN", format, args...) }
 

@@ -47,8 +47,8 @@ func buildTag() string {
 	return rev
 }
 
-// versionBanner is what rank 0 logs first at INIT, as NCCL logs its
-// version: "gotree 0.1.0 (wire protocol 1, go1.26.0, built from 0123456789ab)".
+// versionBanner is what rank 0 logs first, from GOTREE_DEBUG=VERSION up,
+// as NCCL logs its version: "gotree 0.1.0 (wire protocol 1, go1.26.0, built from 0123456789ab)".
 func versionBanner() string {
 	b := fmt.Sprintf("gotree %s (wire protocol %d, %s", Version, WireVersion, runtime.Version())
 	if t := buildTag(); t != "" {

@@ -2,7 +2,9 @@ package pg
 
 import (
 	"os"
+	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -23,4 +25,32 @@ func TestVersionMatchesPackaging(t *testing.T) {
 	}
 	require.Regexp(t, `^\d+\.\d+\.\d+/wire\d+$`, versionTag())
 	require.Regexp(t, `^gotree \d+\.\d+\.\d+ \(wire protocol \d+, go[^,)]+(, built from [0-9a-f]{1,12}(\+dirty)?)?\)$`, versionBanner())
+}
+
+// GOTREE_DEBUG=VERSION prints rank 0's version line and nothing else, as
+// NCCL_DEBUG=VERSION does; WARN prints it too; unset prints nothing.
+func TestDebugVersion(t *testing.T) {
+	for _, tc := range []struct {
+		level Level
+		want  bool
+	}{{LevelNone, false}, {LevelVersion, true}, {LevelWarn, true}, {LevelInfo, true}} {
+		cfg := testConfig()
+		cfg.Debug = tc.level
+		cfg.DebugFile = t.TempDir() + "/log.%p"
+		startComms(t, 2, nil, cfg)
+		files, err := filepath.Glob(strings.TrimSuffix(cfg.DebugFile, "%p") + "*")
+		require.NoError(t, err)
+		var log string
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			require.NoError(t, err)
+			log += string(b)
+		}
+		banner := "[0] GOTREE INFO " + versionBanner() + "\n"
+		require.Equal(t, tc.want, strings.Contains(log, banner), "level %v: %q", tc.level, log)
+		require.Equal(t, tc.want, strings.Count(log, versionBanner()) == 1, "once, from rank 0")
+		if tc.level == LevelVersion {
+			require.Equal(t, 1, strings.Count(log, "\n"), "nothing but the version: %q", log)
+		}
+	}
 }
