@@ -71,6 +71,31 @@ func TestMismatchedCollectivesFailEveryRank(t *testing.T) {
 	}
 }
 
+// initEach runs Init on n ranks of one new communicator at once, each
+// with cfg adjusted by set, destroys those that succeed and returns every
+// rank's error.
+func initEach(t *testing.T, n int, cfg Config, set func(r int, c *Config)) []error {
+	t.Helper()
+	uid, err := NewUniqueID(cfg)
+	require.NoError(t, err)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := cfg
+			set(r, &c)
+			var comm *Comm
+			if comm, errs[r] = Init(uid, r, n, c); comm != nil {
+				comm.Destroy()
+			}
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
 // Ranks whose settings would make them choose different plans for the
 // same call (GOTREE_ALGO, channels, tuning), or send messages larger than
 // their peers' slots (GOTREE_BUFFSIZE), fail in Init, every one of
@@ -92,27 +117,12 @@ func TestDifferentChoiceSettingsFailInit(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig()
-			cfg.Timeout = 20 * time.Second
 			cfg.MaxChannels = 2
-			uid, err := NewUniqueID(cfg)
-			require.NoError(t, err)
-			errs := make([]error, 3)
-			var wg sync.WaitGroup
-			for r := range errs {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					c := cfg
-					if r == 1 {
-						tc.set(&c)
-					}
-					var comm *Comm
-					if comm, errs[r] = Init(uid, r, 3, c); comm != nil {
-						comm.Destroy()
-					}
-				}()
-			}
-			wg.Wait()
+			errs := initEach(t, 3, cfg, func(r int, c *Config) {
+				if r == 1 {
+					tc.set(c)
+				}
+			})
 			for r, err := range errs {
 				require.ErrorIs(t, err, ErrInvalidArgument, "rank %d", r)
 				require.ErrorContains(t, err, "rank 1 has ", "rank %d", r)
@@ -129,28 +139,12 @@ func TestDifferentChoiceSettingsFailInit(t *testing.T) {
 // versions; a rank of an older gotree that names no version is called
 // that. Different builds of one version only warn.
 func TestDifferentVersionFailsInit(t *testing.T) {
-	cfg := testConfig()
-	cfg.Timeout = 20 * time.Second
-	uid, err := NewUniqueID(cfg)
-	require.NoError(t, err)
-	errs := make([]error, 3)
-	var wg sync.WaitGroup
-	for r := range errs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c := cfg
-			c.HostID = fmt.Sprintf("node%d", r)
-			if r == 2 {
-				c.versionTag = "0.2.0/wire2"
-			}
-			var comm *Comm
-			if comm, errs[r] = Init(uid, r, 3, c); comm != nil {
-				comm.Destroy()
-			}
-		}()
-	}
-	wg.Wait()
+	errs := initEach(t, 3, testConfig(), func(r int, c *Config) {
+		c.HostID = fmt.Sprintf("node%d", r)
+		if r == 2 {
+			c.versionTag = "0.2.0/wire2"
+		}
+	})
 	for r, err := range errs {
 		require.ErrorIs(t, err, ErrInvalidArgument, "rank %d", r)
 		require.ErrorContains(t, err, `rank 2 (host "node2") runs gotree 0.2.0 (wire protocol 2)`, "rank %d", r)
