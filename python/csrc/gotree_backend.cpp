@@ -2992,6 +2992,9 @@ class GotreeBackend : public c10d::Backend {
   void completionLoop() {
     const Api& a = *g_api;
     tlsCompleting = this;
+    // Named for top -H, py-spy, gdb (15 characters at most), as torch names
+    // ProcessGroupNCCL's watchdog.
+    pthread_setname_np(pthread_self(), "gotree-complete");
     for (;;) {
       c10::intrusive_ptr<GotreeWork> work;
       {

@@ -466,6 +466,15 @@ def check_misc(c, rank, n):
             dist.all_reduce(t, group=sub)
             c.check(torch.equal(t, torch.full((3,), 21.0)), "sub-group of ranks 0,1")
     c.check(dist.get_backend() == "gotree", f"dist.get_backend() is gotree (got {dist.get_backend()})")
+    # the completion threads carry a name (top -H, py-spy, gdb)
+    names = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                names.append(f.read().strip())
+        except OSError:
+            pass
+    c.check("gotree-complete" in names, f"a thread named gotree-complete (threads: {sorted(set(names))})")
 
 
 def check_split(c, rank, n):
