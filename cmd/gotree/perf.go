@@ -43,7 +43,8 @@ type perfOpts struct {
 	timeout  time.Duration
 	onDevice bool // CUDA buffers (else host memory): rank r on device (device+r) mod the device count
 	device   int
-	hosts    int // --nproc: give the ranks this many host ids (0: the machine's)
+	hosts    int           // --nproc: give the ranks this many host ids (0: the machine's)
+	settle   time.Duration // before the first size, untimed calls of it until this long after Init (settleCalls)
 }
 
 // The environment of a child rank started by --nproc, and of a multi-node
@@ -95,6 +96,7 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.device, "device", -1, "CUDA buffers: rank r uses device (N+r) mod the device count (-1: host memory)")
 	fs.IntVar(&o.hosts, "hosts", 0, "with --nproc: split the ranks over this many host ids (rank r on host r mod K), as if on K nodes")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "communicator timeout")
+	fs.DurationVar(&o.settle, "settle", 50*time.Millisecond, "before the first size, run its calls untimed until this long after the communicator formed (0: none; a 2-CPU VM runs the first ~15 ms 2-4x slower)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -374,6 +376,7 @@ func perfRun(o perfOpts, uid pg.UniqueID, rank, n int, cfg pg.Config, stdout, st
 		fmt.Fprintf(stderr, "gotree perf: rank %d: %v\n", rank, err)
 		return 1
 	}
+	formed := time.Now()
 	defer comm.Destroy()
 	esize := int64(o.dtype.Size())
 	per := perRankDivisor(o.coll, n)
@@ -399,7 +402,7 @@ func perfRun(o perfOpts, uid pg.UniqueID, rank, n int, cfg pg.Config, stdout, st
 		sizes = append(sizes, s)
 	}
 	if rank == 0 && !o.asJSON {
-		fmt.Fprintf(stdout, "# gotree perf: %v, %d ranks, algo %s, dtype %v, op %v, %d iterations after %d warm-up, %s\n", o.coll, n, o.algo, o.dtype, o.op, o.iters, o.warmup, mem)
+		fmt.Fprintf(stdout, "# gotree perf: %v, %d ranks, algo %s, dtype %v, op %v, %d iterations after %d warm-up, %s, settled %v\n", o.coll, n, o.algo, o.dtype, o.op, o.iters, o.warmup, mem, o.settle)
 		if pointToPoint(o.coll) {
 			fmt.Fprintf(stdout, "# %v runs as point-to-point transfers: out of place only (the in-place columns stay 0), no memory-traffic bound\n", o.coll)
 		}
@@ -409,6 +412,12 @@ func perfRun(o perfOpts, uid pg.UniqueID, rank, n int, cfg pg.Config, stdout, st
 		fmt.Fprintf(stdout, "#%11s %12s %9s %6s %5s   %9s %7s %7s %6s   %9s %7s %7s %6s   %9s %9s %6s   %7s %9s %6s %6s\n",
 			"(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "",
 			"(GB/s)", "(us)", "oop", "ip")
+	}
+	if o.settle > 0 && len(sizes) > 0 {
+		if err := settleCalls(comm, o, sizes[0]/esize/per, mem, formed); err != nil {
+			fmt.Fprintf(stderr, "gotree perf: rank %d: settling: %v\n", rank, err)
+			return 1
+		}
 	}
 	tty := isTerminal(stderr)
 	var rows []perfRow
@@ -473,6 +482,41 @@ func perfRun(o perfOpts, uid pg.UniqueID, rank, n int, cfg pg.Config, stdout, st
 		return 1
 	}
 	return 0
+}
+
+// settleCalls issues out-of-place calls of count elements, untimed, until
+// o.settle has passed since the communicator formed on every rank: after
+// each call the ranks agree in a MAX allreduce of "not yet" (1) or "done"
+// (0), so that all stop after the same call. On the 2-CPU VM the calls of
+// the first ~15 ms after Init are 2-4x slower whatever they are
+// (docs/crossover/netns/serialnet/README.md), which the first size's few
+// warm-up calls do not cover.
+func settleCalls(comm *pg.Comm, o perfOpts, count int64, mem perfMem, formed time.Time) error {
+	inCount, outCount := perfCounts(o.coll, count, comm.Size())
+	esize := int64(o.dtype.Size())
+	in := perfRegion{n: inCount * esize}
+	out := perfRegion{recv: true, n: outCount * esize}
+	flag := make([]byte, 8)
+	for {
+		if err := mem.run(comm, o, in, out, count); err != nil {
+			return err
+		}
+		more := uint64(0)
+		if time.Since(formed) < o.settle {
+			more = 1
+		}
+		binary.LittleEndian.PutUint64(flag, more)
+		r, err := comm.AllReduce(flag, flag, 1, algorithms.Int64, algorithms.Max)
+		if err == nil {
+			err = r.Wait(-1)
+		}
+		if err != nil {
+			return err
+		}
+		if binary.LittleEndian.Uint64(flag) == 0 {
+			return nil
+		}
+	}
 }
 
 // perfSize runs one size; times are per iteration in µs, each the maximum

@@ -198,7 +198,7 @@ func TestPerfCollectives(t *testing.T) {
 	for _, coll := range []algorithms.Collective{algorithms.AllReduce, algorithms.AllGather, algorithms.ReduceScatter, algorithms.Broadcast, algorithms.Reduce,
 		algorithms.AllToAll, algorithms.Gather, algorithms.Scatter} {
 		o := perfOpts{minBytes: 4, maxBytes: 1 << 16, factor: 13, iters: 2, warmup: 1, check: 1, dtype: algorithms.Int32,
-			op: algorithms.Sum, algo: "auto", coll: coll, asJSON: true, timeout: cfg.Timeout}
+			op: algorithms.Sum, algo: "auto", coll: coll, asJSON: true, timeout: cfg.Timeout, settle: 10 * time.Millisecond}
 		uid, err := pg.NewUniqueID(cfg)
 		require.NoError(t, err)
 		var outs, errs [n]bytes.Buffer
@@ -242,4 +242,54 @@ func TestPerfCollectives(t *testing.T) {
 		}
 		assert.Equal(t, want, got, "%v sizes", coll)
 	}
+}
+
+// The settling calls before the sweep stop after the same call on every
+// rank, also when the ranks' communicators formed at different times (one
+// rank here 40 ms "earlier"), and last at least the settling time on the
+// rank that formed last.
+func TestSettleCallsAgree(t *testing.T) {
+	const n, count = 3, 1000
+	cfg := pg.Config{Timeout: 20 * time.Second, SocketIfname: "lo"}
+	uid, err := pg.NewUniqueID(cfg)
+	require.NoError(t, err)
+	comms := make([]*pg.Comm, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			comms[r], errs[r] = pg.Init(uid, r, n, cfg)
+		}()
+	}
+	wg.Wait()
+	for r, c := range comms {
+		require.NoError(t, errs[r])
+		defer c.Destroy()
+	}
+	o := perfOpts{dtype: algorithms.Float32, op: algorithms.Sum, coll: algorithms.AllReduce, settle: 30 * time.Millisecond}
+	mems := make([]*recordingMem, n)
+	took := make([]time.Duration, n)
+	for r := range comms {
+		mems[r] = &recordingMem{hostMem: hostMem{send: make([]byte, 4*count), recv: make([]byte, 4*count)}}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			formed := time.Now()
+			if r == 1 {
+				formed = formed.Add(-40 * time.Millisecond)
+			}
+			start := time.Now()
+			errs[r] = settleCalls(comms[r], o, count, mems[r], formed)
+			took[r] = time.Since(start)
+		}()
+	}
+	wg.Wait()
+	for r := range comms {
+		require.NoError(t, errs[r], "rank %d", r)
+		require.Equal(t, mems[0].runs, mems[r].runs, "rank %d stopped after another call", r)
+		require.GreaterOrEqual(t, took[r], o.settle, "rank %d", r)
+	}
+	require.Greater(t, mems[0].runs, 1)
 }

@@ -17,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"sort"
 	"strconv"
@@ -61,6 +62,7 @@ type simOpts struct {
 	iters      int
 	warmup     int
 	check      int
+	settle     time.Duration
 	asJSON     bool
 }
 
@@ -97,6 +99,7 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.iters, "n", 20, "with --perf: timed iterations per size (perf -n)")
 	fs.IntVar(&o.warmup, "w", 5, "with --perf: warm-up iterations (perf -w)")
 	fs.IntVar(&o.check, "c", 1, "with --perf: the checked call before the warm-up (perf -c)")
+	fs.DurationVar(&o.settle, "settle", 50*time.Millisecond, "with --perf: perf's untimed calls of the first size before the sweep, for this long (perf --settle)")
 	fs.BoolVar(&o.asJSON, "json", false, "print JSON rows instead of the table")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -385,8 +388,8 @@ func simPerf(o simOpts, stdout, stderr io.Writer) int {
 	var rows []simRow
 	if !o.asJSON {
 		fmt.Fprintf(stdout, "# gotree sim --perf: %s\n", o.describe())
-		fmt.Fprintf(stdout, "# replaying gotree perf -b %s -e %s -f %d -n %d -w %d -c %d: the median of the timed calls; first: one call alone (full buckets)\n",
-			fmtBytes(o.minB), fmtBytes(o.maxB), o.factor, o.iters, o.warmup, o.check)
+		fmt.Fprintf(stdout, "# replaying gotree perf -b %s -e %s -f %d -n %d -w %d -c %d --settle %v: the median of the timed calls; first: one call alone (full buckets)\n",
+			fmtBytes(o.minB), fmtBytes(o.maxB), o.factor, o.iters, o.warmup, o.check, o.settle)
 		fmt.Fprintf(stdout, "# %7s %8s %10s %-5s %12s %12s %12s %8s %3s\n", "nodes", "ranks", "size", "algo", "time(us)", "inplace(us)", "first(us)", "busbw", "ch")
 	}
 	for _, m := range o.nodes {
@@ -431,6 +434,18 @@ func simPerf(o simOpts, stdout, stderr io.Writer) int {
 				wrong, _, err := plan(1, algorithms.Int64, algorithms.Sum)
 				if err != nil {
 					return simFail(stderr, err)
+				}
+				if len(spans) == 0 && o.settle > 0 {
+					// perf's settling calls: the first size and a one-element
+					// MAX allreduce, until o.settle has passed (settleCalls).
+					pair, err := algorithms.SimulatePlans([]*algorithms.Plan{p, wrong}, g.NodeOf, o.links(a, 2*o.channels))
+					if err != nil {
+						return simFail(stderr, err)
+					}
+					k := int(math.Ceil(float64(o.settle.Microseconds()) / max(pair[0]+pair[1], 1e-3)))
+					for i := 0; i < max(k, 1); i++ {
+						calls = append(calls, p, wrong)
+					}
 				}
 				sp := span{size: count * 4, ch: ch}
 				for pass := 0; pass < 2; pass++ {
