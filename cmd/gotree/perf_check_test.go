@@ -247,7 +247,7 @@ func TestPerfCollectives(t *testing.T) {
 // The settling calls before the sweep stop after the same call on every
 // rank, also when the ranks' communicators formed at different times (one
 // rank here 40 ms "earlier"), and last at least the settling time on the
-// rank that formed last.
+// ranks that formed at the start.
 func TestSettleCallsAgree(t *testing.T) {
 	const n, count = 3, 1000
 	cfg := pg.Config{Timeout: 20 * time.Second, SocketIfname: "lo"}
@@ -276,11 +276,11 @@ func TestSettleCallsAgree(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			formed := time.Now()
+			start := time.Now()
+			formed := start
 			if r == 1 {
 				formed = formed.Add(-40 * time.Millisecond)
 			}
-			start := time.Now()
 			errs[r] = settleCalls(comms[r], o, count, mems[r], formed)
 			took[r] = time.Since(start)
 		}()
@@ -289,7 +289,9 @@ func TestSettleCallsAgree(t *testing.T) {
 	for r := range comms {
 		require.NoError(t, errs[r], "rank %d", r)
 		require.Equal(t, mems[0].runs, mems[r].runs, "rank %d stopped after another call", r)
-		require.GreaterOrEqual(t, took[r], o.settle, "rank %d", r)
+		if r != 1 { // rank 1 is done at once and waits for the others, which may have started a little before it
+			require.GreaterOrEqual(t, took[r], o.settle, "rank %d", r)
+		}
 	}
 	require.Greater(t, mems[0].runs, 1)
 }
