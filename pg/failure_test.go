@@ -156,7 +156,7 @@ func TestDifferentVersionFailsInit(t *testing.T) {
 	same := []rankInfo{{Rank: 0, HostID: "a", Version: versionTag()}, {Rank: 1, HostID: "b", Version: versionTag()}}
 	require.NoError(t, sameVersion(same))
 	old := append(same[:1:1], rankInfo{Rank: 1, HostID: "b"})
-	require.ErrorContains(t, sameVersion(old), `rank 1 (host "b") runs a gotree older than`)
+	require.ErrorContains(t, sameVersion(old), `rank 1 (host "b") runs a gotree from before the version check`)
 
 	require.Empty(t, otherBuilds(same, 0), "builds unknown")
 	same[0].Build, same[1].Build = "0123456789ab", "0123456789ab"

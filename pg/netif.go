@@ -144,7 +144,8 @@ const rootHintLookup = 2 * time.Second
 // that is neither docker* nor lo*, falling back to loopback. family 4 or 6
 // (GOTREE_SOCKET_FAMILY) admits only addresses of that family; 0 prefers
 // IPv4. The address 127.0.1.1 that /etc/hosts gives some hostnames is
-// never used, because nothing resolves hostnames here.
+// never used: the only host name resolved here is MASTER_ADDR's
+// (rootHint), which ignores loopback addresses.
 func chooseIface(filter string, family int, toward *net.TCPAddr) (ifaceAddr, error) {
 	cands, err := listIfaces(family)
 	if err != nil {

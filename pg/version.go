@@ -59,7 +59,7 @@ func versionBanner() string {
 
 // sameVersion fails when a rank runs another gotree than rank 0 (NCCL
 // refuses mismatched versions the same way): their messages and plans
-// need not fit each other. A rank without a tag runs a gotree older than
+// need not fit each other. A rank without a tag runs a gotree from before
 // the check.
 func sameVersion(table []rankInfo) error {
 	for _, r := range table[1:] {
@@ -86,7 +86,7 @@ func otherBuilds(table []rankInfo, rank int) string {
 
 func describeVersion(r rankInfo) string {
 	if r.Version == "" {
-		return "a gotree older than " + Version + " (it names no version)"
+		return "a gotree from before the version check (it names no version)"
 	}
 	s := "gotree " + r.Version
 	if v, wire, ok := strings.Cut(r.Version, "/wire"); ok {

@@ -437,7 +437,8 @@ func simPerf(o simOpts, stdout, stderr io.Writer) int {
 				}
 				if len(spans) == 0 && o.settle > 0 {
 					// perf's settling calls: the first size and a one-element
-					// MAX allreduce, until o.settle has passed (settleCalls).
+					// allreduce (perf's is a MAX; the cost is the same), until
+					// o.settle has passed (settleCalls).
 					pair, err := algorithms.SimulatePlans([]*algorithms.Plan{p, wrong}, g.NodeOf, o.links(a, 2*o.channels))
 					if err != nil {
 						return simFail(stderr, err)
