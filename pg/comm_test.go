@@ -479,6 +479,11 @@ func TestIfaceFilter(t *testing.T) {
 // a family no interface has is named in the error.
 func TestSocketFamily(t *testing.T) {
 	for _, family := range []int{4, 6} {
+		list, err := listIfaces(family)
+		require.NoError(t, err)
+		for _, c := range list {
+			require.Equal(t, family, familyOf(c.IP), "listIfaces(%d): %v", family, c)
+		}
 		c, err := chooseIface("", family, nil)
 		if err != nil { // a machine without IPv6 at all (not even ::1)
 			require.Equal(t, 6, family, "every machine has 127.0.0.1")
