@@ -27,7 +27,11 @@ import (
 // rank joins within cfg.Timeout.
 func NewUniqueID(cfg Config) (UniqueID, error) {
 	cfg = cfg.withDefaults()
-	toward, why := rootHint(cfg.RootHint, cfg.SocketFamily)
+	var toward *net.TCPAddr
+	why := ""
+	if cfg.SocketIfname == "" { // the filter decides alone: no lookup of MASTER_ADDR
+		toward, why = rootHint(cfg.RootHint, cfg.SocketFamily)
+	}
 	ifc, err := chooseIface(cfg.SocketIfname, cfg.SocketFamily, toward)
 	if err != nil {
 		return UniqueID{}, err
@@ -42,11 +46,10 @@ func NewUniqueID(cfg Config) (UniqueID, error) {
 		return UniqueID{}, fmt.Errorf("%w: %v", ErrSystem, err)
 	}
 	log := NewLogger(cfg, 0)
-	if cfg.SocketIfname == "" && why != "" {
-		log.Infof("INIT", "bootstrap root listening on %s %v (%s)", ifc.Name, ln.Addr(), why)
-	} else {
-		log.Infof("INIT", "bootstrap root listening on %s %v", ifc.Name, ln.Addr())
+	if why != "" {
+		why = " (" + why + ")"
 	}
+	log.Infof("INIT", "bootstrap root listening on %s %v%s", ifc.Name, ln.Addr(), why)
 	go runRoot(ln, secret, cfg.Timeout, log)
 	return encodeUID(uidFields{Addr: ln.Addr().(*net.TCPAddr), Secret: secret}), nil
 }
