@@ -177,3 +177,108 @@ func (b *planBuilder) halvingDoublingAllReduce(order []int, c int, cp ChannelPar
 		}
 	}
 }
+
+// Allgather and reduce-scatter by halving-doubling, for a power of two
+// ranks p (HasPlan): every block travels the binomial tree of recursive
+// doubling (allgather) or halving (reduce-scatter) between a rank and
+// its partners v⊕D, D = p/2, …, 1, so a rank waits on log2(p) hops
+// instead of the ring's n−1 hand-offs and moves the same bytes. No
+// buffer holds partial results: a block is received, reduced or copied
+// and sent on in one step. Blocks live at rank×count in the gathered
+// buffer (allgather output, reduce-scatter input), whatever the ring
+// order. (With a rank folded in, as the allreduce does, a partner would
+// handle two blocks per unit and send twice in a row to one partner,
+// which one message in flight per connection cannot take.)
+
+// hdUnitOrder is the order in which a rank handles the blocks in a
+// reduce-scatter, as distances w = u⊕v of the block's owner u from the
+// rank v: ord(1) = [0], ord(2D) = ord(D)+D interleaved with ord(D) —
+// [1 0], [3 1 2 0], [7 3 5 1 6 2 4 0]. Each rank sends partner v⊕D the
+// blocks at distances [D, 2D) in the order that partner handles them
+// (ord(D) shifted by D), so every connection's messages meet their
+// receives in order; and a send to a partner alternates with a step that
+// takes from it, so one message per connection in flight suffices. The
+// allgather runs the same plan backwards.
+func hdUnitOrder(p int) []int {
+	ord := []int{0}
+	for d := 1; d < p; d *= 2 {
+		next := make([]int, 0, 2*d)
+		for i, w := range ord {
+			next = append(next, w+d, ord[i])
+		}
+		ord = next
+	}
+	return ord
+}
+
+// hdBlocks calls f for every rank of a power-of-two ring order with its
+// partners at distances p/2, p/4, …, 1, each chunk of this channel's
+// part of the blocks, and each block in reduce-scatter order: the
+// block's owner's distance w, and k, the number of partners (the
+// farthest first) before the one the block goes to (all of them for the
+// rank's own block, w = 0).
+func hdBlocks(order []int, cp ChannelPart, chunk int64, f func(r int, partners []int, off, cnt int64, owner, w, k int)) {
+	p := len(order)
+	ord := hdUnitOrder(p)
+	for v, r := range order {
+		var partners []int
+		for d := p / 2; d >= 1; d /= 2 {
+			partners = append(partners, order[v^d])
+		}
+		chunks(cp, chunk, func(off, cnt int64) {
+			for _, w := range ord {
+				k := len(partners)
+				if w != 0 {
+					k = log2Floor(p) - 1 - log2Floor(w)
+				}
+				f(r, partners, off, cnt, order[v^w], w, k)
+			}
+		})
+	}
+}
+
+// halvingDoublingReduceScatter: rank v hands the block at distance w
+// (highest bit D) to its partner v⊕D after adding what the partners at
+// distances above D sent it for that block (RecvReduceSend, or a plain
+// Send for D = p/2), and reduces its own block from every partner into
+// its output. Chunks are the outer loop: a rank handles chunk j of every
+// block before chunk j+1.
+func (b *planBuilder) halvingDoublingReduceScatter(order []int, c int, cp ChannelPart, part Partition, count int64) {
+	hdBlocks(order, cp, part.ChunkElems, func(r int, partners []int, off, cnt int64, owner, w, k int) {
+		src := inRef(int64(owner)*count + off)
+		switch {
+		case w == 0:
+			b.add(r, c, 0, Step{Prim: RecvReduceCopySend, RecvFrom: partners, Src: src, Dst: outRef(off), Count: cnt})
+		case k == 0:
+			b.add(r, c, 0, Step{Prim: Send, SendTo: peers(partners[0]), Src: src, Count: cnt})
+		default:
+			b.add(r, c, 0, Step{Prim: RecvReduceSend, RecvFrom: partners[:k:k], SendTo: peers(partners[k]), Src: src, Count: cnt})
+		}
+	})
+}
+
+// halvingDoublingAllGather is the reduce-scatter backwards: a rank copies
+// its input into its block of the output and sends it to every partner;
+// the block at distance w it receives from the partner v⊕D that the
+// reduce-scatter hands it to, writes it and forwards it to the partners
+// at distances above D (RecvCopySend, or a plain Recv for D = p/2).
+func (b *planBuilder) halvingDoublingAllGather(order []int, c int, cp ChannelPart, part Partition, count int64) {
+	steps := make([][]Step, len(b.steps))
+	hdBlocks(order, cp, part.ChunkElems, func(r int, partners []int, off, cnt int64, owner, w, k int) {
+		dst := outRef(int64(owner)*count + off)
+		switch {
+		case w == 0: // in reverse: send it to every partner, then copy it
+			steps[r] = append(steps[r], Step{Prim: Copy, Src: inRef(off), Dst: dst, Count: cnt},
+				Step{Prim: Send, SendTo: partners, Src: inRef(off), Count: cnt})
+		case k == 0:
+			steps[r] = append(steps[r], Step{Prim: Recv, RecvFrom: peers(partners[0]), Dst: dst, Count: cnt})
+		default:
+			steps[r] = append(steps[r], Step{Prim: RecvCopySend, RecvFrom: peers(partners[k]), SendTo: partners[:k:k], Dst: dst, Count: cnt})
+		}
+	})
+	for r, st := range steps {
+		for i := len(st) - 1; i >= 0; i-- {
+			b.add(r, c, 0, st[i])
+		}
+	}
+}

@@ -102,12 +102,74 @@ func TestHalvingDoublingInterleave(t *testing.T) {
 	require.Equal(t, want, got)
 }
 
-func TestHalvingDoublingOnlyAllReduce(t *testing.T) {
-	g := mustGraph(t, UniformLayout(1, 4, 1, TreePattern))
-	_, err := BuildPlan(g, PlanRequest{Coll: AllGather, Algo: HalvingDoubling, Proto: Simple, Count: 8, DType: Int8})
-	require.ErrorIs(t, err, ErrAlgoNotSupported)
-	_, err = DefaultTuning().Predict(AllReduce, HalvingDoubling, Simple, CostTopo{NRanks: 4, NNodes: 2, RanksPerNode: 2, Intra: Shm, Inter: TCP, Channels: 1}, 1<<20, 0)
-	require.ErrorIs(t, err, ErrAlgoNotSupported)
-	_, err = HalvingDoublingPeers(g, 0, 4)
+// Halving-doubling has allreduce for any n, allgather and reduce-scatter
+// for a power of two ranks (each rank sending (n−1)/n of the message, as
+// ShapeOf says, to the partners a communicator links), and nothing else;
+// the cost model keeps it within one node.
+func TestHalvingDoublingCollectives(t *testing.T) {
+	for n := 1; n <= 17; n++ {
+		l := UniformLayout(1, n, 2, TreePattern)
+		l = randomLayoutIntra(rand.New(rand.NewPCG(uint64(n), 5)), l)
+		g := mustGraph(t, l)
+		for _, coll := range []Collective{AllGather, ReduceScatter, Broadcast, Reduce} {
+			const count = 3 << 10
+			p, err := BuildPlan(g, PlanRequest{Coll: coll, Algo: HalvingDoubling, Proto: Simple, Count: count, DType: Int8, Op: Sum, ChunkBytes: 1 << 10})
+			name := fmt.Sprintf("%v n=%d", coll, n)
+			if coll == Broadcast || coll == Reduce || n&(n-1) != 0 {
+				require.ErrorIs(t, err, ErrAlgoNotSupported, name)
+				continue
+			}
+			require.NoError(t, err, name)
+			require.NoError(t, CheckPlan(p), name)
+			if n == 1 {
+				continue // one Copy
+			}
+			sh := ShapeOf(coll, HalvingDoubling, CostTopo{NRanks: n, NNodes: 1, RanksPerNode: n, Channels: 1})
+			require.Equal(t, float64(log2Floor(n)), sh.IntraHops, name)
+			for _, rp := range p.Ranks {
+				var sent int64
+				for _, cp := range rp.Channels {
+					want, err := HalvingDoublingPeers(g, cp.Channel, rp.Rank)
+					require.NoError(t, err)
+					for _, st := range cp.Streams[0] {
+						for _, q := range append(slices.Clone(st.SendTo), st.RecvFrom...) {
+							require.Contains(t, want, q, "%s rank %d channel %d", name, rp.Rank, cp.Channel)
+						}
+						sent += st.Count * int64(len(st.SendTo))
+					}
+				}
+				require.InDelta(t, float64(n*count)/sh.Ratio, float64(sent), 0.5, "%s rank %d", name, rp.Rank)
+			}
+		}
+	}
+	topo := CostTopo{NRanks: 4, NNodes: 2, RanksPerNode: 2, Intra: Shm, Inter: TCP, Channels: 1}
+	for _, coll := range []Collective{AllReduce, AllGather, ReduceScatter} {
+		_, err := DefaultTuning().Predict(coll, HalvingDoubling, Simple, topo, 1<<20, 0)
+		require.ErrorIs(t, err, ErrAlgoNotSupported, "%v across nodes", coll)
+	}
+	_, err := HalvingDoublingPeers(mustGraph(t, UniformLayout(1, 4, 1, TreePattern)), 0, 4)
 	require.Error(t, err)
+}
+
+// The reduce-scatter's order at 4 ranks: the block two away goes to the
+// partner two away first, then the neighbour's block, reduced with what
+// the partner two away sent, to the neighbour; the block across, then the
+// own block from both. The allgather runs it backwards.
+func TestHalvingDoublingScatterOrder(t *testing.T) {
+	g := mustGraph(t, UniformLayout(1, 4, 1, TreePattern))
+	show := func(coll Collective) []string {
+		p, err := BuildPlan(g, PlanRequest{Coll: coll, Algo: HalvingDoubling, Proto: Simple, Count: 4, DType: Int8, Op: Sum})
+		require.NoError(t, err)
+		var out []string
+		for _, st := range p.Ranks[0].Channels[0].Streams[0] {
+			out = append(out, fmt.Sprintf("%v%v%v%v%v", st.Prim, st.RecvFrom, st.SendTo, st.Src, st.Dst))
+		}
+		return out
+	}
+	require.Equal(t, []string{
+		"Send[][2]{in 12}{- 0}", "RecvReduceSend[2][1]{in 4}{- 0}", "Send[][2]{in 8}{- 0}", "RecvReduceCopySend[2 1][]{in 0}{out 0}",
+	}, show(ReduceScatter))
+	require.Equal(t, []string{
+		"Send[][2 1]{in 0}{- 0}", "Copy[][]{in 0}{out 0}", "Recv[2][]{- 0}{out 8}", "RecvCopySend[1][2]{- 0}{out 4}", "Recv[2][]{- 0}{out 12}",
+	}, show(AllGather))
 }

@@ -230,6 +230,9 @@ func TestOracleSmallCases(t *testing.T) {
 		for _, count := range []int64{0, 1, 2, 3, 5, 17, 100} {
 			for coll := AllReduce; coll <= ReduceScatter; coll++ {
 				algos := []Algorithm{Ring}
+				if HasPlan(coll, HalvingDoubling, n) == nil && coll != AllReduce {
+					algos = append(algos, HalvingDoubling)
+				}
 				if coll == AllReduce {
 					algos = append(algos, Tree, HalvingDoubling, Direct)
 					if SharedUsable(n, 1) {
@@ -283,6 +286,8 @@ func TestOracleProperties(t *testing.T) {
 			if algo == Shared && !SharedUsable(n, g.NNodes) {
 				algo = Ring // staging regions: one host
 			}
+		} else if coll != Broadcast && coll != Reduce && HasPlan(coll, HalvingDoubling, n) == nil && rng.IntN(2) == 0 {
+			algo = HalvingDoubling
 		}
 		ty := orTypes[rng.IntN(len(orTypes))]
 		ops := orIntOps

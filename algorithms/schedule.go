@@ -47,6 +47,23 @@ type PlanRequest struct {
 	FragmentBytes int64
 }
 
+// HasPlan says whether BuildPlan has a plan of coll with algorithm a for
+// n ranks (nil) or why not: the ring has every collective BuildPlan
+// takes, halving-doubling also allgather and reduce-scatter for a power
+// of two ranks, the others only allreduce.
+func HasPlan(coll Collective, a Algorithm, n int) error {
+	switch {
+	case a == Ring || coll == AllReduce:
+		return nil
+	case a == HalvingDoubling && (coll == AllGather || coll == ReduceScatter):
+		if n&(n-1) != 0 {
+			return fmt.Errorf("%w: %v %v runs a power of two ranks (not %d)", ErrAlgoNotSupported, coll, a, n)
+		}
+		return nil
+	}
+	return fmt.Errorf("%w: %v has no %v plan", ErrAlgoNotSupported, coll, a)
+}
+
 func badReq(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrBadRequest, fmt.Sprintf(format, args...))
 }
@@ -94,6 +111,9 @@ func (p *Plan) BufferCounts() (in, out int64) { return BufferCounts(p.Coll, p.Co
 //   - ring reducescatter: Send the predecessor's block; RecvReduceSend of
 //     blocks of ranks further back; RecvReduceCopySend of the own block into
 //     the output.
+//   - halving-doubling allgather and reducescatter (halvdouble.go), a
+//     power of two ranks: each block along a binomial tree of partners,
+//     RecvReduceSend/RecvCopySend without a buffer for partial results.
 func BuildPlan(g *Graph, req PlanRequest) (*Plan, error) {
 	if g == nil || g.NRanks < 1 {
 		return nil, badReq("empty graph")
@@ -108,8 +128,8 @@ func BuildPlan(g *Graph, req PlanRequest) (*Plan, error) {
 	if req.Algo < Ring || int(req.Algo) >= NumAlgorithms {
 		return nil, badReq("unknown algorithm %v", req.Algo)
 	}
-	if req.Algo != Ring && req.Coll != AllReduce {
-		return nil, fmt.Errorf("%w: %v has no %v plan", ErrAlgoNotSupported, req.Coll, req.Algo)
+	if err := HasPlan(req.Coll, req.Algo, n); err != nil {
+		return nil, err
 	}
 	if req.Proto < LL || req.Proto > Simple {
 		return nil, badReq("unknown protocol %v", req.Proto)
@@ -206,7 +226,14 @@ func BuildPlan(g *Graph, req PlanRequest) (*Plan, error) {
 			if err != nil {
 				return nil, err
 			}
-			b.halvingDoublingAllReduce(order, c, cp, part)
+			switch req.Coll {
+			case AllGather:
+				b.halvingDoublingAllGather(order, c, cp, part, req.Count)
+			case ReduceScatter:
+				b.halvingDoublingReduceScatter(order, c, cp, part, req.Count)
+			default:
+				b.halvingDoublingAllReduce(order, c, cp, part)
+			}
 		case req.Algo == Tree:
 			if err := checkTreeChannel(g, c); err != nil {
 				return nil, err
