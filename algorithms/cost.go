@@ -460,7 +460,7 @@ type Shape struct {
 }
 
 // ShapeOf returns the shape of coll with algorithm a on topo (allreduce
-// for tree and halving-doubling).
+// for tree, direct, one-shot and shared).
 //
 //   - ring: 2(n−1) hops for allreduce (n−1 for the others), the ring
 //     crossing nodes twice per node; ratio n/(2(n−1)) for allreduce.
@@ -469,6 +469,9 @@ type Shape struct {
 //     not a power of two p; a rank moves 2(p−1)/p of the message (plus
 //     twice the message through a fold), so ratio = 1 / that — the
 //     ring's n/(2(n−1)) when n is a power of two.
+//     Allgather and reduce-scatter: half of that — log2(p) exchanges (plus
+//     2 fold hops), (n−1)/n of the message (plus the message once through
+//     a fold).
 //   - direct: two rounds of notifications (direct.go), each one hop;
 //     a rank reads (n−1)/n of the message from its peers and writes
 //     (n−1)/n into theirs: the ring's ratio, at the transport's direct
@@ -488,6 +491,14 @@ func ShapeOf(coll Collective, a Algorithm, topo CostTopo) Shape {
 		return Shape{IntraHops: 2 * float64(topo.RanksPerNode-1), InterHops: 2 * float64(log2Floor(topo.NNodes)), Ratio: 0.5}
 	case HalvingDoubling:
 		l := newHDLayout(n)
+		if coll == AllGather || coll == ReduceScatter {
+			hops, moved := float64(log2Floor(l.p)), float64(n-1)/float64(n)
+			if l.e > 0 {
+				hops += 2
+				moved++
+			}
+			return Shape{IntraHops: hops, Ratio: 1 / moved}
+		}
 		hops := 2 * float64(log2Floor(l.p))
 		moved := 2 * float64(l.p-1) / float64(l.p)
 		if l.e > 0 {
@@ -528,8 +539,8 @@ func (t *Tuning) PredictPlaced(coll Collective, a Algorithm, p Protocol, topo Co
 	if err := topo.check(); err != nil {
 		return Prediction{}, err
 	}
-	if a != Ring && coll != AllReduce {
-		return Prediction{}, fmt.Errorf("%w: %v has no %v plan", ErrAlgoNotSupported, coll, a)
+	if err := HasPlan(coll, a, topo.NRanks); err != nil {
+		return Prediction{}, err
 	}
 	if a < 0 || int(a) >= NumAlgorithms || p < 0 || int(p) >= NumProtocols {
 		return Prediction{}, fmt.Errorf("gotree/algorithms: cost: unknown %v/%v", a, p)
@@ -547,8 +558,16 @@ func (t *Tuning) PredictPlaced(coll Collective, a Algorithm, p Protocol, topo Co
 		channels = ChannelsFor(a, p, topo.NRanks, bytes, topo.Channels)
 	}
 	pr := Prediction{Coll: coll, Algo: a, Proto: p, Channels: channels, Bytes: bytes, InPlace: inPlace}
-	intra, intraLocal := t.costOf(topo.Intra, topo.RanksPerNode, topo.NNodes, a, p)
-	inter, interLocal := t.costOf(topo.Inter, topo.RanksPerNode, topo.NNodes, a, p)
+	// Halving-doubling's allgather and reduce-scatter hops are the ring's
+	// (a block received, copied or reduced, and sent on); its constants,
+	// calibrated on allreduce exchanges that send and receive at once,
+	// are not theirs.
+	ca := a
+	if a == HalvingDoubling && coll != AllReduce {
+		ca = Ring
+	}
+	intra, intraLocal := t.costOf(topo.Intra, topo.RanksPerNode, topo.NNodes, ca, p)
+	inter, interLocal := t.costOf(topo.Inter, topo.RanksPerNode, topo.NNodes, ca, p)
 	multiNode := topo.NNodes > 1
 	singleRankNodes := topo.RanksPerNode == 1
 	// Oversubscription of CPU transports: more ranks than cores on a node
@@ -562,14 +581,14 @@ func (t *Tuning) PredictPlaced(coll Collective, a Algorithm, p Protocol, topo Co
 		}
 		return 1
 	}
-	base := intra.BaseUs.At(a, p) * over(intra)
+	base := intra.BaseUs.At(ca, p) * over(intra)
 	if singleRankNodes && multiNode {
-		base = inter.BaseUs.At(a, p) * over(inter)
+		base = inter.BaseUs.At(ca, p) * over(inter)
 	}
-	hopIntra := intra.HopUs.At(a, p) * over(intra)
-	hopInter := inter.HopUs.At(a, p) * over(inter)
+	hopIntra := intra.HopUs.At(ca, p) * over(intra)
+	hopInter := inter.HopUs.At(ca, p) * over(inter)
 	bw := func(tc *TransportCost) float64 {
-		b := tc.BusGBps.At(a, p) / over(tc)
+		b := tc.BusGBps.At(ca, p) / over(tc)
 		if tc.PerChannel {
 			b *= float64(channels)
 		}
@@ -601,8 +620,10 @@ func (t *Tuning) PredictPlaced(coll Collective, a Algorithm, p Protocol, topo Co
 	pr.BusGBps = busBw
 	pr.AlgGBps = busBw * ratio
 	pr.TimeUs = pr.LatencyUs + float64(bytes)/(1e3*pr.AlgGBps)
-	// Per-size corrections of a single-transport topology.
+	// Per-size corrections of a single-transport topology, fitted on
+	// allreduce (calibration sweeps time allreduce only).
 	switch {
+	case coll != AllReduce:
 	case !multiNode:
 		pr.TimeUs *= intra.correction(a, p, bytes, inPlace)
 	case singleRankNodes:

@@ -55,6 +55,12 @@ func TestPredictHandComputed(t *testing.T) {
 		// rank moves 1/2 + 1/2 + 2 = 3 messages: algbw = bus / 3.
 		{"hd3", CostTopo{NRanks: 3, NNodes: 1, RanksPerNode: 3, Intra: Shm, Inter: TCP, Channels: 1}, AllReduce, HalvingDoubling, Simple, 1 << 20, 1,
 			0.5*1.5 + 4*1*1.5 + 1048576/(1e3*(2.5/1.5)/3)},
+		// Allgather and reduce-scatter by halving-doubling on 4 ranks:
+		// log2(4) = 2 hops at the ring's constants (one fewer than the
+		// ring's 3), a rank moves 3/4 of the message: algbw = bus × 4/3.
+		{"hd4 allgather", shm4, AllGather, HalvingDoubling, Simple, 1 << 20, 1, 0.5*2 + 2*1*2 + 1048576/(1e3*(3.0/2)*4/3)},
+		{"hd4 reducescatter", shm4, ReduceScatter, HalvingDoubling, Simple, 1 << 20, 1, 0.5*2 + 2*1*2 + 1048576/(1e3*(3.0/2)*4/3)},
+		{"ring4 reducescatter", shm4, ReduceScatter, Ring, Simple, 1 << 20, 1, 0.5*2 + 3*1*2 + 1048576/(1e3*(3.0/2)*4/3)},
 		// Two single-rank nodes over tcp: base and 2 hops of tcp.
 		{"tcp2", tcp2, AllReduce, Ring, Simple, 1 << 20, 1, 0.5 + 2*16.5 + 1048576/(1e3*1.6*2/2)},
 		{"tcp2 tree", tcp2, AllReduce, Tree, Simple, 1 << 20, 1, 0.5 + 2*22.6 + 1048576/(1e3*1.6*0.92/2)},
@@ -79,6 +85,13 @@ func TestPredictUnsupported(t *testing.T) {
 	}
 	if _, err := tu.Predict(AllGather, Tree, Simple, shm, 8, 1); !errors.Is(err, ErrAlgoNotSupported) {
 		t.Errorf("tree allgather: %v, want ErrAlgoNotSupported", err)
+	}
+	shm3 := CostTopo{NRanks: 3, NNodes: 1, RanksPerNode: 3, Intra: Shm, Inter: TCP, Channels: 1}
+	if _, err := tu.Predict(ReduceScatter, HalvingDoubling, Simple, shm3, 8, 1); !errors.Is(err, ErrAlgoNotSupported) {
+		t.Errorf("hd reducescatter on 3 ranks: %v, want ErrAlgoNotSupported", err)
+	}
+	if _, err := tu.Predict(Broadcast, HalvingDoubling, Simple, shm, 8, 1); !errors.Is(err, ErrAlgoNotSupported) {
+		t.Errorf("hd broadcast: %v, want ErrAlgoNotSupported", err)
 	}
 	if _, err := tu.Predict(AllReduce, Ring, Simple, CostTopo{}, 8, 1); err == nil {
 		t.Error("empty topology accepted")

@@ -260,6 +260,12 @@ type choiceKey struct {
 // Simple protocol, so a GOTREE_PROTO without Simple is ignored here.
 func (c *Comm) choice(a collArgs) algorithms.Prediction {
 	bytes := c.modelBytes(a.coll, a.count, a.dt)
+	if a.coll != algorithms.AllReduce {
+		// Only allreduce's ranks check before the data that they chose
+		// alike (planFor): the others choose as out of place, whatever
+		// the call, so that ranks that place it differently still agree.
+		a.inPlace = false
+	}
 	v, err := c.plans.get(choiceKey{a.coll, bytes, a.inPlace}, func() (any, error) {
 		topo, cons, err := c.choiceInputs(a.coll, bytes, a.inPlace)
 		if err != nil {
@@ -275,8 +281,12 @@ func (c *Comm) choice(a collArgs) algorithms.Prediction {
 			// Only algorithms this communicator cannot run are allowed (hd
 			// across hosts): the ring, once said.
 			c.algoWarn.Do(func() {
-				if a.coll != algorithms.AllReduce {
-					c.log.Warnf("GOTREE_ALGO=%q allows nothing that runs %v: it has only the ring (tree, hd, direct, oneshot and shared are allreduce algorithms): using the ring", c.cfg.Algo, a.coll)
+				switch a.coll {
+				case algorithms.AllGather, algorithms.ReduceScatter:
+					c.log.Warnf("GOTREE_ALGO=%q allows nothing that runs %v here (%d ranks on %d hosts): it has the ring, and hd for a power of two ranks within one host: using the ring", c.cfg.Algo, a.coll, c.nranks, topo.NNodes)
+					return
+				case algorithms.Broadcast, algorithms.Reduce:
+					c.log.Warnf("GOTREE_ALGO=%q allows nothing that runs %v: it has only the ring: using the ring", c.cfg.Algo, a.coll)
 					return
 				}
 				c.log.Warnf("GOTREE_ALGO=%q allows nothing that runs here for %v (%d ranks on %d hosts; hd runs only within one host, direct only within one host whose ranks may read each other's memory, oneshot only within one host for up to 8 ranks and messages up to %d bytes and one FIFO slot, shared only within one host whose ranks mapped each other's staging regions): using the ring", c.cfg.Algo, a.coll, c.nranks, topo.NNodes, min(int64(c.cfg.SlotBytes), algorithms.OneShotMaxBytes))
@@ -306,7 +316,11 @@ func (c *Comm) choiceInputs(coll algorithms.Collective, bytes int64, inPlace boo
 	if err != nil {
 		return algorithms.CostTopo{}, algorithms.Constraints{}, err
 	}
-	if coll != algorithms.AllReduce {
+	switch coll {
+	case algorithms.AllReduce:
+	case algorithms.AllGather, algorithms.ReduceScatter:
+		algos &= 1<<algorithms.Ring | 1<<algorithms.HalvingDoubling
+	default:
 		algos &= 1 << algorithms.Ring
 	}
 	if !c.direct {

@@ -450,13 +450,18 @@ func directUsable(table []rankInfo) bool {
 }
 
 // neighbours lists the (channel, peer) links this rank needs: ring and tree
-// neighbours of every channel, and on one host (unless GOTREE_ALGO rules
-// it out for allreduce) the partners of halving-doubling's exchanges and,
+// neighbours of every channel, and on one host the partners of
+// halving-doubling's exchanges (unless GOTREE_ALGO rules it out for
+// allreduce, allgather and reduce-scatter) and,
 // where direct, one-shot or shared plans may run, every other rank on
 // channel 0.
 func (c *Comm) neighbours() []linkKey {
 	algos, _ := algorithms.ParseAlgoSpec(c.cfg.Algo, algorithms.AllReduce)
-	hd := c.graph.NNodes == 1 && algos.Has(algorithms.HalvingDoubling)
+	hd := false
+	for _, coll := range []algorithms.Collective{algorithms.AllReduce, algorithms.AllGather, algorithms.ReduceScatter} {
+		as, _ := algorithms.ParseAlgoSpec(c.cfg.Algo, coll)
+		hd = hd || (c.graph.NNodes == 1 && as.Has(algorithms.HalvingDoubling))
+	}
 	direct := c.direct && algos.Has(algorithms.Direct)
 	oneShot := algos.Has(algorithms.OneShot) && algorithms.OneShotUsable(c.nranks, c.graph.NNodes, 1)
 	shared := c.staged && algos.Has(algorithms.Shared) // and the staging regions' reports at init

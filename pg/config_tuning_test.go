@@ -65,8 +65,24 @@ func TestAlgorithmChoice(t *testing.T) {
 	require.Equal(t, algorithms.Tree, c.algorithm(small))
 	require.Equal(t, algorithms.Ring, c.algorithm(large))
 	require.Equal(t, algorithms.Simple, c.choice(small).Proto)
-	// Other collectives have only a ring plan.
-	require.Equal(t, algorithms.Ring, c.algorithm(collArgs{coll: algorithms.AllGather, count: 4, dt: algorithms.Float32}))
+	// Allgather and reduce-scatter choose between the ring and hd, as
+	// out of place whatever the call (ranks that place a call
+	// differently must agree); broadcast and reduce have only the ring.
+	topo := algorithms.TopoOfGraph(g, algorithms.Shm, algorithms.TCP)
+	for _, coll := range []algorithms.Collective{algorithms.AllGather, algorithms.ReduceScatter} {
+		for _, count := range []int64{4, 1 << 20} {
+			want, err := tu.Choose(coll, topo, 4*4*count, algorithms.Constraints{Algos: 1<<algorithms.Ring | 1<<algorithms.HalvingDoubling, Protos: 1 << algorithms.Simple})
+			require.NoError(t, err)
+			a := collArgs{coll: coll, count: count, dt: algorithms.Float32}
+			require.Equal(t, want.Algo, c.algorithm(a), "%v of %d", coll, count)
+			a.inPlace = true
+			require.Equal(t, want.Algo, c.algorithm(a), "%v of %d in place", coll, count)
+			require.False(t, c.choice(a).InPlace)
+		}
+	}
+	require.Equal(t, algorithms.HalvingDoubling, c.algorithm(collArgs{coll: algorithms.AllGather, count: 4, dt: algorithms.Float32}), "hd's 2 hops against the ring's 3")
+	require.Equal(t, algorithms.Ring, c.algorithm(collArgs{coll: algorithms.Broadcast, count: 4, dt: algorithms.Float32}))
+	require.Equal(t, algorithms.Ring, comm(Config{Tuning: tu, Algo: "allgather:ring"}.withDefaults()).algorithm(collArgs{coll: algorithms.AllGather, count: 4, dt: algorithms.Float32}))
 	// GOTREE_ALGO forces.
 	c2 := comm(Config{Tuning: tu, Algo: "allreduce:ring"}.withDefaults())
 	require.Equal(t, algorithms.Ring, c2.algorithm(small))
@@ -113,13 +129,20 @@ func TestForcedAlgorithmThatCannotRun(t *testing.T) {
 	}
 	require.Equal(t, 1, strings.Count(logs.String(), `GOTREE_ALGO="hd" allows nothing that runs here for allreduce (4 ranks on 2 hosts`), logs.String())
 
-	// An allreduce algorithm forced for another collective: the warning
-	// says that collective has only the ring.
-	cfg.Algo = "allgather:tree"
+	// An algorithm another collective lacks, or hd across hosts: the
+	// warning says what that collective has.
+	for _, algo := range []string{"tree", "hd"} {
+		cfg.Algo = "allgather:" + algo
+		logs.Reset()
+		c = &Comm{cfg: cfg, graph: g, nranks: 4, log: lg, tuning: cfg.TuningFor(2)}
+		require.Equal(t, algorithms.Ring, c.algorithm(collArgs{coll: algorithms.AllGather, count: 1000, dt: algorithms.Float32}))
+		require.Contains(t, logs.String(), `GOTREE_ALGO="allgather:`+algo+`" allows nothing that runs allgather here (4 ranks on 2 hosts): it has the ring, and hd for a power of two ranks within one host`)
+	}
+	cfg.Algo = "broadcast:tree"
 	logs.Reset()
 	c = &Comm{cfg: cfg, graph: g, nranks: 4, log: lg, tuning: cfg.TuningFor(2)}
-	require.Equal(t, algorithms.Ring, c.algorithm(collArgs{coll: algorithms.AllGather, count: 1000, dt: algorithms.Float32}))
-	require.Contains(t, logs.String(), `GOTREE_ALGO="allgather:tree" allows nothing that runs allgather: it has only the ring (tree, hd, direct, oneshot and shared are allreduce algorithms)`)
+	require.Equal(t, algorithms.Ring, c.algorithm(collArgs{coll: algorithms.Broadcast, count: 1000, dt: algorithms.Float32}))
+	require.Contains(t, logs.String(), `GOTREE_ALGO="broadcast:tree" allows nothing that runs broadcast: it has only the ring`)
 }
 
 // algorithm is the cost model's algorithm for a call (choice's; the

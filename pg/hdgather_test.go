@@ -1,0 +1,92 @@
+package pg
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gotree/gotree/algorithms"
+)
+
+// checkGatherScatter runs one allgather and one reduce-scatter (sum) of
+// count int64s per rank block on comms, in place or not, and checks every
+// element against sums computed here.
+func checkGatherScatter(t *testing.T, comms []*Comm, count int64, inPlace bool) {
+	t.Helper()
+	n := len(comms)
+	blk := 8 * count
+	gath := make([][]byte, n) // allgather: output; the input is block r
+	in := make([][]byte, n)
+	full := make([][]byte, n) // reduce-scatter: input; the output is block r in place
+	out := make([][]byte, n)
+	for r := range comms {
+		mine := make([]int64, count)
+		all := make([]int64, count*int64(n))
+		for i := range mine {
+			mine[i] = val(r, int64(i))
+		}
+		for i := range all {
+			all[i] = val(r, int64(i)) * int64(r+1)
+		}
+		gath[r] = make([]byte, blk*int64(n))
+		full[r] = i64s(all)
+		if inPlace {
+			copy(gath[r][int64(r)*blk:], i64s(mine))
+			in[r] = gath[r][int64(r)*blk : int64(r+1)*blk]
+			out[r] = full[r][int64(r)*blk : int64(r+1)*blk]
+		} else {
+			in[r] = i64s(mine)
+			out[r] = make([]byte, blk)
+		}
+	}
+	runAll(t, comms, func(r int, c *Comm) (*Request, error) {
+		return c.AllGather(in[r], gath[r], count, algorithms.Int64)
+	})
+	runAll(t, comms, func(r int, c *Comm) (*Request, error) {
+		return c.ReduceScatter(full[r], out[r], count, algorithms.Int64, algorithms.Sum)
+	})
+	wantG := make([]int64, 0, count*int64(n))
+	for q := 0; q < n; q++ {
+		for i := int64(0); i < count; i++ {
+			wantG = append(wantG, val(q, i))
+		}
+	}
+	for r := range comms {
+		require.Equal(t, i64s(wantG), gath[r], "allgather rank %d (count %d, in place %v)", r, count, inPlace)
+		wantS := make([]int64, count)
+		for i := range wantS {
+			for q := 0; q < n; q++ {
+				wantS[i] += val(q, int64(r)*count+int64(i)) * int64(q+1)
+			}
+		}
+		require.Equal(t, i64s(wantS), out[r], "reducescatter rank %d (count %d, in place %v)", r, count, inPlace)
+	}
+}
+
+// Halving-doubling allgather and reduce-scatter forced: exact at awkward
+// sizes, in place and not, on a power of two ranks; elsewhere the ring
+// runs (hd has no plan for 3 ranks).
+func TestHalvingDoublingGatherScatter(t *testing.T) {
+	for _, n := range []int{2, 3, 4, 8} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			cfg := testConfig()
+			cfg.Algo = "allgather:hd;reducescatter:hd"
+			comms := startComms(t, n, nil, cfg)
+			want := algorithms.HalvingDoubling
+			if n == 3 {
+				want = algorithms.Ring
+			}
+			for _, coll := range []algorithms.Collective{algorithms.AllGather, algorithms.ReduceScatter} {
+				p, err := comms[0].PlanOf(coll, 1031, algorithms.Int64, algorithms.Sum, 0, false)
+				require.NoError(t, err)
+				require.Equal(t, want, p.Algo, "%v", coll)
+			}
+			for _, count := range []int64{0, 1, 7, 1031, 100003} {
+				for _, inPlace := range []bool{false, true} {
+					checkGatherScatter(t, comms, count, inPlace)
+				}
+			}
+		})
+	}
+}
