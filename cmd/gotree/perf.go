@@ -506,11 +506,7 @@ func settleCalls(comm *pg.Comm, o perfOpts, count int64, mem perfMem, formed tim
 			more = 1
 		}
 		binary.LittleEndian.PutUint64(flag, more)
-		r, err := comm.AllReduce(flag, flag, 1, algorithms.Int64, algorithms.Max)
-		if err == nil {
-			err = r.Wait(-1)
-		}
-		if err != nil {
+		if err := reduceAll(comm, flag, 1, algorithms.Int64, algorithms.Max); err != nil {
 			return err
 		}
 		if binary.LittleEndian.Uint64(flag) == 0 {
@@ -607,11 +603,7 @@ func perfSize(comm *pg.Comm, o perfOpts, count int64, mem perfMem, inplace bool)
 	for i, t := range times {
 		binary.LittleEndian.PutUint64(buf[8*i:], math.Float64bits(t))
 	}
-	r, err := comm.AllReduce(buf[:8*len(times)], buf[:8*len(times)], int64(len(times)), algorithms.Float64, algorithms.Max)
-	if err == nil {
-		err = r.Wait(-1)
-	}
-	if err != nil {
+	if err := reduceAll(comm, buf[:8*len(times)], int64(len(times)), algorithms.Float64, algorithms.Max); err != nil {
 		return nil, 0, err
 	}
 	for i := range times {
@@ -619,10 +611,18 @@ func perfSize(comm *pg.Comm, o perfOpts, count int64, mem perfMem, inplace bool)
 	}
 	wb := make([]byte, 8)
 	binary.LittleEndian.PutUint64(wb, uint64(wrong))
-	if r, err = comm.AllReduce(wb, wb, 1, algorithms.Int64, algorithms.Sum); err == nil {
+	err := reduceAll(comm, wb, 1, algorithms.Int64, algorithms.Sum)
+	return times, int64(binary.LittleEndian.Uint64(wb)), err
+}
+
+// reduceAll runs a blocking allreduce of count elements of dt in place in
+// buf over comm: how perf's ranks agree on settling, timings and errors.
+func reduceAll(comm *pg.Comm, buf []byte, count int64, dt algorithms.DType, op algorithms.Op) error {
+	r, err := comm.AllReduce(buf, buf, count, dt, op)
+	if err == nil {
 		err = r.Wait(-1)
 	}
-	return times, int64(binary.LittleEndian.Uint64(wb)), err
+	return err
 }
 
 // memBound fills row's memory-traffic bound: every rank copies the size's
@@ -664,10 +664,7 @@ func memBound(comm *pg.Comm, o perfOpts, count int64, send, recv []byte, row *pe
 	med, _, _ := stats(ts[1:])
 	mb := make([]byte, 8)
 	binary.LittleEndian.PutUint64(mb, math.Float64bits(med))
-	if r, err = comm.AllReduce(mb, mb, 1, algorithms.Float64, algorithms.Max); err == nil {
-		err = r.Wait(-1)
-	}
-	if err != nil {
+	if err := reduceAll(comm, mb, 1, algorithms.Float64, algorithms.Max); err != nil {
 		return err
 	}
 	slowest := math.Float64frombits(binary.LittleEndian.Uint64(mb))
