@@ -1,20 +1,23 @@
-"""DDP training steps: gotree and gloo side by side in one run.
+"""DDP (or FSDP2) training steps: gotree and gloo side by side in one run.
 
     torchrun --nproc-per-node N -m gotree.ddpbench [--width 1024] [--depth 4] \
-        [--batch 32] [--steps 30] [--warmup 20] [--bucket-mb 25] [--json out.json]
+        [--batch 32] [--steps 30] [--warmup 20] [--bucket-mb 25] [--fsdp] [--json out.json]
 
 Both backends train their own copy of the same MLP (same initial weights) in the
 same processes: DistributedDataParallel over the default group (gotree) and over a
-gloo group of the same ranks. Every step both take one SGD step on the same batch,
-alternating which goes first (gotree first on even steps). Timed per step: forward,
-backward with DDP's bucketed gradient allreduce (it overlaps backward), optimizer
-step; per step the slowest rank counts (a MAX allreduce after the run). Reported:
-median, P95 and IQR of the step times, and ratio = gloo median / gotree median.
+gloo group of the same ranks, or with --fsdp FSDP2 (fully_shard on every Linear
+layer and on the whole model) on a CPU DeviceMesh of each group. Every step both
+take one SGD step on the same batch, alternating which goes first (gotree first on
+even steps). Timed per step: forward (FSDP2: all-gathering each layer's
+parameters), backward with the gradients' reduction (DDP: bucketed allreduce; FSDP2:
+reduce-scatter per layer; both overlap backward), optimizer step; per step the
+slowest rank counts (a MAX allreduce after the run). Reported: median, P95 and IQR
+of the step times, and ratio = gloo median / gotree median.
 
-Checks: after the run each backend's weights must be bitwise identical on every
-rank (DDP's promise), and the two backends' weights must agree to within a small
-relative error (their reductions may add the ranks' gradients in different
-orders). Exit status 1 if a check fails.
+Checks: after the run each backend's (full) weights must be bitwise identical on
+every rank, and the two backends' weights must agree to within a small relative
+error (their reductions may add the ranks' gradients in different orders). Exit
+status 1 if a check fails.
 """
 
 import argparse
@@ -38,6 +41,7 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=50, help="untimed steps (gotree's autotuning measures each bucket size during its first 48 calls at most, fewer for large buckets)")
     ap.add_argument("--bucket-mb", type=float, default=25.0, help="DDP bucket_cap_mb (default 25, DDP's)")
+    ap.add_argument("--fsdp", action="store_true", help="FSDP2 (fully_shard per Linear layer and on the whole model) instead of DDP")
     ap.add_argument("--json", default="")
     args = ap.parse_args(argv)
     if min(args.width, args.depth, args.batch, args.steps) < 1 or args.warmup < 0:
@@ -65,15 +69,30 @@ def main(argv=None):
         layers.append(torch.nn.Linear(args.width, 1))
         return torch.nn.Sequential(*layers)
 
-    nets = {
-        "gotree": DDP(model(), bucket_cap_mb=args.bucket_mb),
-        "gloo": DDP(model(), process_group=gloo, bucket_cap_mb=args.bucket_mb),
-    }
+    if args.fsdp:
+        from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        def sharded(mesh):
+            m = model()
+            for layer in m:
+                if isinstance(layer, torch.nn.Linear):
+                    fully_shard(layer, mesh=mesh)
+            return fully_shard(m, mesh=mesh)
+
+        nets = {"gotree": sharded(init_device_mesh("cpu", (n,))), "gloo": sharded(DeviceMesh.from_group(gloo, "cpu"))}
+        wrap = "FSDP2 per layer"
+    else:
+        nets = {
+            "gotree": DDP(model(), bucket_cap_mb=args.bucket_mb),
+            "gloo": DDP(model(), process_group=gloo, bucket_cap_mb=args.bucket_mb),
+        }
+        wrap = f"DDP, bucket {args.bucket_mb:g} MB"
     opts = {b: torch.optim.SGD(m.parameters(), lr=1e-3) for b, m in nets.items()}
     nparams = sum(p.numel() for p in nets["gotree"].parameters())
     log(f"# gotree.ddpbench: {n} ranks, torch {torch.__version__}, MLP {args.depth} x {args.width} "
         f"({nparams / 1e6:.2f} M parameters, {nparams * 4 / 2**20:.1f} MiB of gradients per step), "
-        f"batch {args.batch} per rank, bucket {args.bucket_mb:g} MB, {args.steps} timed steps after {args.warmup}")
+        f"batch {args.batch} per rank, {wrap}, {args.steps} timed steps after {args.warmup}")
     load = os.getloadavg()
     log(f"# load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} ({os.cpu_count()} CPUs)")
 
@@ -103,15 +122,18 @@ def main(argv=None):
 
     # Checks: identical weights across ranks per backend; the two backends close.
     failures = []
+
+    def weights(m):  # FSDP2's parameters are shards: gathered whole
+        return torch.cat([(p.full_tensor() if hasattr(p, "full_tensor") else p).detach().reshape(-1) for p in m.parameters()])
+
     for b, m in nets.items():
-        flat = torch.cat([p.detach().reshape(-1) for p in m.parameters()])
+        flat = weights(m)
         lo, hi = flat.clone(), flat.clone()
         dist.all_reduce(lo, op=dist.ReduceOp.MIN, group=gloo)
         dist.all_reduce(hi, op=dist.ReduceOp.MAX, group=gloo)
         if not torch.equal(lo, hi):
             failures.append(f"{b}: weights differ across ranks (max spread {(hi - lo).abs().max().item():.3g})")
-    a = torch.cat([p.detach().reshape(-1) for p in nets["gotree"].parameters()])
-    c = torch.cat([p.detach().reshape(-1) for p in nets["gloo"].parameters()])
+    a, c = weights(nets["gotree"]), weights(nets["gloo"])
     rel = ((a - c).abs().max() / c.abs().max().clamp_min(1e-30)).item()
     if rel > 1e-4:
         failures.append(f"gotree and gloo weights differ by {rel:.3g} (relative, max)")

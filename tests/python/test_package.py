@@ -300,6 +300,15 @@ def test_wheel_in_fresh_venv_from_another_directory(built, tmp_path):
         cwd=elsewhere,
     )
     assert rc == 0 and "ratio gloo/gotree (step time)" in out and "identical across ranks for each backend: yes" in out, out[-4000:]
+    # the same with FSDP2 on 4 ranks (allgather and reduce-scatter by halving-doubling)
+    rc, out = run_command(
+        [str(vpy), "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=4",
+         "-m", "gotree.ddpbench", "--fsdp", "--width", "96", "--depth", "2", "--steps", "3", "--warmup", "1"],
+        300,
+        env=clean,
+        cwd=elsewhere,
+    )
+    assert rc == 0 and "FSDP2 per layer" in out and "identical across ranks for each backend: yes" in out, out[-4000:]
     # the side-by-side sweep for every collective it measures (odd world size,
     # sizes not divisible by it): every result checked exactly
     for coll in ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast"):
