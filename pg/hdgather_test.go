@@ -90,3 +90,27 @@ func TestHalvingDoublingGatherScatter(t *testing.T) {
 		})
 	}
 }
+
+// Ranks that disagree on an allgather's or reduce-scatter's count, or on
+// which of the two they issue, fail in that call on every rank (by the
+// check before the data, not a deadline) when they run halving-doubling.
+func TestHalvingDoublingMismatchFails(t *testing.T) {
+	for _, odd := range []string{"count", "collective"} {
+		t.Run(odd, func(t *testing.T) {
+			cfg := mismatchConfig()
+			cfg.Algo = "allgather:hd;reducescatter:hd"
+			errs := issueAll(t, 4, nil, cfg, func(r int, c *Comm) (*Request, error) {
+				count := int64(1000)
+				if odd == "count" && r == 2 {
+					count = 1001
+				}
+				buf := make([]byte, 8*4*1001)
+				if odd == "collective" && r == 1 {
+					return c.ReduceScatter(buf[:8*4*count], buf[:8*count], count, algorithms.Int64, algorithms.Sum)
+				}
+				return c.AllGather(buf[:8*count], buf[:8*4*count], count, algorithms.Int64)
+			})
+			requireAllFail(t, errs, odd)
+		})
+	}
+}
