@@ -172,7 +172,39 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 			plural(cpuChannels, "channel", "channels"), cpuCores, plural(topo.RanksPerNode, "rank", "ranks"))
 	}
 	explainCost(stdout, tu, topo, maxB)
+	explainGatherScatter(stdout, tu, topo, maxB)
 	return 0
+}
+
+// explainGatherScatter says how allgather and reduce-scatter (FSDP's
+// collectives, sizes as nccl-tests count them: the gathered buffer) are
+// chosen: the ring, or on one node with a power of two ranks
+// halving-doubling, by the model alone (no autotuning).
+func explainGatherScatter(w io.Writer, tu *algorithms.Tuning, topo algorithms.CostTopo, maxB int64) {
+	n := topo.NRanks
+	fmt.Fprintf(w, "\n== Allgather and reduce-scatter (FSDP's collectives)\n\n")
+	hd := algorithms.Constraints{Algos: 1 << algorithms.HalvingDoubling}
+	if _, err := tu.Choose(algorithms.AllGather, topo, 1<<20, hd); err != nil {
+		fmt.Fprintf(w, "Both run the ring here: n-1 = %d steps, each rank passing on the blocks it received.\n", n-1)
+		fmt.Fprintf(w, "Halving-doubling needs a power of two ranks on one node (%s on %s here).\n", plural(n, "rank", "ranks"), plural(topo.NNodes, "node", "nodes"))
+		return
+	}
+	fmt.Fprintf(w, "The ring takes n-1 = %d steps. With a power of two ranks on one node each block can instead\n", n-1)
+	fmt.Fprintf(w, "travel a binomial tree of partners (the ranks n/2, n/4, ..., 1 positions away: halving-doubling),\n")
+	fmt.Fprintf(w, "reduced or copied and passed on in one step as in the ring: log2(%d) = %v steps, the ring's bytes.\n", n, algorithms.ShapeOf(algorithms.AllGather, algorithms.HalvingDoubling, topo).IntraHops)
+	fmt.Fprintf(w, "The model prices its steps as the ring's and takes whichever it predicts faster, for both\n")
+	fmt.Fprintf(w, "collectives alike (through torch at 4 ranks on 2 cores hd was 25-45%% faster at 4-64 KiB and\n")
+	fmt.Fprintf(w, "tied with the ring above; docs/bench.md).\n\n")
+	fmt.Fprintf(w, "%10s  %13s  %13s  %s\n", "size", "ring", "hd", "auto")
+	for b := int64(4 * n); b <= maxB; b *= 16 {
+		ring, err1 := tu.Choose(algorithms.AllGather, topo, b, algorithms.Constraints{Algos: 1 << algorithms.Ring})
+		h, err2 := tu.Choose(algorithms.AllGather, topo, b, hd)
+		best, err3 := tu.Choose(algorithms.AllGather, topo, b, algorithms.Constraints{Algos: 1<<algorithms.Ring | 1<<algorithms.HalvingDoubling})
+		if err1 != nil || err2 != nil || err3 != nil {
+			continue
+		}
+		fmt.Fprintf(w, "%10s  %10.1f us  %10.1f us  %v\n", fmtBytes(b), ring.TimeUs, h.TimeUs, best.Algo)
+	}
 }
 
 // explainIntra is the cost model's transport for the search's worst path

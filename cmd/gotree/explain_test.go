@@ -52,6 +52,24 @@ func TestExplainHalvingDoubling(t *testing.T) {
 	assert.NotContains(t, out.String(), "hd (best protocol)")
 }
 
+// Allgather and reduce-scatter: hd's binomial trees on a power of two
+// ranks of one node, chosen by the model (one step fewer than the ring at
+// 4 ranks: hd at every size); elsewhere the ring, and why.
+func TestExplainGatherScatter(t *testing.T) {
+	var out, errb bytes.Buffer
+	require.Equal(t, 0, runExplain([]string{"--nranks", "4", "--links", "cpu", "-e", "1M", "--tuning", ""}, &out, &errb), errb.String())
+	s := out.String()
+	assert.Contains(t, s, "== Allgather and reduce-scatter")
+	assert.Contains(t, s, "log2(4) = 2 steps")
+	assert.Regexp(t, `(?m)^ +4K +[0-9.]+ us +[0-9.]+ us +hd$`, s)
+	for _, args := range [][]string{{"--nranks", "6", "--links", "cpu"}, {"--nranks", "8", "--nodes", "2", "--links", "cpu"}} {
+		out.Reset()
+		require.Equal(t, 0, runExplain(append(args, "-e", "1M", "--tuning", ""), &out, &errb), errb.String())
+		assert.Contains(t, out.String(), "Both run the ring here", args)
+		assert.NotRegexp(t, `(?m) hd$`, out.String(), args)
+	}
+}
+
 func TestExplainNodes(t *testing.T) {
 	var out, errb bytes.Buffer
 	if rc := runExplain([]string{"--nranks", "32", "--nodes", "4", "--tuning", "", "--show", "1"}, &out, &errb); rc != 0 {
