@@ -1,5 +1,7 @@
 package algorithms
 
+import "slices"
+
 // Halving-doubling (Rabenseifner's allreduce): a reduce-scatter by
 // recursive halving, then an allgather by recursive doubling. Each rank
 // moves the same bytes as in the ring (2(n−1)/n of the buffer for a power
@@ -225,6 +227,7 @@ func hdBlocks(order []int, cp ChannelPart, chunk int64, f func(r int, partners [
 		for d := p / 2; d >= 1; d /= 2 {
 			partners = append(partners, order[v^d])
 		}
+		partners = slices.Clip(partners) // shared by the steps: no append may reach another's
 		chunks(cp, chunk, func(off, cnt int64) {
 			for _, w := range ord {
 				k := len(partners)
@@ -257,14 +260,25 @@ func (b *planBuilder) halvingDoublingReduceScatter(order []int, c int, cp Channe
 	})
 }
 
-// halvingDoublingAllGather is the reduce-scatter backwards: a rank copies
-// its input into its block of the output and sends it to every partner;
-// the block at distance w it receives from the partner v⊕D that the
-// reduce-scatter hands it to, writes it and forwards it to the partners
-// at distances above D (RecvCopySend, or a plain Recv for D = p/2).
+// halvingDoublingAllGather is the reduce-scatter backwards, chunk by
+// chunk: a rank copies its input into its block of the output and sends
+// it to every partner; the block at distance w it receives from the
+// partner v⊕D that the reduce-scatter hands it to, writes it and
+// forwards it to the partners at distances above D (RecvCopySend, or a
+// plain Recv for D = p/2).
 func (b *planBuilder) halvingDoublingAllGather(order []int, c int, cp ChannelPart, part Partition, count int64) {
-	steps := make([][]Step, len(b.steps))
+	steps := make([][]Step, len(b.steps)) // per rank: the current chunk's, in reduce-scatter order
+	flush := func(r int) {
+		for i := len(steps[r]) - 1; i >= 0; i-- {
+			b.add(r, c, 0, steps[r][i])
+		}
+		steps[r] = steps[r][:0]
+	}
+	first := hdUnitOrder(len(order))[0]
 	hdBlocks(order, cp, part.ChunkElems, func(r int, partners []int, off, cnt int64, owner, w, k int) {
+		if w == first {
+			flush(r) // the rank's previous chunk
+		}
 		dst := outRef(int64(owner)*count + off)
 		switch {
 		case w == 0: // in reverse: send it to every partner, then copy it
@@ -276,9 +290,7 @@ func (b *planBuilder) halvingDoublingAllGather(order []int, c int, cp ChannelPar
 			steps[r] = append(steps[r], Step{Prim: RecvCopySend, RecvFrom: peers(partners[k]), SendTo: partners[:k:k], Dst: dst, Count: cnt})
 		}
 	})
-	for r, st := range steps {
-		for i := len(st) - 1; i >= 0; i-- {
-			b.add(r, c, 0, st[i])
-		}
+	for r := range steps {
+		flush(r)
 	}
 }
