@@ -193,8 +193,8 @@ func explainGatherScatter(w io.Writer, tu *algorithms.Tuning, topo algorithms.Co
 	fmt.Fprintf(w, "travel a binomial tree of partners (the ranks n/2, n/4, ..., 1 positions away: halving-doubling),\n")
 	fmt.Fprintf(w, "reduced or copied and passed on in one step as in the ring: log2(%d) = %v steps, the ring's bytes.\n", n, algorithms.ShapeOf(algorithms.AllGather, algorithms.HalvingDoubling, topo).IntraHops)
 	fmt.Fprintf(w, "The model prices its steps as the ring's and takes whichever it predicts faster, for both\n")
-	fmt.Fprintf(w, "collectives alike (through torch at 4 ranks on 2 cores hd was 25-45%% faster at 4-64 KiB and\n")
-	fmt.Fprintf(w, "tied with the ring above; docs/bench.md).\n\n")
+	fmt.Fprintf(w, "collectives alike (through torch at 4 ranks on 2 cores hd took 8-49%% less time at 4-64 KiB,\n")
+	fmt.Fprintf(w, "median 34%%, and tied with the ring above; docs/bench.md).\n\n")
 	fmt.Fprintf(w, "%10s  %13s  %13s  %s\n", "size", "ring", "hd", "auto")
 	for b := int64(4 * n); b <= maxB; b *= 16 {
 		ring, err1 := tu.Choose(algorithms.AllGather, topo, b, algorithms.Constraints{Algos: 1 << algorithms.Ring})
