@@ -215,13 +215,17 @@ func hdUnitOrder(p int) []int {
 
 // hdBlocks calls f for every rank of a power-of-two ring order with its
 // partners at distances p/2, p/4, …, 1, each chunk of this channel's
-// part of the blocks, and each block in reduce-scatter order: the
-// block's owner's distance w, and k, the number of partners (the
-// farthest first) before the one the block goes to (all of them for the
-// rank's own block, w = 0).
-func hdBlocks(order []int, cp ChannelPart, chunk int64, f func(r int, partners []int, off, cnt int64, owner, w, k int)) {
+// part of the blocks, and each block in reduce-scatter order (backwards:
+// in the reverse of it, chunk by chunk): the block's owner's distance w,
+// and k, the number of partners (the farthest first) before the one the
+// reduce-scatter hands the block to (all of them for the rank's own
+// block, w = 0).
+func hdBlocks(order []int, cp ChannelPart, chunk int64, backwards bool, f func(r int, partners []int, off, cnt int64, owner, w, k int)) {
 	p := len(order)
 	ord := hdUnitOrder(p)
+	if backwards {
+		slices.Reverse(ord)
+	}
 	for v, r := range order {
 		var partners []int
 		for d := p / 2; d >= 1; d /= 2 {
@@ -247,7 +251,7 @@ func hdBlocks(order []int, cp ChannelPart, chunk int64, f func(r int, partners [
 // its output. Chunks are the outer loop: a rank handles chunk j of every
 // block before chunk j+1.
 func (b *planBuilder) halvingDoublingReduceScatter(order []int, c int, cp ChannelPart, part Partition, count int64) {
-	hdBlocks(order, cp, part.ChunkElems, func(r int, partners []int, off, cnt int64, owner, w, k int) {
+	hdBlocks(order, cp, part.ChunkElems, false, func(r int, partners []int, off, cnt int64, owner, w, k int) {
 		src := inRef(int64(owner)*count + off)
 		switch {
 		case w == 0:
@@ -267,30 +271,16 @@ func (b *planBuilder) halvingDoublingReduceScatter(order []int, c int, cp Channe
 // forwards it to the partners at distances above D (RecvCopySend, or a
 // plain Recv for D = p/2).
 func (b *planBuilder) halvingDoublingAllGather(order []int, c int, cp ChannelPart, part Partition, count int64) {
-	steps := make([][]Step, len(b.steps)) // per rank: the current chunk's, in reduce-scatter order
-	flush := func(r int) {
-		for i := len(steps[r]) - 1; i >= 0; i-- {
-			b.add(r, c, 0, steps[r][i])
-		}
-		steps[r] = steps[r][:0]
-	}
-	first := hdUnitOrder(len(order))[0]
-	hdBlocks(order, cp, part.ChunkElems, func(r int, partners []int, off, cnt int64, owner, w, k int) {
-		if w == first {
-			flush(r) // the rank's previous chunk
-		}
+	hdBlocks(order, cp, part.ChunkElems, true, func(r int, partners []int, off, cnt int64, owner, w, k int) {
 		dst := outRef(int64(owner)*count + off)
 		switch {
-		case w == 0: // in reverse: send it to every partner, then copy it
-			steps[r] = append(steps[r], Step{Prim: Copy, Src: inRef(off), Dst: dst, Count: cnt},
-				Step{Prim: Send, SendTo: partners, Src: inRef(off), Count: cnt})
+		case w == 0:
+			b.add(r, c, 0, Step{Prim: Send, SendTo: partners, Src: inRef(off), Count: cnt})
+			b.add(r, c, 0, Step{Prim: Copy, Src: inRef(off), Dst: dst, Count: cnt})
 		case k == 0:
-			steps[r] = append(steps[r], Step{Prim: Recv, RecvFrom: peers(partners[0]), Dst: dst, Count: cnt})
+			b.add(r, c, 0, Step{Prim: Recv, RecvFrom: peers(partners[0]), Dst: dst, Count: cnt})
 		default:
-			steps[r] = append(steps[r], Step{Prim: RecvCopySend, RecvFrom: peers(partners[k]), SendTo: partners[:k:k], Dst: dst, Count: cnt})
+			b.add(r, c, 0, Step{Prim: RecvCopySend, RecvFrom: peers(partners[k]), SendTo: partners[:k:k], Dst: dst, Count: cnt})
 		}
 	})
-	for r := range steps {
-		flush(r)
-	}
 }
