@@ -469,8 +469,9 @@ type Shape struct {
 //     not a power of two p; a rank moves 2(p−1)/p of the message (plus
 //     twice the message through a fold), so ratio = 1 / that — the
 //     ring's n/(2(n−1)) when n is a power of two.
-//     Allgather and reduce-scatter (n a power of two): log2(n) hops, each
-//     block along a binomial tree; (n−1)/n of the message, the ring's
+//     Allgather and reduce-scatter: ⌈log2 n⌉ hops, each block along a
+//     binomial tree (recursive halving/doubling for a power of two,
+//     Bruck's order otherwise); (n−1)/n of the message, the ring's
 //     ratio n/(n−1).
 //   - direct: two rounds of notifications (direct.go), each one hop;
 //     a rank reads (n−1)/n of the message from its peers and writes
@@ -491,8 +492,8 @@ func ShapeOf(coll Collective, a Algorithm, topo CostTopo) Shape {
 		return Shape{IntraHops: 2 * float64(topo.RanksPerNode-1), InterHops: 2 * float64(log2Floor(topo.NNodes)), Ratio: 0.5}
 	case HalvingDoubling:
 		l := newHDLayout(n)
-		if coll == AllGather || coll == ReduceScatter { // n a power of two (HasPlan)
-			return Shape{IntraHops: float64(log2Floor(n)), Ratio: float64(n) / float64(n-1)}
+		if coll == AllGather || coll == ReduceScatter { // ⌈log2 n⌉ hops: recursive halving/doubling or Bruck's
+			return Shape{IntraHops: float64(log2Floor(2*n - 1)), Ratio: float64(n) / float64(n-1)}
 		}
 		hops := 2 * float64(log2Floor(l.p))
 		moved := 2 * float64(l.p-1) / float64(l.p)

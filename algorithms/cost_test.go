@@ -86,9 +86,9 @@ func TestPredictUnsupported(t *testing.T) {
 	if _, err := tu.Predict(AllGather, Tree, Simple, shm, 8, 1); !errors.Is(err, ErrAlgoNotSupported) {
 		t.Errorf("tree allgather: %v, want ErrAlgoNotSupported", err)
 	}
-	shm3 := CostTopo{NRanks: 3, NNodes: 1, RanksPerNode: 3, Intra: Shm, Inter: TCP, Channels: 1}
-	if _, err := tu.Predict(ReduceScatter, HalvingDoubling, Simple, shm3, 8, 1); !errors.Is(err, ErrAlgoNotSupported) {
-		t.Errorf("hd reducescatter on 3 ranks: %v, want ErrAlgoNotSupported", err)
+	tcp3 := CostTopo{NRanks: 3, NNodes: 3, RanksPerNode: 1, Intra: Shm, Inter: TCP, Channels: 1}
+	if _, err := tu.Predict(ReduceScatter, HalvingDoubling, Simple, tcp3, 8, 1); !errors.Is(err, ErrAlgoNotSupported) {
+		t.Errorf("hd reducescatter across 3 nodes: %v, want ErrAlgoNotSupported", err)
 	}
 	if _, err := tu.Predict(Broadcast, HalvingDoubling, Simple, shm, 8, 1); !errors.Is(err, ErrAlgoNotSupported) {
 		t.Errorf("hd broadcast: %v, want ErrAlgoNotSupported", err)

@@ -47,6 +47,8 @@ func goldenPlans() []goldenPlan {
 		{"allreduce_oneshot_1x3", UniformLayout(1, 3, 1, TreePattern), i32(AllReduce, OneShot, 5), "every rank sends its input to the others and folds all three in rank order, its own at position r"},
 		{"allgather_hd_1x4", UniformLayout(1, 4, 1, TreePattern), i32(AllGather, HalvingDoubling, 5), "the reduce-scatter backwards: the own block to both partners, the neighbour's block forwarded to the partner two away"},
 		{"reducescatter_hd_1x4", UniformLayout(1, 4, 1, TreePattern), i32(ReduceScatter, HalvingDoubling, 5), "each block reduced on its way to its owner along a binomial tree, the blocks in hdUnitOrder"},
+		{"allgather_hd_1x5", UniformLayout(1, 5, 1, TreePattern), i32(AllGather, HalvingDoubling, 3), "Bruck's order: each rank sends to the ranks 1, 2, 4 positions before it and receives from those after it"},
+		{"reducescatter_hd_1x5", UniformLayout(1, 5, 1, TreePattern), i32(ReduceScatter, HalvingDoubling, 3), "Bruck's order backwards: each block reduced on its way to its owner, the blocks in hdUnitOrder(8) without 5, 6, 7"},
 	}
 }
 
@@ -309,20 +311,22 @@ func TestStatsMatchDocs(t *testing.T) {
 	check("allgather", p, 3, row{(n - 1) * S, (n - 1) * S, 2 * S, n * S, 0})
 	p = plan(ReduceScatter, Ring, 0)
 	check("reducescatter", p, 3, row{(n - 1) * S, (n - 1) * S, n * S, S, (n - 1) * S})
-	// Halving-doubling (a power of two ranks): the ring's counts.
-	g4 := mustGraph(t, UniformLayout(1, 4, 1, TreePattern))
-	for _, c := range []Collective{AllGather, ReduceScatter} {
-		p, err := BuildPlan(g4, PlanRequest{Coll: c, Algo: HalvingDoubling, Proto: Simple, Count: S, DType: Int32, ChunkBytes: 32})
-		if err != nil {
-			t.Fatal(err)
-		}
-		const n = 4
-		want := row{(n - 1) * S, (n - 1) * S, 2 * S, n * S, 0}
-		if c == ReduceScatter {
-			want = row{(n - 1) * S, (n - 1) * S, n * S, S, (n - 1) * S}
-		}
-		for r := 0; r < n; r++ {
-			check("hd "+c.String(), p, r, want)
+	// Halving-doubling (a power of two ranks) and Bruck's order (5, 6): the
+	// ring's counts.
+	for _, n := range []int64{4, 5, 6} {
+		gh := mustGraph(t, UniformLayout(1, int(n), 1, TreePattern))
+		for _, c := range []Collective{AllGather, ReduceScatter} {
+			p, err := BuildPlan(gh, PlanRequest{Coll: c, Algo: HalvingDoubling, Proto: Simple, Count: S, DType: Int32, ChunkBytes: 32})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := row{(n - 1) * S, (n - 1) * S, 2 * S, n * S, 0}
+			if c == ReduceScatter {
+				want = row{(n - 1) * S, (n - 1) * S, n * S, S, (n - 1) * S}
+			}
+			for r := 0; r < int(n); r++ {
+				check(fmt.Sprintf("hd %v n=%d", c, n), p, r, want)
+			}
 		}
 	}
 	// Tree: 4 nodes of 2, TreePattern: rank 4 has 3 children, rank 0 (root)

@@ -49,16 +49,14 @@ type PlanRequest struct {
 
 // HasPlan says whether BuildPlan has a plan of coll with algorithm a for
 // n ranks (nil) or why not: the ring has every collective BuildPlan
-// takes, halving-doubling also allgather and reduce-scatter for a power
-// of two ranks, the others only allreduce.
+// takes, halving-doubling also allgather and reduce-scatter (recursive
+// halving and doubling for a power of two ranks, Bruck's order for the
+// others), the others only allreduce.
 func HasPlan(coll Collective, a Algorithm, n int) error {
 	switch {
 	case a == Ring || coll == AllReduce:
 		return nil
 	case a == HalvingDoubling && (coll == AllGather || coll == ReduceScatter):
-		if n&(n-1) != 0 {
-			return fmt.Errorf("%w: %v %v runs a power of two ranks (not %d)", ErrAlgoNotSupported, coll, a, n)
-		}
 		return nil
 	}
 	return fmt.Errorf("%w: %v has no %v plan", ErrAlgoNotSupported, coll, a)
@@ -226,11 +224,16 @@ func BuildPlan(g *Graph, req PlanRequest) (*Plan, error) {
 			if err != nil {
 				return nil, err
 			}
-			switch req.Coll {
-			case AllGather:
+			pow2 := n&(n-1) == 0
+			switch {
+			case req.Coll == AllGather && pow2:
 				b.halvingDoublingAllGather(order, c, cp, part, req.Count)
-			case ReduceScatter:
+			case req.Coll == AllGather:
+				b.bruckAllGather(order, c, cp, part, req.Count)
+			case req.Coll == ReduceScatter && pow2:
 				b.halvingDoublingReduceScatter(order, c, cp, part, req.Count)
+			case req.Coll == ReduceScatter:
+				b.bruckReduceScatter(order, c, cp, part, req.Count)
 			default:
 				b.halvingDoublingAllReduce(order, c, cp, part)
 			}

@@ -283,7 +283,7 @@ func (c *Comm) choice(a collArgs) algorithms.Prediction {
 			c.algoWarn.Do(func() {
 				switch a.coll {
 				case algorithms.AllGather, algorithms.ReduceScatter:
-					c.log.Warnf("GOTREE_ALGO=%q allows nothing that runs %v here (%d ranks on %d hosts): it has the ring, and hd for a power of two ranks within one host: using the ring", c.cfg.Algo, a.coll, c.nranks, topo.NNodes)
+					c.log.Warnf("GOTREE_ALGO=%q allows nothing that runs %v here (%d ranks on %d hosts): it has the ring, and hd for ranks within one host: using the ring", c.cfg.Algo, a.coll, c.nranks, topo.NNodes)
 					return
 				case algorithms.Broadcast, algorithms.Reduce:
 					c.log.Warnf("GOTREE_ALGO=%q allows nothing that runs %v: it has only the ring: using the ring", c.cfg.Algo, a.coll)

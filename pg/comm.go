@@ -451,16 +451,18 @@ func directUsable(table []rankInfo) bool {
 
 // neighbours lists the (channel, peer) links this rank needs: ring and tree
 // neighbours of every channel, and on one host the partners of
-// halving-doubling's exchanges (unless GOTREE_ALGO rules it out for
-// allreduce, allgather and reduce-scatter) and,
+// halving-doubling's exchanges in allreduce and in allgather and
+// reduce-scatter (Bruck's order where the ranks are not a power of two;
+// unless GOTREE_ALGO rules hd out for them) and,
 // where direct, one-shot or shared plans may run, every other rank on
 // channel 0.
 func (c *Comm) neighbours() []linkKey {
 	algos, _ := algorithms.ParseAlgoSpec(c.cfg.Algo, algorithms.AllReduce)
-	hd := false
-	for _, coll := range []algorithms.Collective{algorithms.AllReduce, algorithms.AllGather, algorithms.ReduceScatter} {
+	hd := c.graph.NNodes == 1 && algos.Has(algorithms.HalvingDoubling)
+	hdGS := false // halving-doubling (or Bruck's) allgather or reduce-scatter
+	for _, coll := range []algorithms.Collective{algorithms.AllGather, algorithms.ReduceScatter} {
 		as, _ := algorithms.ParseAlgoSpec(c.cfg.Algo, coll)
-		hd = hd || (c.graph.NNodes == 1 && as.Has(algorithms.HalvingDoubling))
+		hdGS = hdGS || (c.graph.NNodes == 1 && as.Has(algorithms.HalvingDoubling))
 	}
 	direct := c.direct && algos.Has(algorithms.Direct)
 	oneShot := algos.Has(algorithms.OneShot) && algorithms.OneShotUsable(c.nranks, c.graph.NNodes, 1)
@@ -486,6 +488,12 @@ func (c *Comm) neighbours() []linkKey {
 		}
 		if hd {
 			ps, _ := algorithms.HalvingDoublingPeers(c.graph, ch, c.rank)
+			for _, p := range ps {
+				add(ch, p)
+			}
+		}
+		if hdGS {
+			ps, _ := algorithms.GatherScatterPeers(c.graph, ch, c.rank)
 			for _, p := range ps {
 				add(ch, p)
 			}

@@ -136,7 +136,7 @@ func TestForcedAlgorithmThatCannotRun(t *testing.T) {
 		logs.Reset()
 		c = &Comm{cfg: cfg, graph: g, nranks: 4, log: lg, tuning: cfg.TuningFor(2)}
 		require.Equal(t, algorithms.Ring, c.algorithm(collArgs{coll: algorithms.AllGather, count: 1000, dt: algorithms.Float32}))
-		require.Contains(t, logs.String(), `GOTREE_ALGO="allgather:`+algo+`" allows nothing that runs allgather here (4 ranks on 2 hosts): it has the ring, and hd for a power of two ranks within one host`)
+		require.Contains(t, logs.String(), `GOTREE_ALGO="allgather:`+algo+`" allows nothing that runs allgather here (4 ranks on 2 hosts): it has the ring, and hd for ranks within one host: using the ring`)
 	}
 	cfg.Algo = "broadcast:tree"
 	logs.Reset()

@@ -65,22 +65,18 @@ func checkGatherScatter(t *testing.T, comms []*Comm, count int64, inPlace bool) 
 }
 
 // Halving-doubling allgather and reduce-scatter forced: exact at awkward
-// sizes, in place and not, on a power of two ranks; elsewhere the ring
-// runs (hd has no plan for 3 ranks).
+// sizes, in place and not, on a power of two ranks (recursive halving and
+// doubling) and on others (Bruck's order).
 func TestHalvingDoublingGatherScatter(t *testing.T) {
-	for _, n := range []int{2, 3, 4, 8} {
+	for _, n := range []int{2, 3, 4, 5, 6, 8} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			cfg := testConfig()
 			cfg.Algo = "allgather:hd;reducescatter:hd"
 			comms := startComms(t, n, nil, cfg)
-			want := algorithms.HalvingDoubling
-			if n == 3 {
-				want = algorithms.Ring
-			}
 			for _, coll := range []algorithms.Collective{algorithms.AllGather, algorithms.ReduceScatter} {
 				p, err := comms[0].PlanOf(coll, 1031, algorithms.Int64, algorithms.Sum, 0, false)
 				require.NoError(t, err)
-				require.Equal(t, want, p.Algo, "%v", coll)
+				require.Equal(t, algorithms.HalvingDoubling, p.Algo, "%v", coll)
 			}
 			for _, count := range []int64{0, 1, 7, 1031, 100003} {
 				for _, inPlace := range []bool{false, true} {
@@ -95,22 +91,25 @@ func TestHalvingDoublingGatherScatter(t *testing.T) {
 // which of the two they issue, fail in that call on every rank (by the
 // check before the data, not a deadline) when they run halving-doubling.
 func TestHalvingDoublingMismatchFails(t *testing.T) {
-	for _, odd := range []string{"count", "collective"} {
-		t.Run(odd, func(t *testing.T) {
-			cfg := mismatchConfig()
-			cfg.Algo = "allgather:hd;reducescatter:hd"
-			errs := issueAll(t, 4, nil, cfg, func(r int, c *Comm) (*Request, error) {
-				count := int64(1000)
-				if odd == "count" && r == 2 {
-					count = 1001
-				}
-				buf := make([]byte, 8*4*1001)
-				if odd == "collective" && r == 1 {
-					return c.ReduceScatter(buf[:8*4*count], buf[:8*count], count, algorithms.Int64, algorithms.Sum)
-				}
-				return c.AllGather(buf[:8*count], buf[:8*4*count], count, algorithms.Int64)
+	for _, n := range []int{4, 5} {
+		for _, odd := range []string{"count", "collective"} {
+			t.Run(fmt.Sprintf("%s/%d", odd, n), func(t *testing.T) {
+				cfg := mismatchConfig()
+				cfg.Algo = "allgather:hd;reducescatter:hd"
+				errs := issueAll(t, n, nil, cfg, func(r int, c *Comm) (*Request, error) {
+					count := int64(1000)
+					if odd == "count" && r == 2 {
+						count = 1001
+					}
+					all := int64(n) * count
+					buf := make([]byte, 8*int64(n)*1001)
+					if odd == "collective" && r == 1 {
+						return c.ReduceScatter(buf[:8*all], buf[:8*count], count, algorithms.Int64, algorithms.Sum)
+					}
+					return c.AllGather(buf[:8*count], buf[:8*all], count, algorithms.Int64)
+				})
+				requireAllFail(t, errs, odd)
 			})
-			requireAllFail(t, errs, odd)
-		})
+		}
 	}
 }

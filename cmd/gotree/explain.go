@@ -178,20 +178,27 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 
 // explainGatherScatter says how allgather and reduce-scatter (FSDP's
 // collectives, sizes as nccl-tests count them: the gathered buffer) are
-// chosen: the ring, or on one node with a power of two ranks
-// halving-doubling, by the model alone (no autotuning).
+// chosen: the ring, or on one node halving-doubling (Bruck's order where
+// the ranks are not a power of two), by the model alone (no autotuning).
 func explainGatherScatter(w io.Writer, tu *algorithms.Tuning, topo algorithms.CostTopo, maxB int64) {
 	n := topo.NRanks
 	fmt.Fprintf(w, "\n== Allgather and reduce-scatter (FSDP's collectives)\n\n")
 	hd := algorithms.Constraints{Algos: 1 << algorithms.HalvingDoubling}
 	if _, err := tu.Choose(algorithms.AllGather, topo, 1<<20, hd); err != nil {
 		fmt.Fprintf(w, "Both run the ring here: n-1 = %d steps, each rank passing on the blocks it received.\n", n-1)
-		fmt.Fprintf(w, "Halving-doubling needs a power of two ranks on one node (%s on %s here).\n", plural(n, "rank", "ranks"), plural(topo.NNodes, "node", "nodes"))
+		fmt.Fprintf(w, "Halving-doubling needs the ranks on one node (%s on %s here).\n", plural(n, "rank", "ranks"), plural(topo.NNodes, "node", "nodes"))
 		return
 	}
-	fmt.Fprintf(w, "The ring takes n-1 = %d steps. With a power of two ranks on one node each block can instead\n", n-1)
-	fmt.Fprintf(w, "travel a binomial tree of partners (the ranks n/2, n/4, ..., 1 positions away: halving-doubling),\n")
-	fmt.Fprintf(w, "reduced or copied and passed on in one step as in the ring: log2(%d) = %v steps, the ring's bytes.\n", n, algorithms.ShapeOf(algorithms.AllGather, algorithms.HalvingDoubling, topo).IntraHops)
+	steps := algorithms.ShapeOf(algorithms.AllGather, algorithms.HalvingDoubling, topo).IntraHops
+	fmt.Fprintf(w, "The ring takes n-1 = %d steps. On one node each block can instead travel a binomial tree\n", n-1)
+	if n&(n-1) == 0 {
+		fmt.Fprintf(w, "of partners (the ranks n/2, n/4, ..., 1 positions away: halving-doubling),\n")
+		fmt.Fprintf(w, "reduced or copied and passed on in one step as in the ring: log2(%d) = %v steps, the ring's bytes.\n", n, steps)
+	} else {
+		fmt.Fprintf(w, "(%d is not a power of two: Bruck's order, each rank sending to the ranks 1, 2, 4, ... positions\n", n)
+		fmt.Fprintf(w, "before it and receiving from those as far after it), reduced or copied and passed on in one step\n")
+		fmt.Fprintf(w, "as in the ring: ceil(log2(%d)) = %v steps, the ring's bytes.\n", n, steps)
+	}
 	fmt.Fprintf(w, "The model prices its steps as the ring's and takes whichever it predicts faster, for both\n")
 	fmt.Fprintf(w, "collectives alike (through torch at 4 ranks on 2 cores hd took 8-49%% less time at 4-64 KiB,\n")
 	fmt.Fprintf(w, "median 34%%, and tied with the ring above; docs/bench.md).\n\n")

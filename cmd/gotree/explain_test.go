@@ -62,12 +62,24 @@ func TestExplainGatherScatter(t *testing.T) {
 	assert.Contains(t, s, "== Allgather and reduce-scatter")
 	assert.Contains(t, s, "log2(4) = 2 steps")
 	assert.Regexp(t, `(?m)^ +4K +[0-9.]+ us +[0-9.]+ us +hd$`, s)
-	for _, args := range [][]string{{"--nranks", "6", "--links", "cpu"}, {"--nranks", "8", "--nodes", "2", "--links", "cpu"}} {
+	// 6 ranks: Bruck's order, 3 steps against the ring's 5; 3 ranks: 2
+	// steps either way, a tie that the ring keeps.
+	for _, n := range []string{"6", "3"} {
 		out.Reset()
-		require.Equal(t, 0, runExplain(append(args, "-e", "1M", "--tuning", ""), &out, &errb), errb.String())
-		assert.Contains(t, out.String(), "Both run the ring here", args)
-		assert.NotRegexp(t, `(?m) hd$`, out.String(), args)
+		require.Equal(t, 0, runExplain([]string{"--nranks", n, "--links", "cpu", "-e", "1M", "--tuning", ""}, &out, &errb), errb.String())
+		assert.Contains(t, out.String(), "Bruck's order", n)
+		if n == "6" {
+			assert.Contains(t, out.String(), "ceil(log2(6)) = 3 steps")
+			assert.Regexp(t, `(?m)^ +6K +[0-9.]+ us +[0-9.]+ us +hd$`, out.String())
+		} else {
+			assert.NotRegexp(t, `(?m) hd$`, out.String(), n)
+		}
 	}
+	out.Reset()
+	args := []string{"--nranks", "8", "--nodes", "2", "--links", "cpu"}
+	require.Equal(t, 0, runExplain(append(args, "-e", "1M", "--tuning", ""), &out, &errb), errb.String())
+	assert.Contains(t, out.String(), "Both run the ring here", args)
+	assert.NotRegexp(t, `(?m) hd$`, out.String(), args)
 }
 
 func TestExplainNodes(t *testing.T) {
