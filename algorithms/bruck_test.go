@@ -15,17 +15,7 @@ import (
 // 5, 6, 7); the block at distance 1 collects what rank 3 sent before it
 // goes on to rank 1. The allgather runs it backwards.
 func TestBruckOrder(t *testing.T) {
-	g := mustGraph(t, UniformLayout(1, 5, 1, TreePattern))
-	show := func(coll Collective) []string {
-		p, err := BuildPlan(g, PlanRequest{Coll: coll, Algo: HalvingDoubling, Proto: Simple, Count: 1, DType: Int8, Op: Sum})
-		require.NoError(t, err)
-		require.NoError(t, CheckPlan(p))
-		var out []string
-		for _, st := range p.Ranks[0].Channels[0].Streams[0] {
-			out = append(out, fmt.Sprintf("%v%v%v%v%v", st.Prim, st.RecvFrom, st.SendTo, st.Src, st.Dst))
-		}
-		return out
-	}
+	show := func(coll Collective) []string { return hdRank0Steps(t, 5, coll, 1) }
 	require.Equal(t, []string{
 		"Send[][2]{in 3}{- 0}", "RecvReduceSend[3][1]{in 1}{- 0}", "Send[][2]{in 2}{- 0}", "Send[][4]{in 4}{- 0}",
 		"RecvReduceCopySend[4 3 1][]{in 0}{out 0}",

@@ -160,20 +160,26 @@ func TestHalvingDoublingCollectives(t *testing.T) {
 // the partner two away sent, to the neighbour; the block across, then the
 // own block from both. The allgather runs it backwards.
 func TestHalvingDoublingScatterOrder(t *testing.T) {
-	g := mustGraph(t, UniformLayout(1, 4, 1, TreePattern))
-	show := func(coll Collective) []string {
-		p, err := BuildPlan(g, PlanRequest{Coll: coll, Algo: HalvingDoubling, Proto: Simple, Count: 4, DType: Int8, Op: Sum})
-		require.NoError(t, err)
-		var out []string
-		for _, st := range p.Ranks[0].Channels[0].Streams[0] {
-			out = append(out, fmt.Sprintf("%v%v%v%v%v", st.Prim, st.RecvFrom, st.SendTo, st.Src, st.Dst))
-		}
-		return out
-	}
+	show := func(coll Collective) []string { return hdRank0Steps(t, 4, coll, 4) }
 	require.Equal(t, []string{
 		"Send[][2]{in 12}{- 0}", "RecvReduceSend[2][1]{in 4}{- 0}", "Send[][2]{in 8}{- 0}", "RecvReduceCopySend[2 1][]{in 0}{out 0}",
 	}, show(ReduceScatter))
 	require.Equal(t, []string{
 		"Send[][2 1]{in 0}{- 0}", "Copy[][]{in 0}{out 0}", "Recv[2][]{- 0}{out 8}", "RecvCopySend[1][2]{- 0}{out 4}", "Recv[2][]{- 0}{out 12}",
 	}, show(AllGather))
+}
+
+// hdRank0Steps is rank 0's steps in a one-channel halving-doubling plan
+// of coll over n ranks of one node (count int8 per block), checked.
+func hdRank0Steps(t *testing.T, n int, coll Collective, count int64) []string {
+	t.Helper()
+	g := mustGraph(t, UniformLayout(1, n, 1, TreePattern))
+	p, err := BuildPlan(g, PlanRequest{Coll: coll, Algo: HalvingDoubling, Proto: Simple, Count: count, DType: Int8, Op: Sum})
+	require.NoError(t, err)
+	require.NoError(t, CheckPlan(p))
+	var out []string
+	for _, st := range p.Ranks[0].Channels[0].Streams[0] {
+		out = append(out, fmt.Sprintf("%v%v%v%v%v", st.Prim, st.RecvFrom, st.SendTo, st.Src, st.Dst))
+	}
+	return out
 }
