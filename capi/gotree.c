@@ -126,6 +126,16 @@ gotree_status_t gotree_comm_flight_record(gotree_comm_t comm, char *buf, size_t 
   return rc;
 }
 
+gotree_status_t gotree_comm_describe(gotree_comm_t comm, const int64_t *sizes, size_t nsizes, char *buf, size_t buflen,
+                                     size_t *len) {
+  GUARD();
+  int64_t n = 0;
+  gotree_status_t rc = (gotree_status_t)gotreego_comm_describe(comm, (int64_t *)sizes, (int64_t)nsizes, buf, (int64_t)buflen,
+                                                               len ? &n : NULL);
+  if (rc == GOTREE_SUCCESS) *len = (size_t)n;
+  return rc;
+}
+
 gotree_status_t gotree_comm_dump_flight_record(gotree_comm_t comm, const char *reason) {
   GUARD();
   return (gotree_status_t)gotreego_comm_dump_flight_record(comm, (char *)reason);

@@ -191,6 +191,22 @@ gotree_status_t gotree_comm_get_async_error(gotree_comm_t comm, gotree_status_t 
  * Never blocks; works on a failed communicator too. */
 gotree_status_t gotree_comm_flight_record(gotree_comm_t comm, char *buf, size_t buflen, size_t *len);
 
+/* What the communicator runs and why, as JSON: its ranks and nodes, the
+ * links this rank opened for collectives (peer, channel, shm or tcp),
+ * every channel's ring (from rank 0) and tree (each rank's parent; this
+ * rank's parent, children and role: root, internal or leaf), and for
+ * allreduce, allgather, reducescatter, broadcast and reduce at each of the
+ * nsizes sizes (bytes as nccl-tests counts them; allgather and
+ * reducescatter sizes rounded down to a multiple of the ranks) the
+ * algorithm, protocol and channels that run, the cost model's time of
+ * every algorithm allowed there, and what decided: "model", "autotuning"
+ * (with the measured times) or "exploring" (autotuning measures it now).
+ * sizes NULL with nsizes 0: 4 B to 256 MiB by factors of 4. A negative
+ * size is GOTREE_ERR_INVALID_ARGUMENT. buf, buflen and *len as for
+ * gotree_comm_flight_record. Issues nothing and never blocks on peers. */
+gotree_status_t gotree_comm_describe(gotree_comm_t comm, const int64_t *sizes, size_t nsizes, char *buf, size_t buflen,
+                                     size_t *len);
+
 /* Writes the flight record to GOTREE_TRACE_DUMP_FILE when that is set (a
  * no-op otherwise), as the library does itself when the communicator
  * fails. reason (may be NULL) stands as the record's failure while the

@@ -20,6 +20,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"time"
 	"unsafe"
 
@@ -214,15 +215,43 @@ func gotreego_comm_flight_record(h C.int64_t, buf *C.char, buflen C.int64_t, len
 	if err != nil {
 		return fail(0, err)
 	}
+	return jsonOut(h, "gotree_comm_flight_record", func() (any, error) { return c.FlightRecord(), nil }, buf, buflen, length)
+}
+
+//export gotreego_comm_describe
+func gotreego_comm_describe(h C.int64_t, sizes *C.int64_t, nsizes C.int64_t, buf *C.char, buflen C.int64_t, length *C.int64_t) (st C.int) {
+	defer guard(int64(h), &st)
+	c, err := table.comm(int64(h))
+	if err != nil {
+		return fail(0, err)
+	}
+	if nsizes < 0 || (sizes == nil && nsizes > 0) {
+		return fail(int64(h), fmt.Errorf("%w: gotree_comm_describe: %d sizes at %p", pg.ErrInvalidArgument, nsizes, sizes))
+	}
+	var bytes []int64 // nil: the default sizes
+	if nsizes > 0 {
+		bytes = slices.Clone(unsafe.Slice((*int64)(unsafe.Pointer(sizes)), int(nsizes)))
+	}
+	return jsonOut(h, "gotree_comm_describe", func() (any, error) { return c.Describe(bytes) }, buf, buflen, length)
+}
+
+// jsonOut copies what get returns, as JSON, into buf (NUL-terminated,
+// truncated to buflen) and its full length into *length, for the
+// functions named what.
+func jsonOut(h C.int64_t, what string, get func() (any, error), buf *C.char, buflen C.int64_t, length *C.int64_t) C.int {
 	if length == nil {
-		return fail(int64(h), fmt.Errorf("%w: gotree_comm_flight_record: len is NULL", pg.ErrInvalidArgument))
+		return fail(int64(h), fmt.Errorf("%w: %s: len is NULL", pg.ErrInvalidArgument, what))
 	}
 	if buf == nil && buflen > 0 {
-		return fail(int64(h), fmt.Errorf("%w: gotree_comm_flight_record: buf is NULL but buflen is %d", pg.ErrInvalidArgument, buflen))
+		return fail(int64(h), fmt.Errorf("%w: %s: buf is NULL but buflen is %d", pg.ErrInvalidArgument, what, buflen))
 	}
-	b, err := json.Marshal(c.FlightRecord())
+	v, err := get()
 	if err != nil {
-		return fail(int64(h), fmt.Errorf("%w: gotree_comm_flight_record: %v", pg.ErrSystem, err))
+		return fail(int64(h), err)
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fail(int64(h), fmt.Errorf("%w: %s: %v", pg.ErrSystem, what, err))
 	}
 	*length = copyOut(string(b), buf, buflen)
 	return stSuccess

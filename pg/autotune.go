@@ -88,6 +88,7 @@ type tuneState struct {
 	calls int                     // exploring calls issued
 	times [][]float64             // per candidate: this rank's timed calls, µs
 	pick  *algorithms.Prediction  // the decision; nil while exploring or without candidates
+	score []float64               // per candidate, the measured median that decided (tuneMedians), µs
 }
 
 // autoTuner holds a communicator's autotuning states.
@@ -251,6 +252,7 @@ func (c *Comm) tuneRecord(ctx context.Context, slot tuneSlot, d time.Duration, s
 	}
 	c.tuner.mu.Lock()
 	slot.st.pick = &slot.st.cands[pick]
+	slot.st.score = tuneMedians(all[c.rank].samples, len(slot.st.cands), all)
 	slot.st.times = nil
 	c.tuner.mu.Unlock()
 	c.log.Infof("TUNING", "%v %d bytes: %s", slot.key.coll, slot.key.bytes, why)
@@ -366,17 +368,7 @@ func decideTuning(rank int, cands []algorithms.Prediction, all []tuneRecord) (pi
 	if mine.samples < 1 || mine.samples > tuneSamples {
 		return 0, "", fmt.Errorf("rank %d: autotuning record of %d timed calls per candidate (want 1 … %d)", rank, mine.samples, tuneSamples)
 	}
-	med := make([]float64, len(cands))
-	for i := range cands {
-		calls := make([]float64, mine.samples)
-		for j := range calls {
-			calls[j] = math.Inf(1)
-			for _, x := range all {
-				calls[j] = min(calls[j], x.us[i][j])
-			}
-		}
-		med[i] = median(calls)
-	}
+	med := tuneMedians(mine.samples, len(cands), all)
 	best := 0
 	for i := range med {
 		if med[i] < med[best] {
@@ -397,4 +389,33 @@ func decideTuning(rank int, cands []algorithms.Prediction, all []tuneRecord) (pi
 		why += fmt.Sprintf(" instead of the model's %v in place (predicted %.1f us against %.1f us)", cands[0].Algo, cands[0].TimeUs, cands[best].TimeUs)
 	}
 	return best, why, nil
+}
+
+// tuneMedians is every candidate's score: the median over its samples
+// timed calls of the shortest time any rank measured for the call, µs.
+func tuneMedians(samples, ncands int, all []tuneRecord) []float64 {
+	med := make([]float64, ncands)
+	for i := range med {
+		calls := make([]float64, samples)
+		for j := range calls {
+			calls[j] = math.Inf(1)
+			for _, x := range all {
+				calls[j] = min(calls[j], x.us[i][j])
+			}
+		}
+		med[i] = median(calls)
+	}
+	return med
+}
+
+// tuneView is a copy of what autotuning knows of key: candidates, calls
+// issued, decision and scores (nil: nothing yet).
+func (c *Comm) tuneView(key choiceKey) *tuneState {
+	c.tuner.mu.Lock()
+	defer c.tuner.mu.Unlock()
+	st := c.tuner.states[key]
+	if st == nil {
+		return nil
+	}
+	return &tuneState{cands: slices.Clone(st.cands), timed: st.timed, calls: st.calls, pick: st.pick, score: slices.Clone(st.score)}
 }

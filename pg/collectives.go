@@ -267,33 +267,7 @@ func (c *Comm) choice(a collArgs) algorithms.Prediction {
 		a.inPlace = false
 	}
 	v, err := c.plans.get(choiceKey{a.coll, bytes, a.inPlace}, func() (any, error) {
-		topo, cons, err := c.choiceInputs(a.coll, bytes, a.inPlace)
-		if err != nil {
-			return nil, err
-		}
-		tu := c.tuning
-		pr := algorithms.Prediction{}
-		err = algorithms.ErrNoChoice
-		if cons.Algos != 0 { // (0 would mean "all" to Choose)
-			pr, err = tu.Choose(a.coll, topo, bytes, cons)
-		}
-		if errors.Is(err, algorithms.ErrNoChoice) && cons.Algos != algorithms.AllAlgos {
-			// Only algorithms this communicator cannot run are allowed (hd
-			// across hosts): the ring, once said.
-			c.algoWarn.Do(func() {
-				switch a.coll {
-				case algorithms.AllGather, algorithms.ReduceScatter:
-					c.log.Warnf("GOTREE_ALGO=%q allows nothing that runs %v here (%d ranks on %d hosts): it has the ring, and hd for ranks within one host: using the ring", c.cfg.Algo, a.coll, c.nranks, topo.NNodes)
-					return
-				case algorithms.Broadcast, algorithms.Reduce:
-					c.log.Warnf("GOTREE_ALGO=%q allows nothing that runs %v: it has only the ring: using the ring", c.cfg.Algo, a.coll)
-					return
-				}
-				c.log.Warnf("GOTREE_ALGO=%q allows nothing that runs here for %v (%d ranks on %d hosts; hd runs only within one host, direct only within one host whose ranks may read each other's memory, oneshot only within one host for up to 8 ranks and messages up to %d bytes and one FIFO slot, shared only within one host whose ranks mapped each other's staging regions): using the ring", c.cfg.Algo, a.coll, c.nranks, topo.NNodes, min(int64(c.cfg.SlotBytes), algorithms.OneShotMaxBytes))
-			})
-			cons.Algos = 1 << algorithms.Ring
-			pr, err = tu.Choose(a.coll, topo, bytes, cons)
-		}
+		pr, err := c.predictChoice(a.coll, bytes, a.inPlace)
 		if err == nil {
 			c.log.Infof("TUNING", "%v %d bytes%s: %v/%v on %d channels, predicted %.1f us", a.coll, bytes, map[bool]string{true: " in place"}[a.inPlace], pr.Algo, pr.Proto, pr.Channels, pr.TimeUs)
 		}
@@ -304,6 +278,40 @@ func (c *Comm) choice(a collArgs) algorithms.Prediction {
 		return algorithms.Prediction{Coll: a.coll, Algo: algorithms.Ring, Proto: algorithms.Simple, Bytes: bytes}
 	}
 	return v.(algorithms.Prediction)
+}
+
+// predictChoice is choice's prediction for coll moving bytes (the cost
+// model's size), uncached: the model under the communicator's settings,
+// or the ring (once said) where those allow nothing that runs here.
+func (c *Comm) predictChoice(coll algorithms.Collective, bytes int64, inPlace bool) (algorithms.Prediction, error) {
+	topo, cons, err := c.choiceInputs(coll, bytes, inPlace)
+	if err != nil {
+		return algorithms.Prediction{}, err
+	}
+	tu := c.tuning
+	pr := algorithms.Prediction{}
+	err = algorithms.ErrNoChoice
+	if cons.Algos != 0 { // (0 would mean "all" to Choose)
+		pr, err = tu.Choose(coll, topo, bytes, cons)
+	}
+	if errors.Is(err, algorithms.ErrNoChoice) && cons.Algos != algorithms.AllAlgos {
+		// Only algorithms this communicator cannot run are allowed (hd
+		// across hosts): the ring, once said.
+		c.algoWarn.Do(func() {
+			switch coll {
+			case algorithms.AllGather, algorithms.ReduceScatter:
+				c.log.Warnf("GOTREE_ALGO=%q allows nothing that runs %v here (%d ranks on %d hosts): it has the ring, and hd for ranks within one host: using the ring", c.cfg.Algo, coll, c.nranks, topo.NNodes)
+				return
+			case algorithms.Broadcast, algorithms.Reduce:
+				c.log.Warnf("GOTREE_ALGO=%q allows nothing that runs %v: it has only the ring: using the ring", c.cfg.Algo, coll)
+				return
+			}
+			c.log.Warnf("GOTREE_ALGO=%q allows nothing that runs here for %v (%d ranks on %d hosts; hd runs only within one host, direct only within one host whose ranks may read each other's memory, oneshot only within one host for up to 8 ranks and messages up to %d bytes and one FIFO slot, shared only within one host whose ranks mapped each other's staging regions): using the ring", c.cfg.Algo, coll, c.nranks, topo.NNodes, min(int64(c.cfg.SlotBytes), algorithms.OneShotMaxBytes))
+		})
+		cons.Algos = 1 << algorithms.Ring
+		pr, err = tu.Choose(coll, topo, bytes, cons)
+	}
+	return pr, err
 }
 
 // choiceInputs is what the cost model takes, besides the size, for a

@@ -145,6 +145,7 @@ struct Api {
   decltype(&gotree_comm_will_wait) comm_will_wait = nullptr;
   decltype(&gotree_comm_get_async_error) comm_get_async_error = nullptr;
   decltype(&gotree_comm_flight_record) comm_flight_record = nullptr;
+  decltype(&gotree_comm_describe) comm_describe = nullptr;
   decltype(&gotree_comm_dump_flight_record) comm_dump_flight_record = nullptr;
   decltype(&gotree_allreduce) allreduce = nullptr;
   decltype(&gotree_broadcast) broadcast = nullptr;
@@ -241,6 +242,7 @@ const Api& loadApi(const std::string& path) {
     resolve(h, "gotree_comm_will_wait", a->comm_will_wait, path);
     resolve(h, "gotree_comm_get_async_error", a->comm_get_async_error, path);
     resolve(h, "gotree_comm_flight_record", a->comm_flight_record, path);
+    resolve(h, "gotree_comm_describe", a->comm_describe, path);
     resolve(h, "gotree_comm_dump_flight_record", a->comm_dump_flight_record, path);
     resolve(h, "gotree_allreduce", a->allreduce, path);
     resolve(h, "gotree_broadcast", a->broadcast, path);
@@ -1216,20 +1218,39 @@ class GotreeBackend : public c10d::Backend {
   // ended, and how. Raises once the communicator is gone (destroyed, or
   // aborted after a failure: then GOTREE_TRACE_DUMP_FILE has the record).
   std::string flightRecord() {
+    const Api& a = api();
+    return readJson("flight_record", "; with GOTREE_TRACE_DUMP_FILE set, each rank wrote its record when it failed",
+                    [&](char* buf, size_t n, size_t* len) { return a.comm_flight_record(comm_, buf, n, len); });
+  }
+
+  // What the communicator runs and why as JSON (gotree_comm_describe): its
+  // rings, trees and links, and per collective and size (bytes; empty: the
+  // library's default sizes) the algorithm that runs and what decided it.
+  std::string describeComm(const std::vector<int64_t>& sizes) {
+    const Api& a = api();
+    return readJson("describe", "", [&](char* buf, size_t n, size_t* len) {
+      return a.comm_describe(comm_, sizes.empty() ? nullptr : sizes.data(), sizes.size(), buf, n, len);
+    });
+  }
+
+  // readJson reads a JSON text that get copies out (truncated to the
+  // buffer, its full length in *len), growing the buffer while it grew;
+  // what names the call in errors, gone adds to the error of a destroyed
+  // or aborted communicator.
+  std::string readJson(const char* what, const char* gone, const std::function<gotree_status_t(char*, size_t, size_t*)>& get) {
     TORCH_CHECK(
-        currentPid() == pid_, "gotree: flight_record: this group was created "
+        currentPid() == pid_, "gotree: ", what, ": this group was created "
         "in another process (before a fork); its communicator is not usable here");
     TORCH_CHECK(
-        comm_ != 0 && !stopped_.load() && !aborted_.load(), "gotree: flight_record: "
-        "the communicator of this group was destroyed or aborted; with "
-        "GOTREE_TRACE_DUMP_FILE set, each rank wrote its record when it failed");
+        comm_ != 0 && !stopped_.load() && !aborted_.load(), "gotree: ", what, ": "
+        "the communicator of this group was destroyed or aborted", gone);
     const Api& a = api();
     std::string out(4096, '\0');
     for (int i = 0; i < 8; i++) {
       size_t len = 0;
-      gotree_status_t st = a.comm_flight_record(comm_, out.data(), out.size(), &len);
+      gotree_status_t st = get(out.data(), out.size(), &len);
       if (st != GOTREE_SUCCESS) {
-        throwStatus(st, c10::str("gotree: flight_record: ", describeFailure(a, st, {comm_, 0})));
+        throwStatus(st, c10::str("gotree: ", what, ": ", describeFailure(a, st, {comm_, 0})));
       }
       if (len < out.size()) {
         out.resize(len);
@@ -1237,7 +1258,7 @@ class GotreeBackend : public c10d::Backend {
       }
       out.assign(len + 4096, '\0');  // it grew: room for a few more operations
     }
-    C10_THROW_ERROR(DistBackendError, "gotree: flight_record: the record kept growing while it was read");
+    C10_THROW_ERROR(DistBackendError, c10::str("gotree: ", what, ": the text kept growing while it was read"));
   }
 
 #if GOTREE_HAVE_GET_ERROR
@@ -3308,6 +3329,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("flight_record", &GotreeBackend::flightRecord,
            py::call_guard<py::gil_scoped_release>(),
            "The communicator's last operations as JSON (gotree.flight_record "
+           "parses it).")
+      .def("describe", &GotreeBackend::describeComm, py::arg("sizes"),
+           py::call_guard<py::gil_scoped_release>(),
+           "What the communicator runs and why, as JSON (gotree.describe "
            "parses it).")
 #if GOTREE_HAVE_GET_ERROR
       // torch binds get_error() for ProcessGroupNCCL only; gotree.get_error

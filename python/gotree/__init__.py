@@ -55,6 +55,10 @@ Semantics (CPU tensors):
   gotree.flight_record(group) returns the group's last operations on this
   rank; with GOTREE_TRACE_DUMP_FILE set every rank writes its own when the
   group fails, and `gotree trace DIR` says where the ranks part.
+  gotree.describe(group, sizes) says what the group runs and why: its
+  rings, trees and links, and per collective and size the algorithm, the
+  cost model's prediction of each one it may run, and what autotuning
+  measured.
 * groups: new_group, and split_group (supports_splitting, torch >= 2.9:
   each split is a new communicator of the ranks listed, bootstrapped
   through the parent's store; ranks left out get None).
@@ -86,7 +90,7 @@ import threading
 import warnings
 
 __version__ = "0.1.0"
-__all__ = ["BACKEND_NAME", "register", "library_path", "load_library", "is_registered", "get_error", "flight_record"]
+__all__ = ["BACKEND_NAME", "register", "library_path", "load_library", "is_registered", "get_error", "flight_record", "describe"]
 
 BACKEND_NAME = "gotree"
 
@@ -234,6 +238,39 @@ def flight_record(group=None):
     import json
 
     return json.loads(_backend_of(group, "flight_record").flight_record())
+
+
+def describe(group=None, sizes=None):
+    """What a gotree group runs on this rank and why, without communicating:
+    a dict with "rank", "nranks", "nodes", "node_of" (each rank's node),
+    "hosts", "settings" (GOTREE_ALGO, the tuning, autotuning, channel
+    bounds, FIFO bytes, whether direct and shared allreduce may run, the
+    transports), "links" (this rank's links for collectives: channel, peer,
+    "shm" or "tcp"), "channels" (each channel's "ring" from rank 0,
+    "tree_parent" of every rank, this rank's "up", "down" and "role":
+    root, internal or leaf) and "choices": for allreduce, allgather,
+    reducescatter, broadcast and reduce at each size, the "algo", "proto"
+    and "channels" that run, "predicted_us", "model_us" (the cost model's
+    time of every algorithm allowed there), "by" ("model", "autotuning" once
+    the first calls of that allreduce size measured "autotune_candidates",
+    with "measured_us"; "exploring" while they do) and, for allreduce,
+    "in_place_algo" where an in-place call would run another. sizes: bytes
+    as nccl-tests counts them (allgather and reducescatter: the whole
+    gathered buffer, rounded down to a multiple of the ranks); default 4 B
+    to 256 MiB by factors of 4. group: as for get_error.
+    """
+    import json
+
+    if sizes is None:
+        sizes = []
+    else:
+        sizes = [int(b) for b in sizes]
+        if not sizes:
+            raise ValueError("gotree.describe: sizes is empty (None gives the default sizes)")
+        for b in sizes:
+            if b < 0:
+                raise ValueError("gotree.describe: size {} bytes is negative".format(b))
+    return json.loads(_backend_of(group, "describe").describe(sizes))
 
 
 def is_registered():

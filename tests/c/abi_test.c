@@ -285,6 +285,45 @@ static void test_bad_input(gotree_comm_t comm) {
   CHECK(st == GOTREE_ERR_INVALID_HANDLE, "async error of a bad handle: %s", gotree_status_string(st));
 }
 
+// gotree_comm_describe: asked for its length, then read whole, at two
+// sizes; names this rank, has a ring per channel with every rank in it,
+// and a choice for each size of allreduce (the 1000-byte allgather
+// rounded down to a multiple of the ranks). Bad arguments are refused.
+static void test_describe(gotree_comm_t comm) {
+  int64_t sizes[] = {8, 1000};
+  size_t len = 0;
+  OK(gotree_comm_describe(comm, sizes, 2, NULL, 0, &len), comm);
+  CHECK(len > 0, "describe length %zu", len);
+  char *d = malloc(len + 1);
+  size_t len2 = 0;
+  OK(gotree_comm_describe(comm, sizes, 2, d, len + 1, &len2), comm);
+  CHECK(len2 == len && strlen(d) == len, "describe read whole: %zu, then %zu, strlen %zu", len, len2, strlen(d));
+  char want[96];
+  snprintf(want, sizeof want, "\"rank\":%d,\"nranks\":%d,", rank, nranks);
+  CHECK(strstr(d, want) != NULL, "describe lacks %s: %.300s", want, d);
+  CHECK(strstr(d, "\"coll\":\"allreduce\",\"bytes\":8,") && strstr(d, "\"coll\":\"allreduce\",\"bytes\":1000,"),
+        "describe lacks the allreduce choices: %.600s", d);
+  snprintf(want, sizeof want, "\"coll\":\"allgather\",\"bytes\":%d,", 1000 - 1000 % nranks);
+  CHECK(strstr(d, want) != NULL, "describe lacks %s: %.600s", want, d);
+  const char *ring = strstr(d, "\"ring\":[");
+  CHECK(ring != NULL, "describe has no ring: %.300s", d);
+  if (ring) {
+    int commas = 0;
+    for (const char *p = ring; *p && *p != ']'; p++) commas += *p == ',';
+    CHECK(commas == nranks - 1, "ring of %d ranks: %.80s", commas + 1, ring);
+  }
+  free(d);
+  OK(gotree_comm_describe(comm, NULL, 0, NULL, 0, &len), comm);
+  CHECK(len > len2, "describe of the default sizes (%zu bytes) is not longer than of two (%zu)", len, len2);
+  int64_t neg = -4;
+  gotree_status_t st = gotree_comm_describe(comm, &neg, 1, NULL, 0, &len);
+  CHECK(st == GOTREE_ERR_INVALID_ARGUMENT && strstr(errtext(comm), "-4"), "describe of -4 bytes: %s / %s", gotree_status_string(st), errtext(comm));
+  st = gotree_comm_describe(comm, NULL, 3, NULL, 0, &len);
+  CHECK(st == GOTREE_ERR_INVALID_ARGUMENT && strstr(errtext(comm), "3 sizes"), "describe NULL sizes: %s / %s", gotree_status_string(st), errtext(comm));
+  st = gotree_comm_describe(comm, sizes, 2, NULL, 0, NULL);
+  CHECK(st == GOTREE_ERR_INVALID_ARGUMENT && strstr(errtext(comm), "len is NULL"), "describe NULL len: %s", gotree_status_string(st));
+}
+
 // Ranks that issue different counts all fail, and the communicator then
 // reports that failure (the rank that saw the disagreement as invalid
 // argument, the ones it told as a peer's failure), with its text.
@@ -409,6 +448,7 @@ int main(int argc, char **argv) {
     OK(gotree_request_test(req, &done), req);
     OK(run(req), req);
     test_bad_input(comm);
+    test_describe(comm);
     if (rank == 0) test_fork_guard();
     if (nranks > 1) test_async_error_after_mismatch(comm);
     OK(gotree_comm_destroy(comm), 0);

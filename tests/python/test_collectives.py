@@ -29,6 +29,14 @@ def test_bad_input(built, nproc):
     assert_checks(rc, out, nproc, min_passed=45)
 
 
+def test_describe_names_what_runs(built):
+    # gotree.describe at 3 ranks: rings and trees alike on every rank, and the
+    # algorithm it names for an autotuned allreduce size, an allgather and a
+    # broadcast is the one the flight record says ran (workers/describe.py).
+    rc, out = torchrun("describe.py", 3, timeout=180)
+    assert_checks(rc, out, 3, min_passed=100)
+
+
 @pytest.mark.parametrize("scenario", ["timeout", "op_timeout", "peer_exit", "mismatch", "reinit"])
 def test_failures_raise_instead_of_hanging(built, scenario, tmp_path):
     # The timeout cases also check the flight record the failed rank writes.
