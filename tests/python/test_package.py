@@ -309,6 +309,17 @@ def test_wheel_in_fresh_venv_from_another_directory(built, tmp_path):
         cwd=elsewhere,
     )
     assert rc == 0 and "FSDP2 per layer" in out and "identical across ranks for each backend: yes" in out, out[-4000:]
+    # what runs and why, after autotuning decided two allreduce sizes (3 ranks)
+    rc, out = run_command(
+        [str(vpy), "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=3",
+         "-m", "gotree.explain", "--sizes", "4K,1M", "--tune"],
+        300,
+        env=clean,
+        cwd=elsewhere,
+    )
+    assert rc == 0 and "# gotree: 3 ranks on 1 node(s)" in out and "Channel 0: ring 0 -> " in out, out[-4000:]
+    assert " autotuning " in out and "reducescatter (size as nccl-tests counts it)" in out, out[-4000:]
+    assert "# wrong results while tuning: 0" in out, out[-4000:]
     # the side-by-side sweep for every collective it measures (odd world size,
     # sizes not divisible by it): every result checked exactly
     for coll in ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast"):
