@@ -104,7 +104,26 @@ func TestDescribeMatchesPlans(t *testing.T) {
 			require.GreaterOrEqual(t, len(cands), 2, "autotuning measures nothing at %d bytes on 3 ranks of one host", 8*count)
 			last, _ := algorithms.ParseAlgorithm(cands[len(cands)-1])
 			fakeTuneTimes(t, map[algorithms.Algorithm]float64{last: 1})
+			// Describe while the calls run and autotuning decides (the
+			// race detector watches the tuner's state).
+			stop, done := make(chan struct{}), make(chan error)
+			go func() {
+				for {
+					select {
+					case <-stop:
+						done <- nil
+						return
+					default:
+					}
+					if _, err := comms[1].Describe([]int64{8 * count}); err != nil {
+						done <- err
+						return
+					}
+				}
+			}()
 			exploreAll(t, comms, count, func(r, call int) bool { return false })
+			close(stop)
+			require.NoError(t, <-done)
 			for _, c := range comms {
 				d, err := c.Describe([]int64{8 * count})
 				require.NoError(t, err)
