@@ -2,7 +2,7 @@ package algorithms
 
 import "slices"
 
-// Allgather and reduce-scatter in ⌈log2 n⌉ hops for n ranks that are not
+// Allgather and reduce-scatter in ⌈log2 n⌉ rounds for n ranks that are not
 // a power of two: Bruck's dissemination order (J. Bruck et al., 1997).
 // Ranks are positions v in the channel's ring order, taken modulo n. In
 // the allgather, the block owned by position u reaches position u−w (at
@@ -11,8 +11,10 @@ import "slices"
 // to the positions D' below it for the powers of two D' > D with
 // w + D' < n (its own block, w = 0: for every D' < n). So every position
 // sends only to v−1, v−2, v−4, … and receives only from v+1, v+2, v+4, …
-// — ⌈log2 n⌉ links each way — and every block crosses a binomial tree of
-// depth ⌈log2 n⌉, with the ring's bytes per rank. The reduce-scatter is
+// — ⌈log2 n⌉ links each way — and the block at distance w arrives after
+// popcount(w) ≤ ⌊log2 n⌋ hops along a binomial tree, with the ring's bytes
+// per rank. (The cost model counts the ⌈log2 n⌉ links as hops, as many as
+// Bruck's rounds.) The reduce-scatter is
 // the same trees walked towards the owner: a position adds what the
 // positions v−D' sent it for a block to its input's block and hands the
 // sum to v+D; the owner reduces its block from every v−D'.
