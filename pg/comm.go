@@ -260,6 +260,7 @@ func Init(id UniqueID, rank, nranks int, cfg Config) (*Comm, error) {
 	c.acceptWG.Add(1)
 	go c.acceptP2P(uid.Secret)
 	c.startStallWatch()
+	c.dumpGraph("init")
 	log.Infof("INIT", "comm rank %d nranks %d nnodes %d channels %d init done in %.1f ms", rank, nranks, c.graph.NNodes, c.graph.Channels, float64(time.Since(start).Microseconds())/1000)
 	return c, nil
 }
@@ -853,6 +854,7 @@ func (c *Comm) Destroy() error {
 		c.fail(err)
 		<-done
 	}
+	c.dumpGraph("destroy") // with what autotuning decided since init
 	// The device path's kernels finish and its proxies stop before the
 	// links close under them.
 	if derr := c.closeDevices(false); err == nil {

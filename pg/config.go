@@ -76,6 +76,13 @@ type Config struct {
 	// id, %h host, %p pid; without %r ".<comm>.<rank>.json" is appended.
 	// "": not written.
 	TraceDumpFile string
+	// GraphDumpFile (GOTREE_GRAPH_DUMP_FILE, NCCL_GRAPH_DUMP_FILE's habit)
+	// is where rank GraphDumpRank (GOTREE_GRAPH_DUMP_FILE_RANK, default 0)
+	// writes the communicator's Description as JSON: at init, and again
+	// at Destroy with what autotuning decided; %r, %c, %h, %p as in
+	// TraceDumpFile, nothing appended. "": not written.
+	GraphDumpFile string
+	GraphDumpRank int
 	// Tuning is the cost model's calibration: the tuning file's, or
 	// algorithms.DefaultTuning() when nil (see TuningFor).
 	Tuning *algorithms.Tuning
@@ -95,7 +102,7 @@ type Config struct {
 // tests. A test keeps both lists equal to what the source reads.
 var (
 	LibraryVars = []string{"GOTREE_ALGO", "GOTREE_AUTOTUNE", "GOTREE_BUFFSIZE", "GOTREE_CACHE_DIR", "GOTREE_CMA_DISABLE",
-		"GOTREE_DEBUG", "GOTREE_DEBUG_FILE", "GOTREE_DEBUG_SUBSYS", "GOTREE_HOST_ID", "GOTREE_LIBCUDA",
+		"GOTREE_DEBUG", "GOTREE_DEBUG_FILE", "GOTREE_DEBUG_SUBSYS", "GOTREE_GRAPH_DUMP_FILE", "GOTREE_GRAPH_DUMP_FILE_RANK", "GOTREE_HOST_ID", "GOTREE_LIBCUDA",
 		"GOTREE_MAX_NCHANNELS", "GOTREE_MIN_NCHANNELS", "GOTREE_NSOCKS_PERTHREAD", "GOTREE_NVRTC", "GOTREE_PROTO",
 		"GOTREE_SHM_DISABLE", "GOTREE_SOCKET_FAMILY", "GOTREE_SOCKET_IFNAME", "GOTREE_SOCKET_NTHREADS", "GOTREE_TIMEOUT_MS",
 		"GOTREE_TOPO_DUMP_FILE", "GOTREE_TOPO_FILE", "GOTREE_TRACE_BUFFER_SIZE", "GOTREE_TRACE_DUMP_FILE", "GOTREE_TUNING_FILE"}
@@ -258,6 +265,7 @@ func LoadConfig(getenv Getenv) (Config, error) {
 		NVRTC:         getenv("GOTREE_NVRTC"),
 		CacheDir:      getenv("GOTREE_CACHE_DIR"),
 		TraceDumpFile: getenv("GOTREE_TRACE_DUMP_FILE"),
+		GraphDumpFile: getenv("GOTREE_GRAPH_DUMP_FILE"),
 	}
 	var err error
 	if c.Debug, err = ParseLevel(getenv("GOTREE_DEBUG")); err != nil {
@@ -287,6 +295,7 @@ func LoadConfig(getenv Getenv) (Config, error) {
 	intVar("GOTREE_SOCKET_NTHREADS", &nthreads, 1, MaxSockets)
 	trace := -1
 	intVar("GOTREE_TRACE_BUFFER_SIZE", &trace, 0, 1<<20)
+	intVar("GOTREE_GRAPH_DUMP_FILE_RANK", &c.GraphDumpRank, 0, 1<<30)
 	switch trace {
 	case -1: // unset: the default
 	case 0:

@@ -1,7 +1,9 @@
 package pg
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
 
 	"github.com/gotree/gotree/algorithms"
@@ -218,4 +220,28 @@ func (c *Comm) describeChoice(coll algorithms.Collective, bytes int64) (DescChoi
 		dc.By = "exploring"
 	}
 	return dc, true
+}
+
+// dumpGraph writes this rank's Description (the default sizes) to
+// GOTREE_GRAPH_DUMP_FILE when that is set and this is the rank
+// GOTREE_GRAPH_DUMP_FILE_RANK names; when says when (init, destroy). A
+// failure to write is a warning: the communicator works on.
+func (c *Comm) dumpGraph(when string) {
+	if c.cfg.GraphDumpFile == "" || c.rank != c.cfg.GraphDumpRank {
+		return
+	}
+	path := expandDumpPath(c.cfg.GraphDumpFile, c.id, c.rank)
+	d, err := c.Describe(nil)
+	var b []byte
+	if err == nil {
+		b, err = json.MarshalIndent(d, "", " ")
+	}
+	if err == nil {
+		err = os.WriteFile(path, append(b, '\n'), 0o644)
+	}
+	if err != nil {
+		c.log.Warnf("rank %d: could not write the communicator's graph and choices (GOTREE_GRAPH_DUMP_FILE) to %s: %v", c.rank, path, err)
+		return
+	}
+	c.log.Infof("INIT", "graph and choices at %s written to %s", when, path)
 }

@@ -2,6 +2,7 @@ package pg
 
 import (
 	"encoding/json"
+	"os"
 	"slices"
 	"testing"
 
@@ -168,4 +169,50 @@ func requireChoicesArePlans(t *testing.T, c *Comm, d *Description, by string) {
 			}
 		}
 	}
+}
+
+// GOTREE_GRAPH_DUMP_FILE: the rank GOTREE_GRAPH_DUMP_FILE_RANK names
+// writes its Description at init (the model's choices; autotuning to
+// come) and again at Destroy (what autotuning decided); the others
+// write nothing.
+func TestGraphDumpFile(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig()
+	cfg.GraphDumpFile = dir + "/graph.%r.json"
+	cfg.GraphDumpRank = 1
+	comms := startComms(t, 3, nil, cfg)
+	read := func() *Description {
+		b, err := os.ReadFile(dir + "/graph.1.json")
+		require.NoError(t, err)
+		var d Description
+		require.NoError(t, json.Unmarshal(b, &d))
+		return &d
+	}
+	const count = 512 // int64: 4 KiB, a size autotuning measures here
+	choiceAt := func(d *Description) DescChoice {
+		for _, c := range d.Choices {
+			if c.Coll == "allreduce" && c.Bytes == 8*count {
+				return c
+			}
+		}
+		t.Fatalf("no 4 KiB allreduce in %+v", d.Choices)
+		return DescChoice{}
+	}
+	d := read()
+	require.Equal(t, 1, d.Rank)
+	require.Equal(t, 3, d.NRanks)
+	require.Len(t, d.Choices, len(describedColls)*len(DescribeSizes()))
+	before := choiceAt(d)
+	require.Equal(t, "model", before.By)
+	require.GreaterOrEqual(t, len(before.Autotune), 2, "%+v", before)
+	_, err := os.Stat(dir + "/graph.0.json")
+	require.True(t, os.IsNotExist(err), "rank 0 wrote a graph file: %v", err)
+
+	exploreAll(t, comms, count, func(r, call int) bool { return r == 0 })
+	for _, c := range comms {
+		require.NoError(t, c.Destroy())
+	}
+	after := choiceAt(read())
+	require.Equal(t, "autotuning", after.By)
+	require.Len(t, after.Measured, len(before.Autotune))
 }

@@ -258,6 +258,11 @@ func traceDumpPath(pattern, id string, rank int) string {
 	if !strings.Contains(pattern, "%r") {
 		pattern += ".%c.%r.json"
 	}
+	return expandDumpPath(pattern, id, rank)
+}
+
+// expandDumpPath replaces %r, %c, %h and %p in a dump file's pattern.
+func expandDumpPath(pattern, id string, rank int) string {
 	return strings.NewReplacer("%r", fmt.Sprint(rank), "%c", id, "%h", hostname(), "%p", fmt.Sprint(os.Getpid())).Replace(pattern)
 }
 
