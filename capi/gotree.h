@@ -200,7 +200,9 @@ gotree_status_t gotree_comm_flight_record(gotree_comm_t comm, char *buf, size_t 
  * reducescatter sizes rounded down to a multiple of the ranks) the
  * algorithm, protocol and channels that run, the cost model's time of
  * every algorithm allowed there, and what decided: "model", "autotuning"
- * (with the measured times) or "exploring" (autotuning measures it now).
+ * (with the measured times) or "exploring" (autotuning measures it now);
+ * "device_choices" says the same for buffers on a CUDA device (the ring and
+ * tree kernels, the model with NCCL's constants for GPU links).
  * sizes NULL with nsizes 0: 4 B to 256 MiB by factors of 4. A negative
  * size is GOTREE_ERR_INVALID_ARGUMENT. buf, buflen and *len as for
  * gotree_comm_flight_record. Issues nothing and never blocks on peers. */

@@ -24,8 +24,9 @@ type Description struct {
 	Settings DescSettings   `json:"settings"`
 	Links    []DescLink     `json:"links"`
 	Channels []DescChannel  `json:"channels"`
-	Choices  []DescChoice   `json:"choices"`
-	Hosts    map[int]string `json:"hosts"` // node → host id
+	Choices  []DescChoice   `json:"choices"`        // CPU tensors
+	Device   []DescChoice   `json:"device_choices"` // CUDA tensors: the same sizes on the device path
+	Hosts    map[int]string `json:"hosts"`          // node → host id
 }
 
 // DescSettings are the settings that decide the choices.
@@ -148,6 +149,9 @@ func (c *Comm) Describe(sizes []int64) (*Description, error) {
 		for _, b := range sizes {
 			if ch, ok := c.describeChoice(coll, b); ok {
 				d.Choices = append(d.Choices, ch)
+				if dev, ok := c.describeDevice(coll, ch.Bytes); ok {
+					d.Device = append(d.Device, dev)
+				}
 			}
 		}
 	}
@@ -174,19 +178,12 @@ func (c *Comm) describeChoice(coll algorithms.Collective, bytes int64) (DescChoi
 	topo, cons, err := c.choiceInputs(coll, bytes, false)
 	if err == nil {
 		for a := algorithms.Algorithm(0); a < algorithms.NumAlgorithms; a++ {
-			if cons.Algos&(1<<a) == 0 {
-				continue
-			}
-			if (a == algorithms.OneShot && c.tuning.OneShotUnknown(topo, algorithms.Simple)) || (a == algorithms.Shared && c.tuning.SharedUnknown(topo, algorithms.Simple)) {
+			if cons.Algos&(1<<a) != 0 && ((a == algorithms.OneShot && c.tuning.OneShotUnknown(topo, algorithms.Simple)) || (a == algorithms.Shared && c.tuning.SharedUnknown(topo, algorithms.Simple))) {
 				dc.Unknown = append(dc.Unknown, a.String())
-				continue
-			}
-			one := cons
-			one.Algos = 1 << a
-			if p, err := c.tuning.Choose(coll, topo, bytes, one); err == nil {
-				dc.Models[a.String()] = p.TimeUs
+				cons.Algos &^= 1 << a
 			}
 		}
+		dc.Models = c.modelTimes(coll, topo, bytes, cons)
 	}
 	if coll != algorithms.AllReduce {
 		return dc, true
@@ -244,4 +241,38 @@ func (c *Comm) dumpGraph(when string) {
 		return
 	}
 	c.log.Infof("INIT", "graph and choices at %s written to %s", when, path)
+}
+
+// modelTimes is the model's time of every algorithm cons allows for coll
+// moving bytes on topo (each with its best protocol and channels).
+func (c *Comm) modelTimes(coll algorithms.Collective, topo algorithms.CostTopo, bytes int64, cons algorithms.Constraints) map[string]float64 {
+	out := map[string]float64{}
+	for a := algorithms.Algorithm(0); a < algorithms.NumAlgorithms; a++ {
+		if cons.Algos&(1<<a) == 0 {
+			continue
+		}
+		one := cons
+		one.Algos = 1 << a
+		if p, err := c.tuning.Choose(coll, topo, bytes, one); err == nil {
+			out[a.String()] = p.TimeUs
+		}
+	}
+	return out
+}
+
+// describeDevice is what runs for coll moving bytes on CUDA buffers (the
+// device path: ring and tree kernels, NCCL's constants for GPU links, no
+// autotuning), or false when the device graph cannot be built.
+func (c *Comm) describeDevice(coll algorithms.Collective, bytes int64) (DescChoice, bool) {
+	g, topo, cons, err := c.deviceChoiceInputs(coll)
+	if err != nil {
+		return DescChoice{}, false
+	}
+	pr, err := c.tuning.Choose(coll, topo, bytes, cons)
+	if err != nil {
+		pr = algorithms.Prediction{Algo: algorithms.Ring, Proto: algorithms.Simple, Channels: 1}
+	}
+	return DescChoice{Coll: coll.String(), Bytes: bytes, Algo: pr.Algo.String(), Proto: pr.Proto.String(),
+		Channels: min(max(pr.Channels, 1), g.Channels), Predicted: pr.TimeUs, By: "model",
+		Models: c.modelTimes(coll, topo, bytes, cons), Unknown: []string{}, Measured: map[string]float64{}, Autotune: []string{}}, true
 }

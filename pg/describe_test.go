@@ -149,25 +149,45 @@ func requireChoicesArePlans(t *testing.T, c *Comm, d *Description, by string) {
 	t.Helper()
 	require.NotEmpty(t, d.Choices)
 	for _, ch := range d.Choices {
-		i := slices.IndexFunc(describedColls, func(c algorithms.Collective) bool { return c.String() == ch.Coll })
-		require.GreaterOrEqual(t, i, 0, ch.Coll)
-		coll := describedColls[i]
-		count := ch.Bytes
-		if coll == algorithms.AllGather || coll == algorithms.ReduceScatter {
-			require.Zero(t, ch.Bytes%int64(c.Size()), "%v %d bytes", coll, ch.Bytes)
-			count /= int64(c.Size())
-		}
+		coll, count := callOf(t, c, ch)
 		p, err := c.PlanOf(coll, count, algorithms.Uint8, algorithms.Sum, 0, false)
 		require.NoError(t, err)
 		require.Equal(t, p.Algo.String(), ch.Algo, "%v %d bytes", coll, ch.Bytes)
 		require.Contains(t, []string{"model", by}, ch.By)
-		if ch.By == "model" {
-			require.Contains(t, ch.Models, ch.Algo, "%v %d bytes", coll, ch.Bytes)
-			require.Equal(t, ch.Models[ch.Algo], ch.Predicted)
-			for a, us := range ch.Models {
-				require.GreaterOrEqual(t, us, ch.Predicted, "%v %d bytes: the model picked %s over %s", coll, ch.Bytes, ch.Algo, a)
-			}
+		requireModelPick(t, ch)
+	}
+	// CUDA tensors: the device path's plans, at the same sizes (built
+	// without a GPU: the plan needs none).
+	require.Len(t, d.Device, len(d.Choices))
+	for i, ch := range d.Device {
+		require.Equal(t, d.Choices[i].Coll, ch.Coll)
+		require.Equal(t, d.Choices[i].Bytes, ch.Bytes)
+		coll, count := callOf(t, c, ch)
+		p, err := c.DevicePlan(DeviceArgs{Coll: coll, Count: count, DType: algorithms.Uint8, Op: algorithms.Sum})
+		require.NoError(t, err)
+		require.Equal(t, []string{p.Algo.String(), p.Proto.String()}, []string{ch.Algo, ch.Proto}, "device %v %d bytes", coll, ch.Bytes)
+		if ch.Bytes > 0 {
+			require.Equal(t, p.Channels, ch.Channels, "device %v %d bytes", coll, ch.Bytes)
 		}
+		require.Equal(t, "model", ch.By)
+		requireModelPick(t, ch)
+		for a := range ch.Models {
+			require.Contains(t, []string{"ring", "tree"}, a, "device %v: %s has no device plan", coll, a)
+		}
+	}
+}
+
+// requireModelPick checks a choice the model made: its algorithm has the
+// least predicted time of those it lists.
+func requireModelPick(t *testing.T, ch DescChoice) {
+	t.Helper()
+	if ch.By != "model" {
+		return
+	}
+	require.Contains(t, ch.Models, ch.Algo, "%s %d bytes", ch.Coll, ch.Bytes)
+	require.Equal(t, ch.Models[ch.Algo], ch.Predicted)
+	for a, us := range ch.Models {
+		require.GreaterOrEqual(t, us, ch.Predicted, "%s %d bytes: the model picked %s over %s", ch.Coll, ch.Bytes, ch.Algo, a)
 	}
 }
 
@@ -215,4 +235,18 @@ func TestGraphDumpFile(t *testing.T) {
 	after := choiceAt(read())
 	require.Equal(t, "autotuning", after.By)
 	require.Len(t, after.Measured, len(before.Autotune))
+}
+
+// callOf is the collective and element count (bytes) of a call of the
+// size a choice describes.
+func callOf(t *testing.T, c *Comm, ch DescChoice) (algorithms.Collective, int64) {
+	t.Helper()
+	i := slices.IndexFunc(describedColls, func(c algorithms.Collective) bool { return c.String() == ch.Coll })
+	require.GreaterOrEqual(t, i, 0, ch.Coll)
+	coll, count := describedColls[i], ch.Bytes
+	if coll == algorithms.AllGather || coll == algorithms.ReduceScatter {
+		require.Zero(t, ch.Bytes%int64(c.Size()), "%v %d bytes", coll, ch.Bytes)
+		count /= int64(c.Size())
+	}
+	return coll, count
 }

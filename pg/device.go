@@ -386,38 +386,50 @@ func (c *Comm) devicePlan(a DeviceArgs) (*algorithms.Plan, error) {
 	return v.(*algorithms.Plan), nil
 }
 
-// buildDevicePlan picks the algorithm and protocol with NCCL's constants
-// for GPU links (NVLink within a node, the network between nodes; LL does
-// not cross nodes here) under GOTREE_ALGO, GOTREE_PROTO and the channel
-// limits, and builds the plan with chunks that fit the kernels' FIFOs.
-func (c *Comm) buildDevicePlan(a DeviceArgs) (*algorithms.Plan, error) {
-	bytes := c.modelBytes(a.Coll, a.Count, a.DType)
-	algos, err := algorithms.ParseAlgoSpec(c.cfg.Algo, a.Coll)
+// deviceChoiceInputs is what the cost model takes, besides the size, for
+// a device collective: the device graph, its topology with GPU links
+// (NVLink within a node, the network between nodes) and the algorithms
+// and protocols that have device plans under GOTREE_ALGO and
+// GOTREE_PROTO (LL not across nodes), with the channel limits.
+func (c *Comm) deviceChoiceInputs(coll algorithms.Collective) (*algorithms.Graph, algorithms.CostTopo, algorithms.Constraints, error) {
+	algos, err := algorithms.ParseAlgoSpec(c.cfg.Algo, coll)
 	if err != nil {
-		return nil, err
+		return nil, algorithms.CostTopo{}, algorithms.Constraints{}, err
 	}
-	protos, err := algorithms.ParseProtoSpec(c.cfg.Proto, a.Coll)
+	protos, err := algorithms.ParseProtoSpec(c.cfg.Proto, coll)
 	if err != nil {
-		return nil, err
+		return nil, algorithms.CostTopo{}, algorithms.Constraints{}, err
 	}
 	protos &= 1<<algorithms.LL | 1<<algorithms.Simple // LL128 runs as Simple in the kernels
 	g, err := c.deviceGraph()
 	if err != nil {
-		return nil, err
+		return nil, algorithms.CostTopo{}, algorithms.Constraints{}, err
 	}
 	topo := algorithms.TopoOfGraph(g, algorithms.NVLink, algorithms.Net)
 	if topo.NNodes > 1 {
 		protos &= 1 << algorithms.Simple
 	}
-	if a.Coll != algorithms.AllReduce {
+	if coll != algorithms.AllReduce {
 		algos &= 1 << algorithms.Ring
 	}
 	algos &^= 1<<algorithms.HalvingDoubling | 1<<algorithms.Direct | 1<<algorithms.Shared // no device plan
 	if protos == 0 {
 		protos = 1 << algorithms.Simple
 	}
-	pr, err := c.tuning.Choose(a.Coll, topo, bytes, algorithms.Constraints{Algos: algos, Protos: protos,
-		MinChannels: c.cfg.MinChannels, MaxChannels: c.devs.maxChannels})
+	return g, topo, algorithms.Constraints{Algos: algos, Protos: protos, MinChannels: c.cfg.MinChannels, MaxChannels: c.devs.maxChannels}, nil
+}
+
+// buildDevicePlan picks the algorithm and protocol with NCCL's constants
+// for GPU links (NVLink within a node, the network between nodes; LL does
+// not cross nodes here) under GOTREE_ALGO, GOTREE_PROTO and the channel
+// limits, and builds the plan with chunks that fit the kernels' FIFOs.
+func (c *Comm) buildDevicePlan(a DeviceArgs) (*algorithms.Plan, error) {
+	bytes := c.modelBytes(a.Coll, a.Count, a.DType)
+	g, topo, cons, err := c.deviceChoiceInputs(a.Coll)
+	if err != nil {
+		return nil, err
+	}
+	pr, err := c.tuning.Choose(a.Coll, topo, bytes, cons)
 	if err != nil {
 		pr = algorithms.Prediction{Algo: algorithms.Ring, Proto: algorithms.Simple, Channels: 1}
 	}

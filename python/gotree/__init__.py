@@ -254,7 +254,10 @@ def describe(group=None, sizes=None):
     time of every algorithm allowed there), "by" ("model", "autotuning" once
     the first calls of that allreduce size measured "autotune_candidates",
     with "measured_us"; "exploring" while they do) and, for allreduce,
-    "in_place_algo" where an in-place call would run another. sizes: bytes
+    "in_place_algo" where an in-place call would run another;
+    "device_choices": the same for CUDA tensors (the device path's ring and
+    tree kernels, chosen by the model with NCCL's constants for GPU links,
+    no autotuning). sizes: bytes
     as nccl-tests counts them (allgather and reducescatter: the whole
     gathered buffer, rounded down to a multiple of the ranks); default 4 B
     to 256 MiB by factors of 4. group: as for get_error.

@@ -39,6 +39,37 @@ def _tune(sizes, rank, n):
     return wrong
 
 
+def _tables(choices, where, out):
+    """One table per collective: what runs at each size, and why."""
+    by_coll = {}
+    for c in choices:
+        by_coll.setdefault(c["coll"], []).append(c)
+    for coll, rows in by_coll.items():
+        algos = sorted({a for r in rows for a in r["model_us"]} | {a for r in rows for a in r["measured_us"]})
+        measured = any(r["measured_us"] for r in rows)
+        print("\n{}{} (size as nccl-tests counts it)".format(coll, where), file=out)
+        head = "{:>10}  {:>8}  {:>6}  {:>3}  {:>10}".format("size", "runs", "proto", "ch", "decided by")
+        head += "".join("  {:>11}".format("model " + a) for a in algos)
+        if measured:
+            head += "".join("  {:>13}".format("measured " + a) for a in algos)
+        print(head, file=out)
+        for r in rows:
+            line = "{:>10}  {:>8}  {:>6}  {:>3}  {:>10}".format(_fmt_bytes(r["bytes"]), r["algo"], r["proto"], r["channels"], r["by"])
+            line += "".join("  {:>11}".format("{:.1f}".format(r["model_us"][a]) if a in r["model_us"] else "-") for a in algos)
+            if measured:
+                line += "".join("  {:>13}".format("{:.1f}".format(r["measured_us"][a]) if a in r["measured_us"] else "-") for a in algos)
+            notes = []
+            if r["in_place_algo"]:
+                notes.append("in place: " + r["in_place_algo"])
+            if r["model_cannot_predict"]:
+                notes.append("model cannot predict " + ", ".join(r["model_cannot_predict"]))
+            if r["by"] != "autotuning" and len(r["autotune_candidates"]) > 1:
+                notes.append("autotuning will measure " + ", ".join(r["autotune_candidates"]))
+            if notes:
+                line += "  (" + "; ".join(notes) + ")"
+            print(line, file=out)
+
+
 def format_description(d, out):
     """Writes description d (gotree.describe's dict) as text to out."""
     s = d["settings"]
@@ -55,7 +86,7 @@ def format_description(d, out):
     )
     for ch in d["channels"]:
         ring = " -> ".join(str(r) for r in ch["ring"] + ch["ring"][:1])
-        print("\nChannel {}: ring {}".format(ch["channel"], ring), file=out)
+        print("\nChannel {}: ring {}".format(ch["channel"], ring), file=out)  # CUDA tensors: the same rings and trees, more channels
         kids = {}
         for r, p in enumerate(ch["tree_parent"]):
             kids.setdefault(p, []).append(r)
@@ -69,32 +100,11 @@ def format_description(d, out):
         links.setdefault(l["transport"], set()).add(l["peer"])
     print("\nRank {}'s links: {}".format(d["rank"], "; ".join(
         "{} to {}".format(t, ", ".join(map(str, sorted(p)))) for t, p in sorted(links.items())) or "none"), file=out)
-    by_coll = {}
-    for c in d["choices"]:
-        by_coll.setdefault(c["coll"], []).append(c)
-    for coll, rows in by_coll.items():
-        algos = sorted({a for r in rows for a in r["model_us"]} | {a for r in rows for a in r["measured_us"]})
-        print("\n{} (size as nccl-tests counts it)".format(coll), file=out)
-        head = "{:>10}  {:>8}  {:>10}".format("size", "runs", "decided by")
-        head += "".join("  {:>11}".format("model " + a) for a in algos)
-        if any(r["measured_us"] for r in rows):
-            head += "".join("  {:>13}".format("measured " + a) for a in algos)
-        print(head, file=out)
-        for r in rows:
-            line = "{:>10}  {:>8}  {:>10}".format(_fmt_bytes(r["bytes"]), r["algo"], r["by"])
-            line += "".join("  {:>11}".format("{:.1f}".format(r["model_us"][a]) if a in r["model_us"] else "-") for a in algos)
-            if any(x["measured_us"] for x in rows):
-                line += "".join("  {:>13}".format("{:.1f}".format(r["measured_us"][a]) if a in r["measured_us"] else "-") for a in algos)
-            notes = []
-            if r["in_place_algo"]:
-                notes.append("in place: " + r["in_place_algo"])
-            if r["model_cannot_predict"]:
-                notes.append("model cannot predict " + ", ".join(r["model_cannot_predict"]))
-            if r["by"] != "autotuning" and len(r["autotune_candidates"]) > 1:
-                notes.append("autotuning will measure " + ", ".join(r["autotune_candidates"]))
-            if notes:
-                line += "  (" + "; ".join(notes) + ")"
-            print(line, file=out)
+    print("\nCPU tensors:", file=out)
+    _tables(d["choices"], "", out)
+    if d.get("device_choices"):
+        print("\nCUDA tensors (the device path: ring and tree kernels, NCCL's constants for GPU links, no autotuning):", file=out)
+        _tables(d["device_choices"], " on CUDA buffers", out)
     print("\n(times in microseconds: the model's prediction of one out-of-place call, and autotuning's "
           "median of the fastest rank's time per call)", file=out)
 

@@ -69,6 +69,9 @@ def main():
     c.check(ag is not None and ag["algo"] == last_algo("allgather"), f"allgather: describe {ag}, ran {last_algo('allgather')}")
     bc = choice.get(("broadcast", 8 * 333))
     c.check(bc is not None and bc["algo"] == last_algo("broadcast"), f"broadcast: describe {bc}, ran {last_algo('broadcast')}")
+    dev = d["device_choices"]
+    c.check([(x["coll"], x["bytes"]) for x in dev] == [(x["coll"], x["bytes"]) for x in d["choices"]], "device choices at other sizes")
+    c.check(all(x["algo"] in ("ring", "tree") and set(x["model_us"]) <= {"ring", "tree"} for x in dev), f"device algorithms: {dev}")
     rounded = 1000 - 1000 % n
     c.check(("reducescatter", rounded) in choice, f"reducescatter of 1000 bytes not rounded to {rounded}")
     c.check(len(gotree.describe()["choices"]) > len(d["choices"]), "the default sizes are more than four")
