@@ -1,6 +1,7 @@
 """What a gotree group runs and why, as text (gotree.describe, printed by rank 0).
 
     torchrun --nproc-per-node 4 -m gotree.explain [--sizes 4,4K,64K,1M,4M,64M] [--tune]
+    python -m gotree.explain --file DUMP.json   # what GOTREE_GRAPH_DUMP_FILE wrote
 
 Prints the ranks, nodes and settings, every channel's ring and tree with each rank's
 role, and per collective and size the algorithm that runs, what decided it (the cost
@@ -113,7 +114,14 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m gotree.explain", description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default="4,4K,64K,1M,4M,64M", help="sizes in bytes, comma-separated (default 4,4K,64K,1M,4M,64M)")
     ap.add_argument("--tune", action="store_true", help="issue allreduces of each size until autotuning decided it")
+    ap.add_argument("--file", help="print a description that GOTREE_GRAPH_DUMP_FILE wrote instead (no torchrun, no group)")
     a = ap.parse_args(argv)
+    if a.file:
+        import json
+
+        with open(a.file) as f:
+            format_description(json.load(f), sys.stdout)
+        return 0
     try:
         sizes = [parse_size(x) for x in a.sizes.split(",") if x]
     except ValueError as e:

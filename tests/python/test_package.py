@@ -3,6 +3,7 @@ wheel installed into a fresh virtual environment working from another directory.
 
 import glob
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -320,6 +321,22 @@ def test_wheel_in_fresh_venv_from_another_directory(built, tmp_path):
     assert rc == 0 and "# gotree: 3 ranks on 1 node(s)" in out and "Channel 0: ring 0 -> " in out, out[-4000:]
     assert " autotuning " in out and "reducescatter (size as nccl-tests counts it)" in out, out[-4000:]
     assert "# wrong results while tuning: 0" in out, out[-4000:]
+    # GOTREE_GRAPH_DUMP_FILE: rank 0 writes the description at init and at
+    # destroy; `-m gotree.explain --file` prints it without a group
+    dump = tmp_path / "graph.%c.json"
+    rc, out = run_command(
+        [str(vpy), "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=3",
+         "-m", "gotree.explain", "--sizes", "4K", "--tune"],
+        300,
+        env={**clean, "GOTREE_GRAPH_DUMP_FILE": str(dump)},
+        cwd=elsewhere,
+    )
+    dumps = list(tmp_path.glob("graph.*.json"))
+    assert rc == 0 and len(dumps) == 1, (dumps, out[-4000:])
+    rc, out = run_command([str(vpy), "-m", "gotree.explain", "--file", str(dumps[0])], 60, env=clean, cwd=elsewhere)
+    assert rc == 0 and "# gotree: 3 ranks on 1 node(s)" in out and "allreduce on CUDA buffers" in out, out[-4000:]
+    # the dump at destroy: the 4 KiB allreduce as autotuning decided it
+    assert re.search(r"^\s+4 KiB\s+\S+\s+Simple\s+\d+\s+autotuning\s", out, re.M), out[-4000:]
     # the side-by-side sweep for every collective it measures (odd world size,
     # sizes not divisible by it): every result checked exactly
     for coll in ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast"):
