@@ -283,56 +283,30 @@ def test_wheel_in_fresh_venv_from_another_directory(built, tmp_path):
         cwd=elsewhere,
     )
     assert rc == 0 and "ORDER-OK" in out, out[-3000:]
+    def run_module(nproc, *args, env=clean):
+        """python -m torch.distributed.run of a gotree module from the new venv."""
+        cmd = [str(vpy), "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "-m", *args]
+        return run_command(cmd, 300, env=env, cwd=elsewhere)
+
     # the demo module as `make demo` runs it (small sizes)
-    rc, out = run_command(
-        [str(vpy), "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-         "-m", "gotree.demo", "--max-bytes", "64K", "--iters", "3"],
-        300,
-        env=clean,
-        cwd=elsewhere,
-    )
+    rc, out = run_module(2, "gotree.demo", "--max-bytes", "64K", "--iters", "3")
     assert rc == 0 and "# wrong results: 0 (every call checked exactly)" in out and "ratio" in out, out[-4000:]
     # the DDP side-by-side benchmark (tiny model): runs, and its weight checks pass
-    rc, out = run_command(
-        [str(vpy), "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=3",
-         "-m", "gotree.ddpbench", "--width", "96", "--depth", "2", "--steps", "4", "--warmup", "1"],
-        300,
-        env=clean,
-        cwd=elsewhere,
-    )
+    rc, out = run_module(3, "gotree.ddpbench", "--width", "96", "--depth", "2", "--steps", "4", "--warmup", "1")
     assert rc == 0 and "ratio gloo/gotree (step time)" in out and "identical across ranks for each backend: yes" in out, out[-4000:]
     # the same with FSDP2 on 4 ranks (allgather and reduce-scatter by halving-doubling)
-    rc, out = run_command(
-        [str(vpy), "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=4",
-         "-m", "gotree.ddpbench", "--fsdp", "--width", "96", "--depth", "2", "--steps", "3", "--warmup", "1"],
-        300,
-        env=clean,
-        cwd=elsewhere,
-    )
+    rc, out = run_module(4, "gotree.ddpbench", "--fsdp", "--width", "96", "--depth", "2", "--steps", "3", "--warmup", "1")
     assert rc == 0 and "FSDP2 per layer" in out and "identical across ranks for each backend: yes" in out, out[-4000:]
-    # what runs and why, after autotuning decided two allreduce sizes (3 ranks)
-    rc, out = run_command(
-        [str(vpy), "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=3",
-         "-m", "gotree.explain", "--sizes", "4K,1M", "--tune"],
-        300,
-        env=clean,
-        cwd=elsewhere,
-    )
+    # what runs and why, after autotuning decided two allreduce sizes (3 ranks);
+    # with GOTREE_GRAPH_DUMP_FILE rank 0 writes the description at init and at
+    # destroy, and `-m gotree.explain --file` prints it without a group
+    dump = tmp_path / "graph.%c.json"
+    rc, out = run_module(3, "gotree.explain", "--sizes", "4K,1M", "--tune", env={**clean, "GOTREE_GRAPH_DUMP_FILE": str(dump)})
     assert rc == 0 and "# gotree: 3 ranks on 1 node(s)" in out and "Channel 0: ring 0 -> " in out, out[-4000:]
     assert " autotuning " in out and "reducescatter (size as nccl-tests counts it)" in out, out[-4000:]
     assert "# wrong results while tuning: 0" in out, out[-4000:]
-    # GOTREE_GRAPH_DUMP_FILE: rank 0 writes the description at init and at
-    # destroy; `-m gotree.explain --file` prints it without a group
-    dump = tmp_path / "graph.%c.json"
-    rc, out = run_command(
-        [str(vpy), "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=3",
-         "-m", "gotree.explain", "--sizes", "4K", "--tune"],
-        300,
-        env={**clean, "GOTREE_GRAPH_DUMP_FILE": str(dump)},
-        cwd=elsewhere,
-    )
     dumps = list(tmp_path.glob("graph.*.json"))
-    assert rc == 0 and len(dumps) == 1, (dumps, out[-4000:])
+    assert len(dumps) == 1, dumps
     rc, out = run_command([str(vpy), "-m", "gotree.explain", "--file", str(dumps[0])], 60, env=clean, cwd=elsewhere)
     assert rc == 0 and "# gotree: 3 ranks on 1 node(s)" in out and "allreduce on CUDA buffers" in out, out[-4000:]
     # the dump at destroy: the 4 KiB allreduce as autotuning decided it
@@ -340,12 +314,6 @@ def test_wheel_in_fresh_venv_from_another_directory(built, tmp_path):
     # the side-by-side sweep for every collective it measures (odd world size,
     # sizes not divisible by it): every result checked exactly
     for coll in ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast"):
-        rc, out = run_command(
-            [str(vpy), "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=3",
-             "-m", "gotree.bench", "--coll", coll, "--sizes", "4,100,65537", "--batch", "3",
-             "--iters", "2", "--min-iters", "2", "--warmup", "1", "--budget-s", "0.2"],
-            300,
-            env=clean,
-            cwd=elsewhere,
-        )
+        rc, out = run_module(3, "gotree.bench", "--coll", coll, "--sizes", "4,100,65537", "--batch", "3",
+                             "--iters", "2", "--min-iters", "2", "--warmup", "1", "--budget-s", "0.2")
         assert rc == 0 and f"gotree.bench: {coll}" in out and "wrong results: 0" in out, out[-4000:]
