@@ -268,16 +268,19 @@ func TestBusyGuardWaits(t *testing.T) {
 	require.Positive(t, polls)
 	require.Equal(t, pollSkipped, busyPoll(func() bool { return false }, pol), "no busy poll while off")
 
-	// A late peer (data a millisecond later) and a prompt one clear the count.
+	// A late peer (no data after the yield either) and a prompt one (data
+	// at the first check of the busy poll, whatever the clock says: a
+	// loaded machine may stop this thread for longer than BusyPoll) clear
+	// the count.
 	busy = busyGuard{}
 	busy.misses.Store(busyMissLimit - 1)
 	yieldOnce = saved
-	late := time.Now().Add(time.Millisecond)
-	pollThenYield(ctx, func() bool { return time.Now().After(late) }, pol) // false: the caller would sleep now
+	require.False(t, pollThenYield(ctx, func() bool { return false }, pol), "the caller would sleep now")
 	require.Zero(t, busy.misses.Load())
 	busy.misses.Store(busyMissLimit - 1)
 	n := 0
-	require.True(t, pollThenYield(ctx, func() bool { n++; return n > 1000 }, pol))
+	require.True(t, pollThenYield(ctx, func() bool { n++; return n > prePolls }, pol))
+	require.Equal(t, prePolls+1, n, "caught by the busy poll's first check")
 	require.Zero(t, busy.misses.Load())
 	require.True(t, busy.allow(time.Since(pollEpoch)))
 }

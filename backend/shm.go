@@ -476,11 +476,14 @@ func (s *shmConn) wait(ctx context.Context, ready func() bool, w, flag *uint32) 
 
 var errFailed = errors.New("link failed")
 
+// prePolls is how many times a wait checks ready before anything else.
+const prePolls = 256
+
 // pollThenYield is what every shared-memory wait does before it sleeps:
 // poll ready a few hundred times, busy-poll as pol allows, then yield the
 // processor for ctx's yield phase. It reports whether ready held.
 func pollThenYield(ctx context.Context, ready func() bool, pol WaitPolicy) bool {
-	for i := 0; i < 256; i++ {
+	for i := 0; i < prePolls; i++ {
 		if ready() {
 			return true
 		}
