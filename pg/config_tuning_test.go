@@ -143,6 +143,19 @@ func TestForcedAlgorithmThatCannotRun(t *testing.T) {
 	c = &Comm{cfg: cfg, graph: g, nranks: 4, log: lg, tuning: cfg.TuningFor(2)}
 	require.Equal(t, algorithms.Ring, c.algorithm(collArgs{coll: algorithms.Broadcast, count: 1000, dt: algorithms.Float32}))
 	require.Contains(t, logs.String(), `GOTREE_ALGO="broadcast:tree" allows nothing that runs broadcast: it has only the ring`)
+
+	// CUDA tensors: hd has no device plan; the ring runs, said once (an
+	// empty set would have meant every algorithm to the model).
+	cfg.Algo = "allgather:hd"
+	logs.Reset()
+	c = &Comm{cfg: cfg, graph: g, nranks: 4, nodeOf: []int{0, 0, 0, 0}, log: lg, tuning: cfg.TuningFor(2)}
+	c.devs.maxChannels = 2
+	for range 2 {
+		_, _, cons, err := c.deviceChoiceInputs(algorithms.AllGather)
+		require.NoError(t, err)
+		require.Equal(t, algorithms.AlgoSet(1<<algorithms.Ring), cons.Algos)
+	}
+	require.Equal(t, 1, strings.Count(logs.String(), `GOTREE_ALGO="allgather:hd" allows nothing that runs allgather on CUDA tensors`), logs.String())
 }
 
 // algorithm is the cost model's algorithm for a call (choice's; the

@@ -39,6 +39,7 @@ type devices struct {
 	graphOnce   sync.Once
 	graph       *algorithms.Graph // the CPU graph's shape with maxChannels channels
 	graphErr    error
+	algoWarn    sync.Once // GOTREE_ALGO allows no device plan: said once
 }
 
 // DefaultDeviceChannels bounds the channels (thread blocks) of a device
@@ -413,6 +414,12 @@ func (c *Comm) deviceChoiceInputs(coll algorithms.Collective) (*algorithms.Graph
 		algos &= 1 << algorithms.Ring
 	}
 	algos &^= 1<<algorithms.HalvingDoubling | 1<<algorithms.Direct | 1<<algorithms.Shared // no device plan
+	if algos == 0 {                                                                       // (0 would mean "all" to Choose)
+		c.devs.algoWarn.Do(func() {
+			c.log.Warnf("GOTREE_ALGO=%q allows nothing that runs %v on CUDA tensors (device plans: the ring, and the tree for allreduce): using the ring", c.cfg.Algo, coll)
+		})
+		algos = 1 << algorithms.Ring
+	}
 	if protos == 0 {
 		protos = 1 << algorithms.Simple
 	}
