@@ -670,7 +670,10 @@ var ErrNoChoice = fmt.Errorf("%w: no allowed algorithm and protocol", ErrAlgoNot
 // Choose returns the prediction with the smallest time among the allowed
 // algorithms and protocols that the collective and the transports
 // support. Ties go to the earlier algorithm (ring) and protocol order
-// (LL, LL128, Simple), so the choice is deterministic.
+// (LL, LL128, Simple), so the choice is deterministic. Unless it is the
+// only one allowed, an algorithm the model cannot predict here
+// (OneShotUnknown, SharedUnknown) is left out, and so is Bruck's order
+// above its size (BruckLeftOut).
 func (t *Tuning) Choose(coll Collective, topo CostTopo, bytes int64, c Constraints) (Prediction, error) {
 	algos, protos := c.Algos, c.Protos
 	if algos == 0 {
@@ -694,7 +697,7 @@ func (t *Tuning) Choose(coll Collective, topo CostTopo, bytes int64, c Constrain
 			if !protos.Has(p) {
 				continue
 			}
-			if algos != 1<<a && t.unknown(a, topo, p) {
+			if algos != 1<<a && (t.unknown(a, topo, p) || BruckLeftOut(coll, a, topo.NRanks, bytes)) {
 				continue
 			}
 			ch := ChannelsFor(a, p, topo.NRanks, bytes, maxCh)
@@ -712,6 +715,27 @@ func (t *Tuning) Choose(coll Collective, topo CostTopo, bytes int64, c Constrain
 		return Prediction{}, fmt.Errorf("%w for %v over %v/%v", ErrNoChoice, coll, topo.Intra, topo.Inter)
 	}
 	return best, nil
+}
+
+// BruckAutoMaxBytes is the largest allgather or reduce-scatter (nccl-tests
+// size: the gathered or scattered buffer) for which auto considers
+// halving-doubling's plans in Bruck's order (ranks not a power of two).
+// The model prices them below the ring at every size (the ring's bytes,
+// fewer hops), but on this machine's 2 cores they took longer above it:
+// through torch on 6 ranks (`gotree.bench`, 5 alternations of auto
+// against hd forced) at 4 MiB in 7 of 10 pairs (medians 3.25 ms against
+// 3.62), while at 512 KiB Bruck's order won 5 of 6 and 1 MiB was a tie
+// (6 of 10); at the C ABI (`gotree perf`, 3, 5 and 6 ranks) it lost at 1
+// and 4 MiB in 13 of 14 pairs. docs/bench.md, "Bruck's order: a size
+// limit for auto".
+const BruckAutoMaxBytes = 512 << 10
+
+// BruckLeftOut says that Choose leaves algorithm a out of an automatic
+// choice for coll moving bytes on n ranks: halving-doubling's allgather
+// or reduce-scatter in Bruck's order above BruckAutoMaxBytes. Forced (the
+// only algorithm allowed) it runs at any size.
+func BruckLeftOut(coll Collective, a Algorithm, n int, bytes int64) bool {
+	return a == HalvingDoubling && (coll == AllGather || coll == ReduceScatter) && n&(n-1) != 0 && bytes > BruckAutoMaxBytes
 }
 
 // OneShotUnknown says that the model cannot predict one-shot with

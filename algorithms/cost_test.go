@@ -563,3 +563,31 @@ func TestAutotuneCandidates(t *testing.T) {
 		}
 	}
 }
+
+// Auto leaves Bruck's order (halving-doubling allgather and reduce-scatter
+// on ranks that are not a power of two) out above BruckAutoMaxBytes, and
+// keeps recursive halving/doubling (a power of two) at every size; forced,
+// Bruck's order is chosen at any size.
+func TestChooseBruckLimit(t *testing.T) {
+	tu := DefaultTuning()
+	for _, n := range []int{4, 5, 6, 7, 8} {
+		topo := CostTopo{NRanks: n, NNodes: 1, RanksPerNode: n, Intra: Shm, Inter: TCP, Channels: 2}
+		for _, coll := range []Collective{AllGather, ReduceScatter} {
+			for _, bytes := range []int64{int64(n) * 1024, BruckAutoMaxBytes, BruckAutoMaxBytes + int64(n)*4, 4 << 20} {
+				pr, err := tu.Choose(coll, topo, bytes, Constraints{Algos: 1<<Ring | 1<<HalvingDoubling})
+				require.NoError(t, err)
+				pow2 := n&(n-1) == 0
+				want := HalvingDoubling // the model's pick: fewer hops, the ring's bytes
+				if !pow2 && bytes > BruckAutoMaxBytes {
+					want = Ring
+				}
+				require.Equal(t, want, pr.Algo, "%v on %d ranks, %d bytes", coll, n, bytes)
+				require.Equal(t, !pow2 && bytes > BruckAutoMaxBytes, BruckLeftOut(coll, HalvingDoubling, n, bytes))
+				forced, err := tu.Choose(coll, topo, bytes, Constraints{Algos: 1 << HalvingDoubling})
+				require.NoError(t, err)
+				require.Equal(t, HalvingDoubling, forced.Algo, "forced, %v on %d ranks, %d bytes", coll, n, bytes)
+			}
+		}
+	}
+	require.False(t, BruckLeftOut(AllReduce, HalvingDoubling, 6, 64<<20), "allreduce folds, not Bruck's order")
+}

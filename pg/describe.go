@@ -73,6 +73,7 @@ type DescChoice struct {
 	By        string             `json:"by"`                   // "model", "autotuning" (measured), "exploring" (autotuning is measuring it now)
 	Models    map[string]float64 `json:"model_us"`             // every algorithm it may run here, the model's time
 	Unknown   []string           `json:"model_cannot_predict"` // allowed here but not calibrated for this many ranks per CPU: the model leaves them out, autotuning may measure them
+	LeftOut   []string           `json:"left_out_above_size"`  // allowed here but left out of the automatic choice at this size (hd in Bruck's order above algorithms.BruckAutoMaxBytes); forced, they run
 	Measured  map[string]float64 `json:"measured_us"`          // autotuning's scores, once it decided
 	Autotune  []string           `json:"autotune_candidates"`  // what autotuning measures (or measured) at this size
 }
@@ -174,14 +175,23 @@ func (c *Comm) describeChoice(coll algorithms.Collective, bytes int64) (DescChoi
 		pr = algorithms.Prediction{Algo: algorithms.Ring, Proto: algorithms.Simple}
 	}
 	dc := DescChoice{Coll: coll.String(), Bytes: bytes, Algo: pr.Algo.String(), Proto: pr.Proto.String(), Channels: pr.Channels,
-		Predicted: pr.TimeUs, By: "model", Models: map[string]float64{}, Unknown: []string{}, Measured: map[string]float64{}, Autotune: []string{}}
+		Predicted: pr.TimeUs, By: "model", Models: map[string]float64{}, Unknown: []string{}, LeftOut: []string{}, Measured: map[string]float64{}, Autotune: []string{}}
 	topo, cons, err := c.choiceInputs(coll, bytes, false)
 	if err == nil {
+		forced := cons.Algos&(cons.Algos-1) == 0 // the only one allowed: Choose takes it
 		for a := algorithms.Algorithm(0); a < algorithms.NumAlgorithms; a++ {
-			if cons.Algos&(1<<a) != 0 && ((a == algorithms.OneShot && c.tuning.OneShotUnknown(topo, algorithms.Simple)) || (a == algorithms.Shared && c.tuning.SharedUnknown(topo, algorithms.Simple))) {
-				dc.Unknown = append(dc.Unknown, a.String())
-				cons.Algos &^= 1 << a
+			if cons.Algos&(1<<a) == 0 {
+				continue
 			}
+			switch {
+			case (a == algorithms.OneShot && c.tuning.OneShotUnknown(topo, algorithms.Simple)) || (a == algorithms.Shared && c.tuning.SharedUnknown(topo, algorithms.Simple)):
+				dc.Unknown = append(dc.Unknown, a.String())
+			case !forced && algorithms.BruckLeftOut(coll, a, topo.NRanks, bytes):
+				dc.LeftOut = append(dc.LeftOut, a.String())
+			default:
+				continue
+			}
+			cons.Algos &^= 1 << a
 		}
 		dc.Models = c.modelTimes(coll, topo, bytes, cons)
 	}
@@ -274,5 +284,5 @@ func (c *Comm) describeDevice(coll algorithms.Collective, bytes int64) (DescChoi
 	}
 	return DescChoice{Coll: coll.String(), Bytes: bytes, Algo: pr.Algo.String(), Proto: pr.Proto.String(),
 		Channels: min(max(pr.Channels, 1), g.Channels), Predicted: pr.TimeUs, By: "model",
-		Models: c.modelTimes(coll, topo, bytes, cons), Unknown: []string{}, Measured: map[string]float64{}, Autotune: []string{}}, true
+		Models: c.modelTimes(coll, topo, bytes, cons), Unknown: []string{}, LeftOut: []string{}, Measured: map[string]float64{}, Autotune: []string{}}, true
 }

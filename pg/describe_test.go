@@ -142,6 +142,39 @@ func TestDescribeMatchesPlans(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalidArgument)
 }
 
+// Above algorithms.BruckAutoMaxBytes, 5 ranks of one host (Bruck's order)
+// list hd as left out of the automatic choice, not among the model's
+// times, and run the ring; below it, and at any size when GOTREE_ALGO
+// forces hd, hd runs and nothing is left out.
+func TestDescribeBruckLeftOut(t *testing.T) {
+	limit := int64(algorithms.BruckAutoMaxBytes)
+	sizes := []int64{limit - limit%5, limit + 5, 1 << 20}
+	for _, algo := range []string{"", "allgather:hd;reducescatter:hd"} {
+		cfg := testConfig()
+		cfg.Algo = algo
+		c := startComms(t, 5, nil, cfg)[2]
+		d, err := c.Describe(sizes)
+		require.NoError(t, err)
+		seen := 0
+		for _, ch := range d.Choices {
+			if ch.Coll != "allgather" && ch.Coll != "reducescatter" {
+				continue
+			}
+			seen++
+			if algo == "" && ch.Bytes > limit {
+				require.Equal(t, []string{"hd"}, ch.LeftOut, "%s %d bytes", ch.Coll, ch.Bytes)
+				require.NotContains(t, ch.Models, "hd")
+				require.Equal(t, "ring", ch.Algo)
+				continue
+			}
+			require.Empty(t, ch.LeftOut, "%s %d bytes, GOTREE_ALGO=%q", ch.Coll, ch.Bytes, algo)
+			require.Equal(t, "hd", ch.Algo, "%s %d bytes, GOTREE_ALGO=%q", ch.Coll, ch.Bytes, algo)
+		}
+		require.Equal(t, 2*len(sizes), seen)
+		requireChoicesArePlans(t, c, d, "model")
+	}
+}
+
 // requireChoicesArePlans checks every choice of d against the plan c
 // would run for such a call; by is what the choices decided by must be
 // at the sizes autotuning measured (others: the model).

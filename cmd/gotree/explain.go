@@ -201,7 +201,14 @@ func explainGatherScatter(w io.Writer, tu *algorithms.Tuning, topo algorithms.Co
 	}
 	fmt.Fprintf(w, "The model prices its steps as the ring's and takes whichever it predicts faster, for both\n")
 	fmt.Fprintf(w, "collectives alike (through torch at 4 ranks on 2 cores hd took 8-49%% less time at 4-64 KiB,\n")
-	fmt.Fprintf(w, "median 34%%, and tied with the ring above; docs/bench.md).\n\n")
+	fmt.Fprintf(w, "median 34%%, and tied with the ring above; docs/bench.md).\n")
+	if n&(n-1) != 0 {
+		fmt.Fprintf(w, "Above %s auto keeps the ring, though the model prices Bruck's order lower: on 2 cores\n", fmtBytes(algorithms.BruckAutoMaxBytes))
+		fmt.Fprintf(w, "it took longer there (through torch on 6 ranks at 4 MiB in 7 of 10 pairs, 1 MiB a tie; at\n")
+		fmt.Fprintf(w, "the C ABI on 3, 5 and 6 ranks at 1-4 MiB in 13 of 14; docs/bench.md).\n")
+		fmt.Fprintf(w, "GOTREE_ALGO=allgather:hd;reducescatter:hd runs it at any size.\n")
+	}
+	fmt.Fprintln(w)
 	fmt.Fprintf(w, "%10s  %13s  %13s  %s\n", "size", "ring", "hd", "auto")
 	for b := int64(4 * n); b <= maxB; b *= 16 {
 		ring, err1 := tu.Choose(algorithms.AllGather, topo, b, algorithms.Constraints{Algos: 1 << algorithms.Ring})

@@ -2,10 +2,13 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -66,11 +69,20 @@ func TestExplainGatherScatter(t *testing.T) {
 	// steps either way, a tie that the ring keeps.
 	for _, n := range []string{"6", "3"} {
 		out.Reset()
-		require.Equal(t, 0, runExplain([]string{"--nranks", n, "--links", "cpu", "-e", "1M", "--tuning", ""}, &out, &errb), errb.String())
+		require.Equal(t, 0, runExplain([]string{"--nranks", n, "--links", "cpu", "-e", "4M", "--tuning", ""}, &out, &errb), errb.String())
 		assert.Contains(t, out.String(), "Bruck's order", n)
 		if n == "6" {
 			assert.Contains(t, out.String(), "ceil(log2(6)) = 3 steps")
 			assert.Regexp(t, `(?m)^ +6K +[0-9.]+ us +[0-9.]+ us +hd$`, out.String())
+			// Above BruckAutoMaxBytes the ring, though the model's hd is faster.
+			m := regexp.MustCompile(`(?m)^ +1536K +([0-9.]+) us +([0-9.]+) us +(\w+)$`).FindStringSubmatch(out.String())
+			require.NotNil(t, m, out.String())
+			assert.Equal(t, "ring", m[3])
+			ringUs, err1 := strconv.ParseFloat(m[1], 64)
+			hdUs, err2 := strconv.ParseFloat(m[2], 64)
+			require.NoError(t, errors.Join(err1, err2))
+			assert.Less(t, hdUs, ringUs, "the model alone would take hd")
+			assert.Contains(t, out.String(), "Above 512K auto keeps the ring")
 		} else {
 			assert.NotRegexp(t, `(?m) hd$`, out.String(), n)
 		}

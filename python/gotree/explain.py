@@ -64,6 +64,8 @@ def _tables(choices, where, out):
                 notes.append("in place: " + r["in_place_algo"])
             if r["model_cannot_predict"]:
                 notes.append("model cannot predict " + ", ".join(r["model_cannot_predict"]))
+            if r.get("left_out_above_size"):
+                notes.append("auto leaves out " + ", ".join(r["left_out_above_size"]) + " at this size")
             if r["by"] != "autotuning" and len(r["autotune_candidates"]) > 1:
                 notes.append("autotuning will measure " + ", ".join(r["autotune_candidates"]))
             if notes:

@@ -72,9 +72,17 @@ def main():
     dev = d["device_choices"]
     c.check([(x["coll"], x["bytes"]) for x in dev] == [(x["coll"], x["bytes"]) for x in d["choices"]], "device choices at other sizes")
     c.check(all(x["algo"] in ("ring", "tree") and set(x["model_us"]) <= {"ring", "tree"} for x in dev), f"device algorithms: {dev}")
+    # Bruck's order (hd allgather/reducescatter, ranks not a power of two)
+    # is left out of auto above 512 KiB (algorithms.BruckAutoMaxBytes).
+    full = gotree.describe()["choices"]
+    for x in full:
+        want = ["hd"] if x["coll"] in ("allgather", "reducescatter") and n & (n - 1) and x["bytes"] > 512 << 10 else []
+        c.check(x["left_out_above_size"] == want, f"{x['coll']} {x['bytes']} bytes: left out {x['left_out_above_size']}, want {want}")
+        if want:
+            c.check(x["algo"] == "ring" and "hd" not in x["model_us"], f"{x['coll']} {x['bytes']} bytes: {x}")
     rounded = 1000 - 1000 % n
     c.check(("reducescatter", rounded) in choice, f"reducescatter of 1000 bytes not rounded to {rounded}")
-    c.check(len(gotree.describe()["choices"]) > len(d["choices"]), "the default sizes are more than four")
+    c.check(len(full) > len(d["choices"]), "the default sizes are more than four")
     c.expect_raises(lambda: gotree.describe(sizes=[-8]), "-8 bytes is negative", "negative size", (ValueError,))
     c.expect_raises(lambda: gotree.describe(sizes=[]), "sizes is empty", "no sizes", (ValueError,))
     c.finish()
