@@ -726,7 +726,7 @@ func (t *Tuning) Choose(coll Collective, topo CostTopo, bytes int64, c Constrain
 // against hd forced) at 4 MiB in 7 of 10 pairs (medians 3.25 ms against
 // 3.62), while at 512 KiB Bruck's order won 5 of 6 and 1 MiB was a tie
 // (6 of 10); at the C ABI (`gotree perf`, 3, 5 and 6 ranks) it lost at 1
-// and 4 MiB in 13 of 14 pairs. docs/bench.md, "Bruck's order: a size
+// and 4 MiB in 22 of 24 pairs. docs/bench.md, "Bruck's order: a size
 // limit for auto".
 const BruckAutoMaxBytes = 512 << 10
 

@@ -205,7 +205,7 @@ func explainGatherScatter(w io.Writer, tu *algorithms.Tuning, topo algorithms.Co
 	if n&(n-1) != 0 {
 		fmt.Fprintf(w, "Above %s auto keeps the ring, though the model prices Bruck's order lower: on 2 cores\n", fmtBytes(algorithms.BruckAutoMaxBytes))
 		fmt.Fprintf(w, "it took longer there (through torch on 6 ranks at 4 MiB in 7 of 10 pairs, 1 MiB a tie; at\n")
-		fmt.Fprintf(w, "the C ABI on 3, 5 and 6 ranks at 1-4 MiB in 13 of 14; docs/bench.md).\n")
+		fmt.Fprintf(w, "the C ABI on 3, 5 and 6 ranks at 1-4 MiB in 22 of 24; docs/bench.md).\n")
 		fmt.Fprintf(w, "GOTREE_ALGO=allgather:hd;reducescatter:hd runs it at any size.\n")
 	}
 	fmt.Fprintln(w)
