@@ -2,6 +2,7 @@ package pg
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -144,18 +145,27 @@ func TestForcedAlgorithmThatCannotRun(t *testing.T) {
 	require.Equal(t, algorithms.Ring, c.algorithm(collArgs{coll: algorithms.Broadcast, count: 1000, dt: algorithms.Float32}))
 	require.Contains(t, logs.String(), `GOTREE_ALGO="broadcast:tree" allows nothing that runs broadcast: it has only the ring`)
 
-	// CUDA tensors: hd has no device plan; the ring runs, said once (an
-	// empty set would have meant every algorithm to the model).
-	cfg.Algo = "allgather:hd"
-	logs.Reset()
-	c = &Comm{cfg: cfg, graph: g, nranks: 4, nodeOf: []int{0, 0, 0, 0}, log: lg, tuning: cfg.TuningFor(2)}
-	c.devs.maxChannels = 2
-	for range 2 {
-		_, _, cons, err := c.deviceChoiceInputs(algorithms.AllGather)
+	// CUDA tensors: hd, direct, shared and one-shot have no device plans;
+	// the ring runs, said once (an empty set would have meant every
+	// algorithm to the model: a CUDA allgather got an hd plan).
+	for _, tc := range []struct {
+		algo string
+		coll algorithms.Collective
+	}{{"allgather:hd", algorithms.AllGather}, {"hd", algorithms.AllGather}, {"oneshot,direct,shared", algorithms.AllReduce}} {
+		cfg.Algo = tc.algo
+		logs.Reset()
+		c = &Comm{cfg: cfg, graph: g, nranks: 4, nodeOf: []int{0, 0, 0, 0}, log: lg, tuning: cfg.TuningFor(2)}
+		c.devs.maxChannels = 2
+		for range 2 {
+			_, _, cons, err := c.deviceChoiceInputs(tc.coll)
+			require.NoError(t, err)
+			require.Equal(t, algorithms.AlgoSet(1<<algorithms.Ring), cons.Algos, tc.algo)
+		}
+		require.Equal(t, 1, strings.Count(logs.String(), fmt.Sprintf("GOTREE_ALGO=%q allows nothing that runs %v on CUDA tensors", tc.algo, tc.coll)), logs.String())
+		p, err := c.DevicePlan(DeviceArgs{Coll: tc.coll, Count: 1000, DType: algorithms.Float32, Op: algorithms.Sum})
 		require.NoError(t, err)
-		require.Equal(t, algorithms.AlgoSet(1<<algorithms.Ring), cons.Algos)
+		require.Equal(t, algorithms.Ring, p.Algo, tc.algo)
 	}
-	require.Equal(t, 1, strings.Count(logs.String(), `GOTREE_ALGO="allgather:hd" allows nothing that runs allgather on CUDA tensors`), logs.String())
 }
 
 // algorithm is the cost model's algorithm for a call (choice's; the

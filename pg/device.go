@@ -413,8 +413,9 @@ func (c *Comm) deviceChoiceInputs(coll algorithms.Collective) (*algorithms.Graph
 	if coll != algorithms.AllReduce {
 		algos &= 1 << algorithms.Ring
 	}
-	algos &^= 1<<algorithms.HalvingDoubling | 1<<algorithms.Direct | 1<<algorithms.Shared // no device plan
-	if algos == 0 {                                                                       // (0 would mean "all" to Choose)
+	algos &^= 1<<algorithms.HalvingDoubling | 1<<algorithms.Direct | 1<<algorithms.Shared | 1<<algorithms.OneShot // no device plan
+	if algos == 0 {
+		// None left (0 would mean "all" to Choose): the ring, said once.
 		c.devs.algoWarn.Do(func() {
 			c.log.Warnf("GOTREE_ALGO=%q allows nothing that runs %v on CUDA tensors (device plans: the ring, and the tree for allreduce): using the ring", c.cfg.Algo, coll)
 		})
