@@ -6,6 +6,7 @@ extension), which the session fixture builds with `setup.py build_ext --inplace`
 unless GOTREE_TEST_NO_BUILD=1. The only reason to skip is a missing torch.
 """
 
+import itertools
 import os
 import re
 import signal
@@ -46,6 +47,9 @@ def built():
     return PKG
 
 
+_runs = itertools.count()
+
+
 def worker_env(extra=None):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "python"), str(WORKERS)] + [p for p in [env.get("PYTHONPATH")] if p])
@@ -56,12 +60,33 @@ def worker_env(extra=None):
     return env
 
 
+def _kill_marked(marker):
+    """SIGKILLs every process whose environment carries marker (not a GOTREE_
+    name: gotree warns of GOTREE_ variables it does not know): torchrun
+    starts its workers in sessions of their own, which killing the
+    command's process group does not reach (a worker left behind keeps the
+    output pipe open, and reading it would wait forever)."""
+    needle = ("GT_TEST_RUN_ID=" + marker).encode()
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if needle in (d / "environ").read_bytes().split(b"\0"):
+                os.kill(int(d.name), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
+
+
 def run_command(cmd, timeout, env=None, cwd=None):
-    """Runs cmd in its own session; on timeout kills the whole process group."""
+    """Runs cmd in its own session; on timeout kills the whole process group
+    and every process it started elsewhere (marked through the environment)."""
+    marker = f"{os.getpid()}-{next(_runs)}"
+    env = dict(env or worker_env())
+    env["GT_TEST_RUN_ID"] = marker
     proc = subprocess.Popen(
         cmd,
         cwd=cwd or REPO,
-        env=env or worker_env(),
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -71,7 +96,12 @@ def run_command(cmd, timeout, env=None, cwd=None):
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
+        _kill_marked(marker)
+        try:
+            out, _ = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out = "(no output: the pipe stayed open after the kill)"
         pytest.fail(f"{' '.join(map(str, cmd))} did not finish within {timeout} s (hang?). Output tail:\n{out[-8000:]}")
     return proc.returncode, out
 
