@@ -697,7 +697,7 @@ func (t *Tuning) Choose(coll Collective, topo CostTopo, bytes int64, c Constrain
 			if !protos.Has(p) {
 				continue
 			}
-			if algos != 1<<a && (t.unknown(a, topo, p) || BruckLeftOut(coll, a, topo.NRanks, bytes)) {
+			if algos != 1<<a && t.AutoExcluded(coll, a, p, topo, bytes) != NotExcluded {
 				continue
 			}
 			ch := ChannelsFor(a, p, topo.NRanks, bytes, maxCh)
@@ -736,6 +736,28 @@ const BruckAutoMaxBytes = 512 << 10
 // only algorithm allowed) it runs at any size.
 func BruckLeftOut(coll Collective, a Algorithm, n int, bytes int64) bool {
 	return a == HalvingDoubling && (coll == AllGather || coll == ReduceScatter) && n&(n-1) != 0 && bytes > BruckAutoMaxBytes
+}
+
+// AutoExclusion is why Choose leaves an algorithm out of an automatic
+// choice (one among others allowed).
+type AutoExclusion int
+
+const (
+	NotExcluded       AutoExclusion = iota
+	ExcludedUnknown                 // the model cannot predict it here (OneShotUnknown, SharedUnknown)
+	ExcludedAboveSize               // Bruck's order above BruckAutoMaxBytes (BruckLeftOut)
+)
+
+// AutoExcluded says whether, and why, Choose leaves algorithm a with
+// protocol p out of an automatic choice for coll moving bytes on topo.
+func (t *Tuning) AutoExcluded(coll Collective, a Algorithm, p Protocol, topo CostTopo, bytes int64) AutoExclusion {
+	switch {
+	case t.unknown(a, topo, p):
+		return ExcludedUnknown
+	case BruckLeftOut(coll, a, topo.NRanks, bytes):
+		return ExcludedAboveSize
+	}
+	return NotExcluded
 }
 
 // OneShotUnknown says that the model cannot predict one-shot with

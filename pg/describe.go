@@ -183,10 +183,13 @@ func (c *Comm) describeChoice(coll algorithms.Collective, bytes int64) (DescChoi
 			if cons.Algos&(1<<a) == 0 {
 				continue
 			}
-			switch {
-			case (a == algorithms.OneShot && c.tuning.OneShotUnknown(topo, algorithms.Simple)) || (a == algorithms.Shared && c.tuning.SharedUnknown(topo, algorithms.Simple)):
+			switch c.tuning.AutoExcluded(coll, a, algorithms.Simple, topo, bytes) {
+			case algorithms.ExcludedUnknown:
 				dc.Unknown = append(dc.Unknown, a.String())
-			case !forced && algorithms.BruckLeftOut(coll, a, topo.NRanks, bytes):
+			case algorithms.ExcludedAboveSize:
+				if forced {
+					continue
+				}
 				dc.LeftOut = append(dc.LeftOut, a.String())
 			default:
 				continue
@@ -274,15 +277,11 @@ func (c *Comm) modelTimes(coll algorithms.Collective, topo algorithms.CostTopo, 
 // device path: ring and tree kernels, NCCL's constants for GPU links, no
 // autotuning), or false when the device graph cannot be built.
 func (c *Comm) describeDevice(coll algorithms.Collective, bytes int64) (DescChoice, bool) {
-	g, topo, cons, err := c.deviceChoiceInputs(coll)
+	_, topo, cons, pr, err := c.deviceChoice(coll, bytes)
 	if err != nil {
 		return DescChoice{}, false
 	}
-	pr, err := c.tuning.Choose(coll, topo, bytes, cons)
-	if err != nil {
-		pr = algorithms.Prediction{Algo: algorithms.Ring, Proto: algorithms.Simple, Channels: 1}
-	}
 	return DescChoice{Coll: coll.String(), Bytes: bytes, Algo: pr.Algo.String(), Proto: pr.Proto.String(),
-		Channels: min(max(pr.Channels, 1), g.Channels), Predicted: pr.TimeUs, By: "model",
+		Channels: pr.Channels, Predicted: pr.TimeUs, By: "model",
 		Models: c.modelTimes(coll, topo, bytes, cons), Unknown: []string{}, LeftOut: []string{}, Measured: map[string]float64{}, Autotune: []string{}}, true
 }

@@ -427,19 +427,31 @@ func (c *Comm) deviceChoiceInputs(coll algorithms.Collective) (*algorithms.Graph
 	return g, topo, algorithms.Constraints{Algos: algos, Protos: protos, MinChannels: c.cfg.MinChannels, MaxChannels: c.devs.maxChannels}, nil
 }
 
+// deviceChoice is the device path's prediction for coll moving bytes
+// (the ring on Simple where the model has none), its channels within the
+// device graph's, with that graph and the model's inputs.
+func (c *Comm) deviceChoice(coll algorithms.Collective, bytes int64) (*algorithms.Graph, algorithms.CostTopo, algorithms.Constraints, algorithms.Prediction, error) {
+	g, topo, cons, err := c.deviceChoiceInputs(coll)
+	if err != nil {
+		return nil, topo, cons, algorithms.Prediction{}, err
+	}
+	pr, err := c.tuning.Choose(coll, topo, bytes, cons)
+	if err != nil {
+		pr = algorithms.Prediction{Algo: algorithms.Ring, Proto: algorithms.Simple, Channels: 1}
+	}
+	pr.Channels = min(max(pr.Channels, 1), g.Channels)
+	return g, topo, cons, pr, nil
+}
+
 // buildDevicePlan picks the algorithm and protocol with NCCL's constants
 // for GPU links (NVLink within a node, the network between nodes; LL does
 // not cross nodes here) under GOTREE_ALGO, GOTREE_PROTO and the channel
 // limits, and builds the plan with chunks that fit the kernels' FIFOs.
 func (c *Comm) buildDevicePlan(a DeviceArgs) (*algorithms.Plan, error) {
 	bytes := c.modelBytes(a.Coll, a.Count, a.DType)
-	g, topo, cons, err := c.deviceChoiceInputs(a.Coll)
+	g, _, _, pr, err := c.deviceChoice(a.Coll, bytes)
 	if err != nil {
 		return nil, err
-	}
-	pr, err := c.tuning.Choose(a.Coll, topo, bytes, cons)
-	if err != nil {
-		pr = algorithms.Prediction{Algo: algorithms.Ring, Proto: algorithms.Simple, Channels: 1}
 	}
 	cfg := cuda.Config{}.Defaults()
 	chunk := int64(cuda.MaxSlotsPerStep * cfg.SimpleSlotBytes)
@@ -447,7 +459,7 @@ func (c *Comm) buildDevicePlan(a DeviceArgs) (*algorithms.Plan, error) {
 		chunk = int64(cuda.MaxSlotsPerStep * cfg.LLSlotLines * 8)
 	}
 	req := algorithms.PlanRequest{Coll: a.Coll, Algo: pr.Algo, Proto: pr.Proto, Count: a.Count, DType: a.DType, Op: a.Op, Root: a.Root,
-		ChunkBytes: chunk, Channels: min(max(pr.Channels, 1), g.Channels), KeepChannels: c.cfg.MinChannels > 1}
+		ChunkBytes: chunk, Channels: pr.Channels, KeepChannels: c.cfg.MinChannels > 1}
 	c.log.Infof("TUNING", "%v %d bytes on CUDA buffers: %v/%v on %d channels, predicted %.1f us", a.Coll, bytes, pr.Algo, pr.Proto, req.Channels, pr.TimeUs)
 	return algorithms.BuildPlan(g, req)
 }

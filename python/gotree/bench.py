@@ -69,6 +69,17 @@ def percentile(xs, p):
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
+def destroy_groups():
+    """dist.destroy_process_group() for a job with a gloo group: gloo's worker
+    thread frees each finished work's tensors, which needs the GIL, and torch
+    destroys a gloo group holding the GIL while it joins that thread, so the
+    thread runs first (a 3-rank ddpbench hung there once, torch 2.11)."""
+    import torch.distributed as dist
+
+    time.sleep(0.2)
+    dist.destroy_process_group()
+
+
 def default_sizes():
     return [4 << (2 * i) for i in range(13)]  # 4 B, 16 B, ..., 64 MiB (x4)
 
@@ -289,11 +300,7 @@ def main(argv=None):
     if rank == 0 and args.json:
         with open(args.json, "w") as f:
             json.dump({"nranks": n, "coll": args.coll, "dtype": args.dtype, "op": args.op, "torch": torch.__version__, "rows": rows}, f, indent=1)
-    # gloo's worker thread frees each finished work's tensors, which needs the
-    # GIL, and torch destroys a gloo group holding the GIL while it joins that
-    # thread: let it run first (a 3-rank ddpbench hung there once, torch 2.11).
-    time.sleep(0.2)
-    dist.destroy_process_group()
+    destroy_groups()
     return 1 if wrong else 0
 
 

@@ -27,6 +27,8 @@ import statistics
 import sys
 import time
 
+from gotree.bench import destroy_groups
+
 
 def percentile(xs, p):
     s = sorted(xs)
@@ -157,11 +159,7 @@ def main(argv=None):
         with open(args.json, "w") as f:
             json.dump({"nranks": n, "params": nparams, "rows": rows, "ratio": ratio, "rel_diff": rel,
                        "failures": failures}, f, indent=1)
-    # gloo's worker thread frees each finished work's tensors, which needs the
-    # GIL, and torch destroys a gloo group holding the GIL while it joins that
-    # thread: let it run first (a 3-rank ddpbench hung there once, torch 2.11).
-    time.sleep(0.2)
-    dist.destroy_process_group()
+    destroy_groups()
     return 1 if failures else 0
 
 
