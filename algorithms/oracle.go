@@ -123,12 +123,12 @@ func RunOracle(p *Plan, inputs [][]byte, inPlace bool) ([][]byte, error) {
 		case Notify, Wait:
 			return nil, nil
 		case PeerCopy:
-			copy(slice(ss.rank, st.Dst, st.Count), slice(st.ReadFrom[0], st.Src, st.Count))
+			copy(slice(ss.rank, st.Dst, st.Count), slice(st.ReadFrom[0], st.PeerRange(), st.Count))
 			return nil, nil
 		case ReadReduceCopy:
 			acc := append([]byte(nil), slice(ss.rank, st.Src, st.Count)...)
 			for _, peer := range st.ReadFrom {
-				ReduceInto(acc, slice(peer, st.Src, st.Count), p.DType, p.Op)
+				ReduceInto(acc, slice(peer, st.PeerRange(), st.Count), p.DType, p.Op)
 			}
 			copy(slice(ss.rank, st.Dst, st.Count), acc)
 			for _, peer := range st.WriteTo {

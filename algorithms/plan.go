@@ -72,8 +72,9 @@ const (
 	Output     // the receive buffer (may alias Input for in-place calls)
 	// Stage is the rank's staging region of a shared plan
 	// (Plan.StageElems elements), which every rank of the host maps and
-	// which never aliases Input or Output. A ReadReduceCopy whose Src is
-	// in Stage reads the peers' staging regions, not their buffers.
+	// which never aliases Input or Output. A ReadReduceCopy whose peers'
+	// range (Step.PeerRange) is in Stage reads the peers' staging
+	// regions, not their buffers.
 	Stage
 )
 
@@ -117,6 +118,20 @@ type Step struct {
 	// whose ranks each fold the same operands (OneShot) set it so that
 	// every rank reduces in rank order and gets the same bits.
 	SrcAt int
+	// PeerSrc, when set, is the range a ReadReduceCopy reads of every
+	// ReadFrom peer, where Src is this rank's own operand elsewhere: a
+	// shared plan reduces its own input with the peers' staged chunks
+	// (Stage). Unset, the peers' range is Src's (PeerRange).
+	PeerSrc Ref
+}
+
+// PeerRange is the range of each ReadFrom peer's memory that s reads:
+// PeerSrc where set, else Src.
+func (s *Step) PeerRange() Ref {
+	if s.PeerSrc.Buf != NoBuf {
+		return s.PeerSrc
+	}
+	return s.Src
 }
 
 // Stream is an ordered list of steps run one after another. A channel may

@@ -66,6 +66,9 @@ func (s Step) String() string {
 	if s.Src.Buf != NoBuf {
 		parts = append(parts, fmt.Sprintf("src %v[%d]", s.Src.Buf, s.Src.Off))
 	}
+	if s.PeerSrc.Buf != NoBuf {
+		parts = append(parts, fmt.Sprintf("peers %v[%d]", s.PeerSrc.Buf, s.PeerSrc.Off))
+	}
 	if s.SrcAt != 0 {
 		parts = append(parts, fmt.Sprintf("src-at %d", s.SrcAt))
 	}

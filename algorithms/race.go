@@ -109,8 +109,9 @@ func (s *simulator) raceStep(ss *simStream, idx int, st *Step, got []*simMsg) {
 	ss.vc[idx]++
 	where := fmt.Sprintf("rank %d step %d (%v)", ss.rank, ss.pc, st.Prim)
 	clock := append([]int(nil), ss.vc...)
+	at := st.PeerRange()
 	for _, peer := range st.ReadFrom {
-		s.race.reads = append(s.race.reads, memEvent{rank: peer, buf: st.Src.Buf, off: st.Src.Off, count: st.Count, stream: idx, clock: clock, where: where})
+		s.race.reads = append(s.race.reads, memEvent{rank: peer, buf: at.Buf, off: at.Off, count: st.Count, stream: idx, clock: clock, where: where})
 	}
 	if st.Dst.Buf != NoBuf {
 		for _, r := range append([]int{ss.rank}, st.WriteTo...) {

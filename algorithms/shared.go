@@ -5,19 +5,21 @@ package algorithms
 // its chunk of the input, C for the reduced slices. The message is cut
 // into chunks of at most C elements; per chunk, on rank r:
 //
-//  1. Copy the chunk of the input into the first half of r's region.
+//  1. Copy the chunk of the input, but for r's own slice of it, into the
+//     first half of r's region (no peer reads r's slice of r's chunk).
 //  2. Notify every peer, Wait for every peer: every chunk is staged.
-//  3. ReadReduceCopy: r's slice of the chunk, from r's region and then
-//     from every peer's (r+1, r+2, …), reduced into the second half of r's
-//     region.
+//  3. ReadReduceCopy: r's slice of the chunk, from r's input and then
+//     from every peer's region (r+1, r+2, …; Step.PeerSrc), reduced into
+//     the second half of r's region.
 //  4. Notify / Wait: every slice is reduced.
 //  5. Copy every rank's reduced slice (PeerCopy from the peers' regions)
 //     into the output.
 //
 // All moves are loads and stores into memory every rank maps: no system
 // call per byte (direct's process_vm_readv/writev pin every page they
-// touch) and no FIFO between pairs. A rank copies its chunk in and the
-// whole result out — the bytes the memory-traffic bound counts — and the
+// touch) and no FIFO between pairs. A rank reads its chunk once (the
+// peers' slices copied in, its own reduced from where it is) and copies
+// the whole result out — the bytes the memory-traffic bound counts — and the
 // reduction reads the staged chunks from the cache (C is chosen to keep
 // n of them there).
 //
@@ -56,10 +58,14 @@ func (b *planBuilder) sharedAllReduce(n int, count, stageElems int64) {
 		peers, round := b.roundsOf(r, n)
 		for off := int64(0); off < count; off += chunk {
 			m := min(chunk, count-off)
-			b.add(r, 0, 0, Step{Prim: Copy, Src: Ref{Input, off}, Dst: Ref{Stage, 0}, Count: m})
-			round()
 			lo, cnt := directSlice(m, n, r)
-			b.add(r, 0, 0, Step{Prim: ReadReduceCopy, ReadFrom: peers, Src: Ref{Stage, lo}, Dst: Ref{Stage, chunk + lo}, Count: cnt})
+			// Only the peers' slices are staged (add drops empty
+			// copies): r's own slice goes from its input straight into
+			// the reduction.
+			b.add(r, 0, 0, Step{Prim: Copy, Src: Ref{Input, off}, Dst: Ref{Stage, 0}, Count: lo})
+			b.add(r, 0, 0, Step{Prim: Copy, Src: Ref{Input, off + lo + cnt}, Dst: Ref{Stage, lo + cnt}, Count: m - lo - cnt})
+			round()
+			b.add(r, 0, 0, Step{Prim: ReadReduceCopy, ReadFrom: peers, Src: Ref{Input, off + lo}, PeerSrc: Ref{Stage, lo}, Dst: Ref{Stage, chunk + lo}, Count: cnt})
 			round()
 			for k := 0; k < n; k++ {
 				j := (r + k) % n

@@ -21,12 +21,16 @@ func sharedPlan(t *testing.T, n int, count, chunkBytes int64) *Plan {
 // two calls back to back, so that the race check sees whether a rank
 // that starts the next call early can touch a staging region a slower
 // peer still reads.
-func twice(p *Plan) *Plan {
+func twice(p *Plan) *Plan { return then(p, p) }
+
+// then returns a plan whose ranks run p's steps and then next's (two calls
+// back to back, of next's size at most p's, on the same staging regions).
+func then(p, next *Plan) *Plan {
 	q := *p
 	q.Ranks = make([]RankPlan, len(p.Ranks))
 	for r, rp := range p.Ranks {
-		st := rp.Channels[0].Streams[0]
-		q.Ranks[r] = RankPlan{Rank: r, Channels: []ChannelPlan{{Channel: 0, Streams: []Stream{append(append(Stream{}, st...), st...)}}}}
+		st := append(append(Stream{}, rp.Channels[0].Streams[0]...), next.Ranks[r].Channels[0].Streams[0]...)
+		q.Ranks[r] = RankPlan{Rank: r, Channels: []ChannelPlan{{Channel: 0, Streams: []Stream{st}}}}
 	}
 	return &q
 }
@@ -92,8 +96,10 @@ func TestSharedPlan(t *testing.T) {
 }
 
 // Each of the two rounds of a chunk is needed, and so is writing the
-// reduced slice into the second half of the region: reducing in place
-// into the staged chunk lets the next call overwrite what a slower peer
+// reduced slice into the second half of the region. Reducing into the
+// gap that r's own slice leaves in its staged chunk holds as long as the
+// slices stay where they are (the same call twice), but a next call of
+// another size moves them: its copy-in overwrites what a slower peer
 // still copies out.
 func TestSharedRoundsAreNeeded(t *testing.T) {
 	for round := 0; round < 2; round++ {
@@ -103,23 +109,68 @@ func TestSharedRoundsAreNeeded(t *testing.T) {
 		require.Error(t, err, "without round %d", round+1)
 		require.Contains(t, err.Error(), "race", "without round %d", round+1)
 	}
-	p := sharedPlan(t, 3, 10, 0)
-	half := p.StageElems / 2
-	for r := range p.Ranks {
-		st := p.Ranks[r].Channels[0].Streams[0]
-		for i := range st {
-			if st[i].Src.Buf == Stage && st[i].Src.Off >= half {
-				st[i].Src.Off -= half // copy out of the staged half
+	inGap := func(p *Plan) *Plan {
+		half := p.StageElems / 2
+		for r := range p.Ranks {
+			st := p.Ranks[r].Channels[0].Streams[0]
+			for i := range st {
+				if st[i].Src.Buf == Stage && st[i].Src.Off >= half {
+					st[i].Src.Off -= half // copy out of the staged half
+				}
+				if st[i].Prim == ReadReduceCopy {
+					st[i].Dst.Off -= half // reduce into the own slice's gap
+				}
 			}
-			if st[i].Prim == ReadReduceCopy {
-				st[i].Dst.Off -= half // reduce in place
+		}
+		return p
+	}
+	p10, p9 := inGap(sharedPlan(t, 3, 10, 0)), inGap(sharedPlan(t, 3, 9, 0))
+	require.Equal(t, p10.StageElems, p9.StageElems)
+	require.NoError(t, CheckPlan(p10), "one call alone is race-free")
+	require.NoError(t, CheckPlan(twice(p10)), "the same call twice is race-free")
+	err := CheckPlan(then(p10, p9))
+	require.Error(t, err)
+	require.True(t, strings.Contains(err.Error(), "race"), "%v", err)
+	// The plan as built: calls of any sizes in a row are race-free.
+	for _, counts := range [][2]int64{{10, 9}, {10, 2}, {10, 1}, {13, 7}} {
+		a, b := sharedPlan(t, 3, counts[0], 0), sharedPlan(t, 3, counts[1], 0)
+		require.NoError(t, CheckPlan(then(a, b)), "calls of %d then %d elements", counts[0], counts[1])
+	}
+}
+
+// A rank stages only its peers' slices of its chunk and reduces its own
+// from its input: per call it copies count − (its slices) elements in,
+// and no peer reads the gap.
+func TestSharedOwnSliceNotStaged(t *testing.T) {
+	for _, n := range []int{2, 3, 5} {
+		for _, count := range []int64{1, 7, 101} {
+			for _, chunk := range []int64{0, 40} {
+				p := sharedPlan(t, n, count, chunk)
+				per := p.StageElems / 2
+				for r := range p.Ranks {
+					var staged, own int64
+					for _, s := range p.Ranks[r].Channels[0].Streams[0] {
+						switch {
+						case s.Prim == Copy && s.Src.Buf == Input:
+							require.Equal(t, Stage, s.Dst.Buf)
+							staged += s.Count
+						case s.Prim == ReadReduceCopy:
+							require.Equal(t, Input, s.Src.Buf, "rank %d reduces its own slice from its input", r)
+							require.Equal(t, Stage, s.PeerSrc.Buf)
+							own += s.Count
+						}
+					}
+					var want int64 // r's slices of every chunk
+					for off := int64(0); off < count; off += per {
+						_, cnt := directSlice(min(per, count-off), n, r)
+						want += cnt
+					}
+					require.Equal(t, want, own, "n%d count %d chunk %d rank %d", n, count, chunk, r)
+					require.Equal(t, count-want, staged, "n%d count %d chunk %d rank %d", n, count, chunk, r)
+				}
 			}
 		}
 	}
-	require.NoError(t, CheckPlan(p), "one call alone is race-free")
-	err := CheckPlan(twice(p))
-	require.Error(t, err)
-	require.True(t, strings.Contains(err.Error(), "race"), "%v", err)
 }
 
 func TestSharedRefusals(t *testing.T) {
@@ -135,6 +186,42 @@ func TestSharedRefusals(t *testing.T) {
 	p := sharedPlan(t, 2, 4, 0)
 	p.StageElems = 0
 	require.ErrorContains(t, CheckPlan(p), "staging region")
+	// The peers' operand: only a ReadReduceCopy names one, in the
+	// staging regions, within them.
+	for _, bad := range []func(s *Step) bool{
+		func(s *Step) bool { // on a Copy
+			if s.Prim != Copy {
+				return false
+			}
+			s.PeerSrc = Ref{Stage, 0}
+			return true
+		},
+		func(s *Step) bool { // in the peers' inputs
+			if s.Prim != ReadReduceCopy {
+				return false
+			}
+			s.PeerSrc = Ref{Input, 0}
+			return true
+		},
+		func(s *Step) bool { // past the region's end
+			if s.Prim != ReadReduceCopy {
+				return false
+			}
+			s.PeerSrc.Off = 1 << 20
+			return true
+		},
+	} {
+		p := sharedPlan(t, 3, 10, 0)
+		st := p.Ranks[1].Channels[0].Streams[0]
+		changed := false
+		for i := range st {
+			if !changed && bad(&st[i]) {
+				changed = true
+			}
+		}
+		require.True(t, changed)
+		require.ErrorContains(t, CheckPlan(p), "peers'")
+	}
 }
 
 func i32bytes(v []int32) []byte {

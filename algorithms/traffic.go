@@ -40,7 +40,7 @@ func stepTraffic(p *Plan, rank int, s Step, inPlace bool) int64 {
 	if s.Prim == Copy && inPlace && p.sameElement(rank, s.Src, s.Dst) {
 		return 0
 	}
-	if s.Src.Buf == Stage || s.Dst.Buf == Stage {
+	if s.Src.Buf == Stage || s.Dst.Buf == Stage || s.PeerSrc.Buf == Stage {
 		// Staging regions stay in the cache, like FIFO slots: only the
 		// caller's buffers count.
 		var k int64

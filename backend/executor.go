@@ -246,7 +246,7 @@ func (x *executor) runStream(ctx context.Context, ch int, steps algorithms.Strea
 			}
 			continue
 		}
-		if st.Prim == algorithms.PeerCopy || (st.Prim == algorithms.ReadReduceCopy && st.Src.Buf == algorithms.Stage) {
+		if st.Prim == algorithms.PeerCopy || (st.Prim == algorithms.ReadReduceCopy && st.PeerRange().Buf == algorithms.Stage) {
 			if err := x.sharedStep(st, src, dst); err != nil {
 				return err
 			}

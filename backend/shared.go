@@ -161,11 +161,11 @@ func (x *executor) peerStage(peer int, r algorithms.Ref, count int64) ([]byte, e
 }
 
 // sharedStep runs a PeerCopy, or a ReadReduceCopy of staged chunks: src
-// (this rank's range) and then the same range of every ReadFrom peer's
-// region, reduced into dst.
+// (this rank's operand) and then the range Step.PeerRange of every
+// ReadFrom peer's region, reduced into dst.
 func (x *executor) sharedStep(st *algorithms.Step, src, dst []byte) error {
 	if st.Prim == algorithms.PeerCopy {
-		b, err := x.peerStage(st.ReadFrom[0], st.Src, st.Count)
+		b, err := x.peerStage(st.ReadFrom[0], st.PeerRange(), st.Count)
 		if err != nil {
 			return err
 		}
@@ -176,8 +176,9 @@ func (x *executor) sharedStep(st *algorithms.Step, src, dst []byte) error {
 		}
 		return nil
 	}
+	at := st.PeerRange()
 	for k, peer := range st.ReadFrom {
-		b, err := x.peerStage(peer, st.Src, st.Count)
+		b, err := x.peerStage(peer, at, st.Count)
 		if err != nil {
 			return err
 		}
