@@ -139,8 +139,9 @@ func TestSharedRoundsAreNeeded(t *testing.T) {
 }
 
 // A rank stages only its peers' slices of its chunk and reduces its own
-// from its input: per call it copies count − (its slices) elements in,
-// and no peer reads the gap.
+// from its input: per call it copies count − (its slices) elements in.
+// (That no peer reads the gap left in the region, TestSharedPlan's exact
+// sums show: the oracle's regions start zeroed.)
 func TestSharedOwnSliceNotStaged(t *testing.T) {
 	for _, n := range []int{2, 3, 5} {
 		for _, count := range []int64{1, 7, 101} {
