@@ -218,11 +218,13 @@ func checkStepStaged(s *Step, rank, n int, inN, outN, stageElems int64) error {
 	if err := check("src", s.Src, sh.src); err != nil {
 		return err
 	}
-	if s.PeerSrc != (Ref{}) && (s.Prim != ReadReduceCopy || s.PeerSrc.Buf != Stage) {
-		return fmt.Errorf("peers' operand %v[%d] (only a ReadReduceCopy of staged chunks names one)", s.PeerSrc.Buf, s.PeerSrc.Off)
-	}
-	if err := check("peers'", s.PeerSrc, s.PeerSrc.Buf != NoBuf); err != nil {
-		return err
+	if s.PeerSrc != (Ref{}) {
+		if s.Prim != ReadReduceCopy || s.PeerSrc.Buf != Stage {
+			return fmt.Errorf("peers' operand %v[%d] (only a ReadReduceCopy of staged chunks names one)", s.PeerSrc.Buf, s.PeerSrc.Off)
+		}
+		if err := check("peers'", s.PeerSrc, true); err != nil {
+			return err
+		}
 	}
 	return check("dst", s.Dst, sh.dst)
 }
