@@ -22,6 +22,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -226,6 +227,10 @@ type sweepSample struct {
 	Wrong   int64 // -1: not checked
 	Times   []float64
 	Chose   string // auto runs: the algorithm autotuning settled on ("": not recorded)
+	// The machine state around the run (handoffProbe): µs to hand
+	// 512 KiB from one CPU to another, just before and just after the
+	// run's processes; 0: not probed.
+	Handoff [2]float64
 }
 
 // sweepRuns returns the runs of the two mirrored passes in order.
@@ -298,18 +303,21 @@ func sweepMeasure(o sweepOpts, stdout, stderr io.Writer) ([]sweepSample, error) 
 			spec.Iters = append(spec.Iters, sweepIters(o, tu, n, s))
 		}
 		t0 := time.Now()
+		var probe [2]float64
+		probe[0] = probeState(stderr)
 		res, err := benchLaunch(spec, stderr)
 		if err != nil {
 			return fmt.Errorf("run %s N=%d %s: %w", pass, n, strings.Join(algos, "+"), err)
 		}
+		probe[1] = probeState(stderr)
 		for _, c := range res.Cycles {
 			a := c.Algo
 			if a == "" {
 				a = algos[0]
 			}
-			all = append(all, sweepSample{Run: pass, Seq: seq, N: n, Algo: a, Bytes: c.Bytes, Cycle: c.Cycle, InPlace: c.InPlace, Wrong: c.Wrong, Times: c.Times, Chose: c.Chose})
+			all = append(all, sweepSample{Run: pass, Seq: seq, N: n, Algo: a, Bytes: c.Bytes, Cycle: c.Cycle, InPlace: c.InPlace, Wrong: c.Wrong, Times: c.Times, Chose: c.Chose, Handoff: probe})
 		}
-		fmt.Fprintf(stdout, "# run %-2s N=%d %-9s %2d sizes %5.1f s\n", pass, n, strings.Join(algos, "+"), len(sizes), time.Since(t0).Seconds())
+		fmt.Fprintf(stdout, "# run %-2s N=%d %-9s %2d sizes %5.1f s  hand-off %.0f/%.0f us\n", pass, n, strings.Join(algos, "+"), len(sizes), time.Since(t0).Seconds(), probe[0], probe[1])
 		return nil
 	}
 	reversed := func(xs []string) []string {
@@ -383,9 +391,15 @@ func dedupSorted(xs []int64) []int64 {
 }
 
 // CSV of samples: one row per cycle, the iteration times space-separated;
-// auto rows name the algorithm autotuning ran (files from before
-// autotuning lack the column).
-var sweepCSVHeader = []string{"run", "seq", "nranks", "algo", "bytes", "placement", "cycle", "iters", "wrong", "median_us", "times_us", "chose"}
+// auto rows name the algorithm autotuning ran, and every row the hand-off
+// probe's µs before and after its run (empty: not probed). Files from
+// before autotuning lack the last three columns, files from before the
+// probe the last two.
+var sweepCSVHeader = []string{"run", "seq", "nranks", "algo", "bytes", "placement", "cycle", "iters", "wrong", "median_us", "times_us", "chose", "handoff_before_us", "handoff_after_us"}
+
+// sweepCSVCols are the column counts of the headers readSweepCSV accepts,
+// newest first.
+var sweepCSVCols = []int{len(sweepCSVHeader), len(sweepCSVHeader) - 2, len(sweepCSVHeader) - 3}
 
 func writeSweepCSV(w io.Writer, ss []sweepSample) error {
 	cw := csv.NewWriter(w)
@@ -399,9 +413,15 @@ func writeSweepCSV(w io.Writer, ss []sweepSample) error {
 		for i, t := range s.Times {
 			ts[i] = strconv.FormatFloat(t, 'f', 1, 64)
 		}
+		var probe [2]string
+		for i, us := range s.Handoff {
+			if us > 0 {
+				probe[i] = strconv.FormatFloat(us, 'f', 1, 64)
+			}
+		}
 		med, _, _ := stats(s.Times)
 		cw.Write([]string{s.Run, strconv.Itoa(s.Seq), strconv.Itoa(s.N), s.Algo, strconv.FormatInt(s.Bytes, 10), pl,
-			strconv.Itoa(s.Cycle), strconv.Itoa(len(s.Times)), strconv.FormatInt(s.Wrong, 10), strconv.FormatFloat(med, 'f', 1, 64), strings.Join(ts, " "), s.Chose})
+			strconv.Itoa(s.Cycle), strconv.Itoa(len(s.Times)), strconv.FormatInt(s.Wrong, 10), strconv.FormatFloat(med, 'f', 1, 64), strings.Join(ts, " "), s.Chose, probe[0], probe[1]})
 	}
 	cw.Flush()
 	return cw.Error()
@@ -437,17 +457,21 @@ func readSweepCSV(r io.Reader) ([]sweepSample, error) {
 	if err != nil {
 		return nil, err
 	}
-	old := sweepCSVHeader[:len(sweepCSVHeader)-1]
-	if len(rows) == 0 || (strings.Join(rows[0], ",") != strings.Join(sweepCSVHeader, ",") && strings.Join(rows[0], ",") != strings.Join(old, ",")) {
+	if len(rows) == 0 || !slices.ContainsFunc(sweepCSVCols, func(n int) bool { return slices.Equal(rows[0], sweepCSVHeader[:n]) }) {
 		return nil, errors.New("raw.csv: unexpected header")
 	}
 	var out []sweepSample
 	for i, row := range rows[1:] {
 		var s sweepSample
-		var e [6]error
+		var e [8]error
 		s.Run, s.Algo, s.InPlace = row[0], row[3], row[5] == "in"
-		if len(row) > len(old) {
-			s.Chose = row[len(old)]
+		if len(row) > 11 {
+			s.Chose = row[11]
+		}
+		for k := range s.Handoff {
+			if c := 12 + k; len(row) > c && row[c] != "" {
+				s.Handoff[k], e[6+k] = strconv.ParseFloat(row[c], 64)
+			}
 		}
 		s.Seq, e[0] = strconv.Atoi(row[1])
 		s.N, e[1] = strconv.Atoi(row[2])

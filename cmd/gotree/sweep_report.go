@@ -34,6 +34,7 @@ type sweepGroup struct {
 	P95          float64
 	CV           float64 // of the cycle medians
 	Wrong        int64
+	Handoff      [2]float64 // the machine-state probe before and after the run (sweepSample.Handoff)
 }
 
 func sweepGroups(ss []sweepSample) []sweepGroup {
@@ -53,7 +54,7 @@ func sweepGroups(ss []sweepSample) []sweepGroup {
 		if !ok {
 			i = len(gs)
 			idx[k] = i
-			gs = append(gs, sweepGroup{Run: s.Run, Seq: s.Seq, N: s.N, Algo: s.Algo, Bytes: s.Bytes, InPlace: s.InPlace, Iters: len(s.Times)})
+			gs = append(gs, sweepGroup{Run: s.Run, Seq: s.Seq, N: s.N, Algo: s.Algo, Bytes: s.Bytes, InPlace: s.InPlace, Iters: len(s.Times), Handoff: s.Handoff})
 			all = append(all, nil)
 		}
 		g := &gs[i]
@@ -78,6 +79,55 @@ type sweepPoint struct {
 	Median float64
 	MaxCV  float64
 	Runs   int
+	States machineStates // the machine states its runs met
+}
+
+// Machine states. The development VM passes through stretches of minutes
+// in which memory written on one CPU reaches the other 3× slower (the
+// hand-off probe: 240–280 µs for 512 KiB against 70–100), and every
+// shared-memory algorithm slows with it, so two runs compare two machines
+// when one of them met the slow state and the other did not. A run met the
+// slow state where a probe around it took more than sweepSlowProbe times
+// the sweep's fastest probe.
+type machineStates uint8
+
+const (
+	stateFast machineStates = 1 << iota
+	stateSlow
+
+	sweepSlowProbe = 2.0
+)
+
+func (s machineStates) String() string {
+	return [...]string{"", "fast", "slow", "both"}[s&(stateFast|stateSlow)]
+}
+
+// crossed reports whether the runs behind s met both states.
+func (s machineStates) crossed() bool { return s == stateFast|stateSlow }
+
+// probeStates classifies each group's run by its probes against the
+// fastest probe of all groups (0 where no group was probed).
+func probeStates(gs []sweepGroup) (fastest float64, states []machineStates) {
+	for _, g := range gs {
+		for _, us := range g.Handoff {
+			if us > 0 && (fastest == 0 || us < fastest) {
+				fastest = us
+			}
+		}
+	}
+	states = make([]machineStates, len(gs))
+	for i, g := range gs {
+		for _, us := range g.Handoff {
+			switch {
+			case us <= 0:
+			case us > sweepSlowProbe*fastest:
+				states[i] |= stateSlow
+			default:
+				states[i] |= stateFast
+			}
+		}
+	}
+	return fastest, states
 }
 
 // sweepAutoFunc returns the algorithm auto picks for N local ranks and a size.
@@ -163,6 +213,9 @@ type sweepReport struct {
 	cmdline string
 	when    string
 	machine string
+	// fastestProbe is the fastest machine-state probe of any run, µs (0:
+	// none probed); points carry the states their runs met.
+	fastestProbe float64
 }
 
 // analyseSweep judges the samples of one placement (in place or out of
@@ -172,8 +225,11 @@ func analyseSweep(ss []sweepSample, auto sweepAutoFunc, inPlace bool) *sweepRepo
 	pool := map[int]map[string]map[int64][]float64{}
 	cvs := map[int]map[string]map[int64]float64{}
 	runs := map[int]map[string]map[int64]int{}
+	states := map[int]map[string]map[int64]machineStates{}
+	var gStates []machineStates
+	r.fastestProbe, gStates = probeStates(r.groups)
 	seenN, seenA := map[int]bool{}, map[string]bool{}
-	for _, g := range r.groups {
+	for gi, g := range r.groups {
 		r.wrong += g.Wrong
 		if g.InPlace != inPlace {
 			continue
@@ -181,15 +237,16 @@ func analyseSweep(ss []sweepSample, auto sweepAutoFunc, inPlace bool) *sweepRepo
 		if !seenN[g.N] {
 			seenN[g.N] = true
 			r.ns = append(r.ns, g.N)
-			pool[g.N], cvs[g.N], runs[g.N] = map[string]map[int64][]float64{}, map[string]map[int64]float64{}, map[string]map[int64]int{}
+			pool[g.N], cvs[g.N], runs[g.N], states[g.N] = map[string]map[int64][]float64{}, map[string]map[int64]float64{}, map[string]map[int64]int{}, map[string]map[int64]machineStates{}
 		}
 		if !seenA[g.Algo] {
 			seenA[g.Algo] = true
 			r.algos = append(r.algos, g.Algo)
 		}
 		if pool[g.N][g.Algo] == nil {
-			pool[g.N][g.Algo], cvs[g.N][g.Algo], runs[g.N][g.Algo] = map[int64][]float64{}, map[int64]float64{}, map[int64]int{}
+			pool[g.N][g.Algo], cvs[g.N][g.Algo], runs[g.N][g.Algo], states[g.N][g.Algo] = map[int64][]float64{}, map[int64]float64{}, map[int64]int{}, map[int64]machineStates{}
 		}
+		states[g.N][g.Algo][g.Bytes] |= gStates[gi]
 		pool[g.N][g.Algo][g.Bytes] = append(pool[g.N][g.Algo][g.Bytes], g.CycleMedians...)
 		cvs[g.N][g.Algo][g.Bytes] = max(cvs[g.N][g.Algo][g.Bytes], g.CV)
 		runs[g.N][g.Algo][g.Bytes]++
@@ -203,7 +260,7 @@ func analyseSweep(ss []sweepSample, auto sweepAutoFunc, inPlace bool) *sweepRepo
 			r.points[n][a] = map[int64]sweepPoint{}
 			for b, meds := range bySize {
 				m, _, _ := stats(meds)
-				r.points[n][a][b] = sweepPoint{Median: m, MaxCV: cvs[n][a][b], Runs: runs[n][a][b]}
+				r.points[n][a][b] = sweepPoint{Median: m, MaxCV: cvs[n][a][b], Runs: runs[n][a][b], States: states[n][a][b]}
 				if !seen[b] {
 					seen[b] = true
 					r.sizes[n] = append(r.sizes[n], b)
@@ -310,6 +367,9 @@ type autoRow struct {
 	ChoiceTimed  bool
 	ChoiceExcess float64
 	ChoicePass   bool
+	// Crossed: the size's runs (every algorithm's, auto's too) met both
+	// machine states, so its verdict compares two machines.
+	Crossed bool
 }
 
 func (r *sweepReport) autoRows() []autoRow {
@@ -321,11 +381,15 @@ func (r *sweepReport) autoRows() []autoRow {
 				continue
 			}
 			row := autoRow{N: n, Bytes: b, Choice: r.auto(n, b)}
-			for _, a := range r.forced(n) {
-				if p, ok := r.points[n][a][b]; ok && p.Median == best {
+			var met machineStates
+			for _, a := range r.algos {
+				p, ok := r.points[n][a][b]
+				met |= p.States
+				if ok && a != "auto" && p.Median == best {
 					row.Best = a
 				}
 			}
+			row.Crossed = met.crossed()
 			p, ok := r.points[n][row.Choice][b]
 			if ok && p.Median > 0 {
 				row.ChoiceTimed = true
@@ -425,10 +489,11 @@ func (r *sweepReport) writeAutoCheck(w io.Writer) {
 		fmt.Fprintf(w, "The choice alone (the forced run of the algorithm auto chose, against the best forced run): within %.0f%% at %d of %d sizes.\n", 100*sweepAutoTol, good, timed)
 		for _, a := range rows {
 			if a.ChoiceTimed && !a.ChoicePass {
-				fmt.Fprintf(w, "- wrong choice at N=%d %s: %s, %.1f%% slower than %s\n", a.N, fmtBytes(a.Bytes), a.Choice, 100*a.ChoiceExcess, a.Best)
+				fmt.Fprintf(w, "- wrong choice at N=%d %s: %s, %.1f%% slower than %s%s\n", a.N, fmtBytes(a.Bytes), a.Choice, 100*a.ChoiceExcess, a.Best, a.crossedNote())
 			}
 		}
 	}
+	r.writeStates(w, rows)
 	if fails > 0 {
 		fmt.Fprintf(w, "\nFailures (N, size, auto, best, excess; \"choice ok\": the chosen algorithm's forced run is within the tolerance, so auto timed the same plan slower):\n")
 		for _, a := range rows {
@@ -441,16 +506,75 @@ func (r *sweepReport) writeAutoCheck(w io.Writer) {
 					}
 					note = fmt.Sprintf("; choice %s (forced %s %+.1f%%)", verdict, a.Choice, 100*a.ChoiceExcess)
 				}
-				fmt.Fprintf(w, "- N=%d %s: auto %s, best %s, %.1f%% slower%s\n", a.N, fmtBytes(a.Bytes), a.Choice, a.Best, 100*a.Excess, note)
+				fmt.Fprintf(w, "- N=%d %s: auto %s, best %s, %.1f%% slower%s%s\n", a.N, fmtBytes(a.Bytes), a.Choice, a.Best, 100*a.Excess, note, a.crossedNote())
 			}
 		}
 	}
 }
 
+func (a autoRow) crossedNote() string {
+	if a.Crossed {
+		return " (runs in both machine states)"
+	}
+	return ""
+}
+
+// writeStates says how the runs' machine states split and what the auto
+// check gives on the sizes whose compared runs all met one state.
+func (r *sweepReport) writeStates(w io.Writer, rows []autoRow) {
+	if r.fastestProbe <= 0 {
+		return
+	}
+	_, gStates := probeStates(r.groups)
+	type run struct {
+		name string
+		seq  int
+	}
+	seen := map[run]bool{}
+	slowest, nRuns, nSlow, nMixed := 0.0, 0, 0, 0
+	for i, g := range r.groups {
+		if k := (run{g.Run, g.Seq}); !seen[k] && gStates[i] != 0 {
+			seen[k] = true
+			nRuns++
+			slowest = max(slowest, g.Handoff[0], g.Handoff[1])
+			switch gStates[i] {
+			case stateSlow:
+				nSlow++
+			case stateFast | stateSlow:
+				nMixed++
+			}
+		}
+	}
+	one, pass, choiceOne, choicePass := 0, 0, 0, 0
+	for _, a := range rows {
+		if a.Crossed {
+			continue
+		}
+		one++
+		if a.Pass {
+			pass++
+		}
+		if a.Measured && a.ChoiceTimed { // else Pass judged the choice already
+			choiceOne++
+			if a.ChoicePass {
+				choicePass++
+			}
+		}
+	}
+	fmt.Fprintf(w, "\nMachine state (`gotree handoff`'s probe before and after each run: %d KiB from one CPU to another): %.0f–%.0f µs; ", handoffBytes>>10, r.fastestProbe, slowest)
+	fmt.Fprintf(w, "of %d runs, %d met only the slow state (a probe over %.0f× the fastest) and %d changed state.\n", nRuns, nSlow, sweepSlowProbe, nMixed)
+	fmt.Fprintf(w, "Sizes whose runs all met one state: %d of %d; auto within %.0f%% at %d of them", one, len(rows), 100*sweepAutoTol, pass)
+	if choiceOne > 0 {
+		fmt.Fprintf(w, ", the choice alone at %d of %d", choicePass, choiceOne)
+	}
+	fmt.Fprintf(w, ".\n")
+}
+
 func (r *sweepReport) writeGroupsCSV(w io.Writer) error {
 	cw := csv.NewWriter(w)
-	cw.Write([]string{"run", "seq", "nranks", "algo", "bytes", "placement", "cycles", "iters", "median_us", "p95_us", "cv", "busbw_gbps", "wrong"})
-	for _, g := range r.groups {
+	cw.Write([]string{"run", "seq", "nranks", "algo", "bytes", "placement", "cycles", "iters", "median_us", "p95_us", "cv", "busbw_gbps", "wrong", "machine_state"})
+	_, states := probeStates(r.groups)
+	for i, g := range r.groups {
 		pl := "out"
 		if g.InPlace {
 			pl = "in"
@@ -458,7 +582,7 @@ func (r *sweepReport) writeGroupsCSV(w io.Writer) error {
 		bus := float64(g.Bytes) / (g.Median * 1e3) * busFactor(algorithms.AllReduce, g.N)
 		cw.Write([]string{g.Run, strconv.Itoa(g.Seq), strconv.Itoa(g.N), g.Algo, strconv.FormatInt(g.Bytes, 10), pl,
 			strconv.Itoa(g.Cycles), strconv.Itoa(g.Iters), fmt.Sprintf("%.1f", g.Median), fmt.Sprintf("%.1f", g.P95),
-			fmt.Sprintf("%.4f", g.CV), fmt.Sprintf("%.4f", bus), strconv.FormatInt(g.Wrong, 10)})
+			fmt.Sprintf("%.4f", g.CV), fmt.Sprintf("%.4f", bus), strconv.FormatInt(g.Wrong, 10), states[i].String()})
 	}
 	cw.Flush()
 	return cw.Error()

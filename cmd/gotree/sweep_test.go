@@ -6,10 +6,13 @@ import (
 	"image/png"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 // synthSamples makes out-of-place and in-place cycles of constant times.
@@ -303,14 +306,125 @@ func TestSweepMeasuredChoice(t *testing.T) {
 			t.Errorf("in place %v, %d B: %q, want %q", tc.inPlace, tc.bytes, got, tc.want)
 		}
 	}
-	// A file written before the column existed.
+	// Files written before the probe's columns (chose kept) and before
+	// the chose column as well.
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
-	var old []string
-	for _, l := range lines {
-		old = append(old, l[:strings.LastIndex(l, ",")])
+	for drop := 2; drop <= 3; drop++ {
+		var old []string
+		for _, l := range lines {
+			f := strings.Split(l, ",")
+			old = append(old, strings.Join(f[:len(f)-drop], ","))
+		}
+		prev, err := readSweepCSV(strings.NewReader(strings.Join(old, "\n") + "\n"))
+		require.NoError(t, err, "%d columns dropped", drop)
+		require.Len(t, prev, len(ss))
+		for i := range prev {
+			require.Equal(t, [2]float64{}, prev[i].Handoff)
+			if drop == 3 {
+				require.Empty(t, prev[i].Chose)
+			} else {
+				require.Equal(t, ss[i].Chose, prev[i].Chose)
+			}
+		}
 	}
-	prev, err := readSweepCSV(strings.NewReader(strings.Join(old, "\n") + "\n"))
-	if err != nil || len(prev) != len(ss) || prev[0].Chose != "" {
-		t.Fatalf("old header: %d samples, err %v", len(prev), err)
+}
+
+// The machine-state probe: it hands memory between two CPUs of this
+// thread's set, and refuses a set of one CPU.
+func TestHandoffProbe(t *testing.T) {
+	var set unix.CPUSet
+	require.NoError(t, unix.SchedGetaffinity(0, &set))
+	if set.Count() < 2 {
+		t.Skip("one CPU: nothing to hand between")
 	}
+	d, err := handoffProbe(64<<10, 8)
+	require.NoError(t, err)
+	require.Greater(t, d, time.Duration(0))
+	require.Less(t, d, handoffDeadline)
+	done := make(chan error)
+	go func() {
+		runtime.LockOSThread() // not unlocked: the thread ends with this goroutine
+		var one unix.CPUSet
+		one.Set(firstCPU(set))
+		if err := unix.SchedSetaffinity(0, &one); err != nil {
+			done <- err
+			return
+		}
+		_, err := handoffProbe(64<<10, 8)
+		done <- err
+	}()
+	require.ErrorIs(t, <-done, errNoCPUPair)
+}
+
+func firstCPU(set unix.CPUSet) int {
+	for c := 0; ; c++ {
+		if set.IsSet(c) {
+			return c
+		}
+	}
+}
+
+// Runs carry their probes through raw.csv; the report classes each run
+// by its probes against the fastest (over 2×: the slow state), marks the
+// auto rows whose compared runs met both states, and counts the rest.
+func TestSweepMachineStates(t *testing.T) {
+	at := func(ss []sweepSample, before, after float64) []sweepSample {
+		for i := range ss {
+			ss[i].Handoff = [2]float64{before, after}
+		}
+		return ss
+	}
+	// 64 B: ring (fast runs) 10, tree (slow runs) 20: auto's ring is
+	// right, but the comparison crosses states. 128 B: ring 10, tree 12,
+	// all fast, auto's tree is 20% slower: a wrong choice in one state.
+	// 256 B: the tree's run changed state (fast before, slow after).
+	// 512 B: auto's tree (a slow run) is 3× the ring (fast): a failure
+	// across states.
+	ring := at(synthSamples("A", 3, "ring", map[int64]float64{64: 10, 128: 10, 256: 10, 512: 10}, 2), 80, 90)
+	tree := at(synthSamples("A", 3, "tree", map[int64]float64{64: 20}, 2), 250, 260)
+	tree = append(tree, at(synthSamples("A", 3, "tree", map[int64]float64{512: 30}, 2), 240, 250)...)
+	tree = append(tree, at(synthSamples("A", 3, "tree", map[int64]float64{128: 12}, 2), 85, 95)...)
+	tree = append(tree, at(synthSamples("A", 3, "tree", map[int64]float64{256: 11}, 2), 100, 270)...)
+	for i := range tree {
+		tree[i].Seq = 2 + int(tree[i].Bytes)/128 // four runs: seq 2, 3, 4, 6
+	}
+	ss := append(ring, tree...)
+	var buf bytes.Buffer
+	require.NoError(t, writeSweepCSV(&buf, ss))
+	back, err := readSweepCSV(&buf)
+	require.NoError(t, err)
+	for i := range ss {
+		require.Equal(t, ss[i].Handoff, back[i].Handoff, "sample %d", i)
+	}
+	choice := map[int64]string{64: "ring", 128: "tree", 256: "ring", 512: "tree"}
+	r := analyseSweep(back, func(_ int, b int64) string { return choice[b] }, false)
+	require.Equal(t, 80.0, r.fastestProbe)
+	require.Equal(t, stateFast, r.points[3]["ring"][64].States)
+	require.Equal(t, stateSlow, r.points[3]["tree"][64].States)
+	require.Equal(t, stateFast|stateSlow, r.points[3]["tree"][256].States)
+	crossed := map[int64]bool{}
+	for _, a := range r.autoRows() {
+		crossed[a.Bytes] = a.Crossed
+	}
+	require.Equal(t, map[int64]bool{64: true, 128: false, 256: true, 512: true}, crossed)
+	var out bytes.Buffer
+	r.writeAutoCheck(&out)
+	for _, s := range []string{
+		"auto within 5% of the best forced algorithm at 2 of 4 sizes",
+		"- N=3 128: auto tree, best ring, 20.0% slower\n",
+		"- N=3 512: auto tree, best ring, 200.0% slower (runs in both machine states)\n",
+		"Machine state (`gotree handoff`'s probe before and after each run: 512 KiB from one CPU to another): 80–270 µs; of 5 runs, 2 met only the slow state (a probe over 2× the fastest) and 1 changed state.",
+		"Sizes whose runs all met one state: 1 of 4; auto within 5% at 0 of them.\n",
+	} {
+		require.Contains(t, out.String(), s)
+	}
+	var groups bytes.Buffer
+	require.NoError(t, r.writeGroupsCSV(&groups))
+	require.Contains(t, groups.String(), "A,2,3,tree,64,out,2,3,20.0,20.0,0.0000,")
+	require.Contains(t, groups.String(), ",0,slow\n")
+	require.Contains(t, groups.String(), ",0,both\n")
+	// Without probes (older files) nothing is said.
+	out.Reset()
+	analyseSweep(synthSamples("A", 3, "ring", map[int64]float64{64: 10}, 2), func(int, int64) string { return "ring" }, false).writeAutoCheck(&out)
+	require.NotContains(t, out.String(), "Machine state")
 }
