@@ -8,9 +8,10 @@ package main
 // machine state those algorithms run in. On the 2-vCPU development VM it
 // has two states that last minutes each (docs/bench.md, "Two states of
 // this VM"): 512 KiB took 70–100 µs in one and 240–280 µs in the other,
-// and every shared-memory algorithm slowed by up to 2.5× with it. gotree
-// sweep probes before and after each run and records both (raw.csv), so
-// that a report can say which comparisons cross states.
+// and every shared-memory algorithm slowed by up to 4× with it. gotree
+// sweep probes before and after each size of each run (rank 0, while the
+// other ranks sleep) and records both (raw.csv), so that its report can
+// say which comparisons cross states and judge each state's cycles alone.
 //
 // tests/bench/handoff.c is the same probe in C, with non-temporal stores
 // beside the ordinary ones.

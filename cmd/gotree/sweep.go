@@ -138,8 +138,8 @@ func runSweep(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "gotree sweep: %v\n", err)
 		return 2
 	}
-	rep := analyseSweep(samples, measuredChoice(samples, false, sweepAuto(cfg, false)), false)
-	rep.placed = analyseSweep(samples, measuredChoice(samples, true, sweepAuto(cfg, true)), true)
+	rep := analyseSweepStates(samples, measuredChoice(samples, false, sweepAuto(cfg, false)), false)
+	rep.placed = analyseSweepStates(samples, measuredChoice(samples, true, sweepAuto(cfg, true)), true)
 	rep.cmdline = cmdline
 	rep.when = time.Now().UTC().Format("2006-01-02 15:04 MST")
 	if o.from != "" {
@@ -227,9 +227,9 @@ type sweepSample struct {
 	Wrong   int64 // -1: not checked
 	Times   []float64
 	Chose   string // auto runs: the algorithm autotuning settled on ("": not recorded)
-	// The machine state around the run (handoffProbe): µs to hand
-	// 512 KiB from one CPU to another, just before and just after the
-	// run's processes; 0: not probed.
+	// The machine state around the cycles of its size (handoffProbe,
+	// rank 0 of the run while the others sleep): µs to hand 512 KiB from
+	// one CPU to another, just before and just after them; 0: not probed.
 	Handoff [2]float64
 }
 
@@ -295,7 +295,7 @@ func sweepMeasure(o sweepOpts, stdout, stderr io.Writer) ([]sweepSample, error) 
 	seq := 0
 	run := func(pass string, n int, algos []string, sizes []int64) error {
 		seq++
-		spec := benchSpec{NRanks: n, Algo: algos[0], Sizes: sizes, Cycles: o.cycles, Warmup: o.warmup, DType: o.dtype, Timeout: o.timeout}
+		spec := benchSpec{NRanks: n, Algo: algos[0], Sizes: sizes, Cycles: o.cycles, Warmup: o.warmup, DType: o.dtype, Timeout: o.timeout, Probe: true}
 		if len(algos) > 1 {
 			spec.Paired = algos
 		}
@@ -303,21 +303,25 @@ func sweepMeasure(o sweepOpts, stdout, stderr io.Writer) ([]sweepSample, error) 
 			spec.Iters = append(spec.Iters, sweepIters(o, tu, n, s))
 		}
 		t0 := time.Now()
-		var probe [2]float64
-		probe[0] = probeState(stderr)
 		res, err := benchLaunch(spec, stderr)
 		if err != nil {
 			return fmt.Errorf("run %s N=%d %s: %w", pass, n, strings.Join(algos, "+"), err)
 		}
-		probe[1] = probeState(stderr)
+		var lo, hi float64
 		for _, c := range res.Cycles {
 			a := c.Algo
 			if a == "" {
 				a = algos[0]
 			}
-			all = append(all, sweepSample{Run: pass, Seq: seq, N: n, Algo: a, Bytes: c.Bytes, Cycle: c.Cycle, InPlace: c.InPlace, Wrong: c.Wrong, Times: c.Times, Chose: c.Chose, Handoff: probe})
+			all = append(all, sweepSample{Run: pass, Seq: seq, N: n, Algo: a, Bytes: c.Bytes, Cycle: c.Cycle, InPlace: c.InPlace, Wrong: c.Wrong, Times: c.Times, Chose: c.Chose, Handoff: c.Handoff})
+			for _, us := range c.Handoff {
+				if us > 0 && (lo == 0 || us < lo) {
+					lo = us
+				}
+				hi = max(hi, us)
+			}
 		}
-		fmt.Fprintf(stdout, "# run %-2s N=%d %-9s %2d sizes %5.1f s  hand-off %.0f/%.0f us\n", pass, n, strings.Join(algos, "+"), len(sizes), time.Since(t0).Seconds(), probe[0], probe[1])
+		fmt.Fprintf(stdout, "# run %-2s N=%d %-9s %2d sizes %5.1f s  hand-off %.0f–%.0f us\n", pass, n, strings.Join(algos, "+"), len(sizes), time.Since(t0).Seconds(), lo, hi)
 		return nil
 	}
 	reversed := func(xs []string) []string {

@@ -43,7 +43,14 @@ type benchSpec struct {
 	// the list forwards when c is even, backwards when odd), so that both
 	// see the same machine.
 	Paired []string `json:"paired,omitempty"`
+	// Probe, when set, has rank 0 probe the machine state (handoffProbe)
+	// before the first size and after each, while the other ranks sleep.
+	Probe bool `json:"probe,omitempty"`
 }
+
+// benchProbePause is how long the other ranks sleep while rank 0 probes:
+// more than a probe takes in the slow state (handoffRounds × 260 µs).
+const benchProbePause = 15 * time.Millisecond
 
 func (s benchSpec) algos() []string {
 	if len(s.Paired) > 0 {
@@ -62,6 +69,9 @@ type benchCycle struct {
 	Wrong   int64     `json:"wrong"`    // -1: not checked in this cycle
 	// Chose is the algorithm an auto run ran after autotuning (PlanOf).
 	Chose string `json:"chose,omitempty"`
+	// Handoff is the machine-state probe just before and just after the
+	// cycles of this size (spec.Probe), µs; 0: not probed.
+	Handoff [2]float64 `json:"handoff_us,omitzero"`
 }
 
 type benchResult struct {
@@ -182,8 +192,30 @@ func benchChild(stdout, stderr io.Writer) int {
 	}
 	send, recv := make([]byte, max(maxB, es)), make([]byte, max(maxB, es))
 	res := benchResult{Spec: spec}
+	// probe measures the machine state with every rank but 0 asleep.
+	probe := func() (float64, error) {
+		if !spec.Probe {
+			return 0, nil
+		}
+		if err := barrierWait(comms[0]); err != nil {
+			return 0, err
+		}
+		us := 0.0
+		if rank == 0 {
+			us = probeState(stderr)
+		} else {
+			time.Sleep(benchProbePause)
+		}
+		return us, barrierWait(comms[0])
+	}
+	before, err := probe()
+	if err != nil {
+		fmt.Fprintf(stderr, "gotree bench child: rank %d: probe: %v\n", rank, err)
+		return 1
+	}
 	for i, size := range spec.Sizes {
 		count := max(size/es, 1)
+		first := len(res.Cycles)
 		for cyc := 0; cyc < spec.Cycles; cyc++ {
 			for k := range algos {
 				ai := k
@@ -199,6 +231,15 @@ func benchChild(stdout, stderr io.Writer) int {
 				}
 			}
 		}
+		after, err := probe()
+		if err != nil {
+			fmt.Fprintf(stderr, "gotree bench child: rank %d: probe: %v\n", rank, err)
+			return 1
+		}
+		for k := first; k < len(res.Cycles); k++ {
+			res.Cycles[k].Handoff = [2]float64{before, after}
+		}
+		before = after
 	}
 	if rank == 0 {
 		if err := json.NewEncoder(stdout).Encode(res); err != nil {
@@ -206,6 +247,14 @@ func benchChild(stdout, stderr io.Writer) int {
 		}
 	}
 	return 0
+}
+
+func barrierWait(comm *pg.Comm) error {
+	r, err := comm.Barrier()
+	if err == nil {
+		err = r.Wait(-1)
+	}
+	return err
 }
 
 // benchCycleRun times one cycle of one size, out of place then in place;

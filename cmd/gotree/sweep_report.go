@@ -216,6 +216,7 @@ type sweepReport struct {
 	// fastestProbe is the fastest machine-state probe of any run, µs (0:
 	// none probed); points carry the states their runs met.
 	fastestProbe float64
+	fast         *sweepReport // the same samples' fast-state cycles alone (analyseSweepStates), if any were slow
 }
 
 // analyseSweep judges the samples of one placement (in place or out of
@@ -519,55 +520,85 @@ func (a autoRow) crossedNote() string {
 	return ""
 }
 
-// writeStates says how the runs' machine states split and what the auto
-// check gives on the sizes whose compared runs all met one state.
+// writeStates says how the groups' machine states split, what the auto
+// check gives on the sizes whose runs all met one state, and what it gives
+// on the cycles of the fast state alone (r.fast).
 func (r *sweepReport) writeStates(w io.Writer, rows []autoRow) {
 	if r.fastestProbe <= 0 {
 		return
 	}
 	_, gStates := probeStates(r.groups)
-	type run struct {
-		name string
-		seq  int
-	}
-	seen := map[run]bool{}
-	slowest, nRuns, nSlow, nMixed := 0.0, 0, 0, 0
+	slowest, nGroups, nSlow, nMixed := 0.0, 0, 0, 0
 	for i, g := range r.groups {
-		if k := (run{g.Run, g.Seq}); !seen[k] && gStates[i] != 0 {
-			seen[k] = true
-			nRuns++
-			slowest = max(slowest, g.Handoff[0], g.Handoff[1])
-			switch gStates[i] {
-			case stateSlow:
-				nSlow++
-			case stateFast | stateSlow:
-				nMixed++
+		if g.InPlace != r.inPlace || gStates[i] == 0 {
+			continue
+		}
+		nGroups++
+		slowest = max(slowest, g.Handoff[0], g.Handoff[1])
+		switch gStates[i] {
+		case stateSlow:
+			nSlow++
+		case stateFast | stateSlow:
+			nMixed++
+		}
+	}
+	fmt.Fprintf(w, "\nMachine state (`gotree handoff`'s probe before and after each size of each run: %d KiB from one CPU to another): %.0f–%.0f µs; ", handoffBytes>>10, r.fastestProbe, slowest)
+	fmt.Fprintf(w, "of %d groups, %d met only the slow state (a probe over %.0f× the fastest) and %d changed state.\n", nGroups, nSlow, sweepSlowProbe, nMixed)
+	one, pass := 0, 0
+	for _, a := range rows {
+		if !a.Crossed {
+			one++
+			if a.Pass {
+				pass++
 			}
 		}
 	}
-	one, pass, choiceOne, choicePass := 0, 0, 0, 0
-	for _, a := range rows {
-		if a.Crossed {
-			continue
-		}
-		one++
+	fmt.Fprintf(w, "Sizes whose runs all met one state: %d of %d; auto within %.0f%% at %d of them.\n", one, len(rows), 100*sweepAutoTol, pass)
+	if r.fast == nil {
+		return
+	}
+	fast := r.fast.autoRows()
+	pass, timed, good := 0, 0, 0
+	for _, a := range fast {
 		if a.Pass {
 			pass++
 		}
-		if a.Measured && a.ChoiceTimed { // else Pass judged the choice already
-			choiceOne++
+		if a.Measured && a.ChoiceTimed {
+			timed++
 			if a.ChoicePass {
-				choicePass++
+				good++
 			}
 		}
 	}
-	fmt.Fprintf(w, "\nMachine state (`gotree handoff`'s probe before and after each run: %d KiB from one CPU to another): %.0f–%.0f µs; ", handoffBytes>>10, r.fastestProbe, slowest)
-	fmt.Fprintf(w, "of %d runs, %d met only the slow state (a probe over %.0f× the fastest) and %d changed state.\n", nRuns, nSlow, sweepSlowProbe, nMixed)
-	fmt.Fprintf(w, "Sizes whose runs all met one state: %d of %d; auto within %.0f%% at %d of them", one, len(rows), 100*sweepAutoTol, pass)
-	if choiceOne > 0 {
-		fmt.Fprintf(w, ", the choice alone at %d of %d", choicePass, choiceOne)
+	fmt.Fprintf(w, "The fast state alone (the cycles whose probes both found it): auto within %.0f%% at %d of %d sizes", 100*sweepAutoTol, pass, len(fast))
+	if timed > 0 {
+		fmt.Fprintf(w, ", the choice alone at %d of %d", good, timed)
 	}
 	fmt.Fprintf(w, ".\n")
+	for _, a := range fast {
+		if !a.Pass {
+			fmt.Fprintf(w, "- fast state, N=%d %s: auto %s, best %s, %.1f%% slower\n", a.N, fmtBytes(a.Bytes), a.Choice, a.Best, 100*a.Excess)
+		}
+	}
+}
+
+// analyseSweepStates is analyseSweep with the fast state's cycles judged
+// apart as well (sweepReport.fast), where the samples carry probes.
+func analyseSweepStates(ss []sweepSample, auto sweepAutoFunc, inPlace bool) *sweepReport {
+	r := analyseSweep(ss, auto, inPlace)
+	if r.fastestProbe <= 0 {
+		return r
+	}
+	var fast []sweepSample
+	for _, s := range ss {
+		if s.Handoff[0] > 0 && s.Handoff[1] > 0 && max(s.Handoff[0], s.Handoff[1]) <= sweepSlowProbe*r.fastestProbe {
+			fast = append(fast, s)
+		}
+	}
+	if len(fast) > 0 && len(fast) < len(ss) {
+		r.fast = analyseSweep(fast, auto, inPlace)
+	}
+	return r
 }
 
 func (r *sweepReport) writeGroupsCSV(w io.Writer) error {

@@ -364,9 +364,10 @@ func firstCPU(set unix.CPUSet) int {
 	}
 }
 
-// Runs carry their probes through raw.csv; the report classes each run
-// by its probes against the fastest (over 2×: the slow state), marks the
-// auto rows whose compared runs met both states, and counts the rest.
+// Cycles carry their probes through raw.csv; the report classes each
+// group by its probes against the fastest (over 2×: the slow state),
+// marks the auto rows whose runs met both states, counts the rest, and
+// judges the fast state's cycles alone.
 func TestSweepMachineStates(t *testing.T) {
 	at := func(ss []sweepSample, before, after float64) []sweepSample {
 		for i := range ss {
@@ -397,7 +398,7 @@ func TestSweepMachineStates(t *testing.T) {
 		require.Equal(t, ss[i].Handoff, back[i].Handoff, "sample %d", i)
 	}
 	choice := map[int64]string{64: "ring", 128: "tree", 256: "ring", 512: "tree"}
-	r := analyseSweep(back, func(_ int, b int64) string { return choice[b] }, false)
+	r := analyseSweepStates(back, func(_ int, b int64) string { return choice[b] }, false)
 	require.Equal(t, 80.0, r.fastestProbe)
 	require.Equal(t, stateFast, r.points[3]["ring"][64].States)
 	require.Equal(t, stateSlow, r.points[3]["tree"][64].States)
@@ -413,8 +414,12 @@ func TestSweepMachineStates(t *testing.T) {
 		"auto within 5% of the best forced algorithm at 2 of 4 sizes",
 		"- N=3 128: auto tree, best ring, 20.0% slower\n",
 		"- N=3 512: auto tree, best ring, 200.0% slower (runs in both machine states)\n",
-		"Machine state (`gotree handoff`'s probe before and after each run: 512 KiB from one CPU to another): 80–270 µs; of 5 runs, 2 met only the slow state (a probe over 2× the fastest) and 1 changed state.",
+		"Machine state (`gotree handoff`'s probe before and after each size of each run: 512 KiB from one CPU to another): 80–270 µs; of 8 groups, 2 met only the slow state (a probe over 2× the fastest) and 1 changed state.",
 		"Sizes whose runs all met one state: 1 of 4; auto within 5% at 0 of them.\n",
+		// The fast state's cycles alone: the tree was measured fast at
+		// 128 B only.
+		"The fast state alone (the cycles whose probes both found it): auto within 5% at 0 of 1 sizes.\n",
+		"- fast state, N=3 128: auto tree, best ring, 20.0% slower\n",
 	} {
 		require.Contains(t, out.String(), s)
 	}
@@ -427,4 +432,55 @@ func TestSweepMachineStates(t *testing.T) {
 	out.Reset()
 	analyseSweep(synthSamples("A", 3, "ring", map[int64]float64{64: 10}, 2), func(int, int64) string { return "ring" }, false).writeAutoCheck(&out)
 	require.NotContains(t, out.String(), "Machine state")
+}
+
+// TestMain lets this test binary serve as the sweep's rank processes:
+// benchLaunch starts os.Executable() with the spec in the environment.
+func TestMain(m *testing.M) {
+	if os.Getenv(envBenchSpec) != "" {
+		os.Exit(benchChild(os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// A small sweep end to end: real ranks in child processes, mirrored runs,
+// every row checked, the probe around every size recorded (where this
+// machine has two CPUs) and reported.
+func TestSweepEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts rank processes")
+	}
+	dir := t.TempDir()
+	var out, errb bytes.Buffer
+	code := runSweep([]string{"-n", "2,3", "-b", "4", "-e", "1K", "-algos", "ring,auto", "-cycles", "2", "-iters", "3", "-w", "1", "-remeasure", "0", "-timeout", "60s", "-out", dir}, &out, &errb)
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out.String(), errb.String())
+	f, err := os.Open(filepath.Join(dir, "raw.csv"))
+	require.NoError(t, err)
+	defer f.Close()
+	ss, err := readSweepCSV(f)
+	require.NoError(t, err)
+	// 2 world sizes × 2 algorithms × 2 passes × 9 sizes × 2 cycles × 2 placements.
+	require.Len(t, ss, 2*2*2*9*2*2)
+	var set unix.CPUSet
+	require.NoError(t, unix.SchedGetaffinity(0, &set))
+	probed := set.Count() >= 2
+	for _, s := range ss {
+		if s.Cycle == 0 {
+			require.Equal(t, int64(0), s.Wrong, "%+v", s)
+		}
+		if s.Algo == "auto" {
+			require.NotEmpty(t, s.Chose, "%+v", s)
+		}
+		require.Equal(t, probed, s.Handoff[0] > 0 && s.Handoff[1] > 0, "%+v", s)
+	}
+	// A size's after-probe is the next size's before-probe.
+	for i := 1; i < len(ss); i++ {
+		if ss[i].Seq == ss[i-1].Seq && ss[i].Bytes == 2*ss[i-1].Bytes {
+			require.Equal(t, ss[i-1].Handoff[1], ss[i].Handoff[0])
+		}
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "crossover.md"))
+	require.NoError(t, err)
+	require.Contains(t, string(md), "# auto check, out of place")
+	require.Equal(t, probed, strings.Contains(string(md), "Machine state (`gotree handoff`'s probe"))
 }
