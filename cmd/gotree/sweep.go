@@ -14,6 +14,7 @@ package main
 // (busbw.png). `--from raw.csv` rebuilds the reports without measuring.
 
 import (
+	"cmp"
 	"encoding/csv"
 	"errors"
 	"flag"
@@ -38,9 +39,10 @@ func init() {
 
 // Tie and noise thresholds of the method.
 const (
-	sweepTie     = 0.05 // |loser/winner - 1| below this is a tie
-	sweepMaxCV   = 0.05 // a group above this is measured again
-	sweepAutoTol = 0.05 // auto may be this much slower than the best forced algorithm
+	sweepProbeFrom = 256 << 10 // the machine state is probed around each size from this one (benchSpec.ProbeFrom)
+	sweepTie       = 0.05      // |loser/winner - 1| below this is a tie
+	sweepMaxCV     = 0.05      // a group above this is measured again
+	sweepAutoTol   = 0.05      // auto may be this much slower than the best forced algorithm
 )
 
 type sweepOpts struct {
@@ -227,9 +229,11 @@ type sweepSample struct {
 	Wrong   int64 // -1: not checked
 	Times   []float64
 	Chose   string // auto runs: the algorithm autotuning settled on ("": not recorded)
-	// The machine state around the cycles of its size (handoffProbe,
-	// rank 0 of the run while the others sleep): µs to hand 512 KiB from
-	// one CPU to another, just before and just after them; 0: not probed.
+	// The machine state around the cycles (handoffProbe): µs to hand
+	// 512 KiB from one CPU to another, just before and just after them —
+	// around each size from sweepProbeFrom (rank 0 of the run, while the
+	// others sleep), around the smaller sizes together (before the run,
+	// by this process, and before the first larger size); 0: not probed.
 	Handoff [2]float64
 }
 
@@ -295,7 +299,7 @@ func sweepMeasure(o sweepOpts, stdout, stderr io.Writer) ([]sweepSample, error) 
 	seq := 0
 	run := func(pass string, n int, algos []string, sizes []int64) error {
 		seq++
-		spec := benchSpec{NRanks: n, Algo: algos[0], Sizes: sizes, Cycles: o.cycles, Warmup: o.warmup, DType: o.dtype, Timeout: o.timeout, Probe: true}
+		spec := benchSpec{NRanks: n, Algo: algos[0], Sizes: sizes, Cycles: o.cycles, Warmup: o.warmup, DType: o.dtype, Timeout: o.timeout, ProbeFrom: sweepProbeFrom}
 		if len(algos) > 1 {
 			spec.Paired = algos
 		}
@@ -303,12 +307,16 @@ func sweepMeasure(o sweepOpts, stdout, stderr io.Writer) ([]sweepSample, error) 
 			spec.Iters = append(spec.Iters, sweepIters(o, tu, n, s))
 		}
 		t0 := time.Now()
+		pre := probeState(stderr)
 		res, err := benchLaunch(spec, stderr)
 		if err != nil {
 			return fmt.Errorf("run %s N=%d %s: %w", pass, n, strings.Join(algos, "+"), err)
 		}
+		post := probeState(stderr)
 		var lo, hi float64
 		for _, c := range res.Cycles {
+			c.Handoff[0] = cmp.Or(c.Handoff[0], pre)
+			c.Handoff[1] = cmp.Or(c.Handoff[1], post)
 			a := c.Algo
 			if a == "" {
 				a = algos[0]

@@ -43,9 +43,14 @@ type benchSpec struct {
 	// the list forwards when c is even, backwards when odd), so that both
 	// see the same machine.
 	Paired []string `json:"paired,omitempty"`
-	// Probe, when set, has rank 0 probe the machine state (handoffProbe)
-	// before the first size and after each, while the other ranks sleep.
-	Probe bool `json:"probe,omitempty"`
+	// ProbeFrom, when set, has rank 0 probe the machine state
+	// (handoffProbe) before every size of at least ProbeFrom bytes and
+	// after the last, while the other ranks sleep. Not below: after a
+	// sleep two ranks often share one CPU for many calls (the kernel
+	// wakes a sleeper next to its waker), which turned 2-rank 4-byte
+	// calls of 1.3 µs into 8.5 µs for the rest of the size; a call of
+	// 256 KiB keeps both ranks busy, and the kernel parts them at once.
+	ProbeFrom int64 `json:"probe_from,omitempty"`
 }
 
 // benchProbePause is how long the other ranks sleep while rank 0 probes:
@@ -70,7 +75,8 @@ type benchCycle struct {
 	// Chose is the algorithm an auto run ran after autotuning (PlanOf).
 	Chose string `json:"chose,omitempty"`
 	// Handoff is the machine-state probe just before and just after the
-	// cycles of this size (spec.Probe), µs; 0: not probed.
+	// cycles of this size (spec.ProbeFrom), µs; 0: the run's start or end
+	// (the parent's probe there, sweepMeasure).
 	Handoff [2]float64 `json:"handoff_us,omitzero"`
 }
 
@@ -194,9 +200,6 @@ func benchChild(stdout, stderr io.Writer) int {
 	res := benchResult{Spec: spec}
 	// probe measures the machine state with every rank but 0 asleep.
 	probe := func() (float64, error) {
-		if !spec.Probe {
-			return 0, nil
-		}
 		if err := barrierWait(comms[0]); err != nil {
 			return 0, err
 		}
@@ -208,14 +211,17 @@ func benchChild(stdout, stderr io.Writer) int {
 		}
 		return us, barrierWait(comms[0])
 	}
-	before, err := probe()
-	if err != nil {
-		fmt.Fprintf(stderr, "gotree bench child: rank %d: probe: %v\n", rank, err)
-		return 1
+	// The cycles since the last probe (from first on) lie between it
+	// (before) and the next.
+	first, before := 0, 0.0
+	between := func(after float64) {
+		for k := first; k < len(res.Cycles); k++ {
+			res.Cycles[k].Handoff = [2]float64{before, after}
+		}
+		first, before = len(res.Cycles), after
 	}
 	for i, size := range spec.Sizes {
 		count := max(size/es, 1)
-		first := len(res.Cycles)
 		for cyc := 0; cyc < spec.Cycles; cyc++ {
 			for k := range algos {
 				ai := k
@@ -231,16 +237,17 @@ func benchChild(stdout, stderr io.Writer) int {
 				}
 			}
 		}
-		after, err := probe()
-		if err != nil {
-			fmt.Fprintf(stderr, "gotree bench child: rank %d: probe: %v\n", rank, err)
-			return 1
+		last := i+1 == len(spec.Sizes)
+		if spec.ProbeFrom > 0 && (!last && spec.Sizes[i+1] >= spec.ProbeFrom || last && size >= spec.ProbeFrom) {
+			us, err := probe()
+			if err != nil {
+				fmt.Fprintf(stderr, "gotree bench child: rank %d: probe: %v\n", rank, err)
+				return 1
+			}
+			between(us)
 		}
-		for k := first; k < len(res.Cycles); k++ {
-			res.Cycles[k].Handoff = [2]float64{before, after}
-		}
-		before = after
 	}
+	between(0)
 	if rank == 0 {
 		if err := json.NewEncoder(stdout).Encode(res); err != nil {
 			return 1

@@ -444,23 +444,24 @@ func TestMain(m *testing.M) {
 }
 
 // A small sweep end to end: real ranks in child processes, mirrored runs,
-// every row checked, the probe around every size recorded (where this
-// machine has two CPUs) and reported.
+// every row checked, the probes recorded (where this machine has two
+// CPUs) and reported: around each size from sweepProbeFrom, around the
+// smaller ones together.
 func TestSweepEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts rank processes")
 	}
 	dir := t.TempDir()
 	var out, errb bytes.Buffer
-	code := runSweep([]string{"-n", "2,3", "-b", "4", "-e", "1K", "-algos", "ring,auto", "-cycles", "2", "-iters", "3", "-w", "1", "-remeasure", "0", "-timeout", "60s", "-out", dir}, &out, &errb)
+	code := runSweep([]string{"-n", "2,3", "-b", "4", "-e", "512K", "-algos", "ring,auto", "-cycles", "2", "-iters", "3", "-w", "1", "-remeasure", "0", "-timeout", "60s", "-out", dir}, &out, &errb)
 	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out.String(), errb.String())
 	f, err := os.Open(filepath.Join(dir, "raw.csv"))
 	require.NoError(t, err)
 	defer f.Close()
 	ss, err := readSweepCSV(f)
 	require.NoError(t, err)
-	// 2 world sizes × 2 algorithms × 2 passes × 9 sizes × 2 cycles × 2 placements.
-	require.Len(t, ss, 2*2*2*9*2*2)
+	// 2 world sizes × 2 algorithms × 2 passes × 18 sizes × 2 cycles × 2 placements.
+	require.Len(t, ss, 2*2*2*18*2*2)
 	var set unix.CPUSet
 	require.NoError(t, unix.SchedGetaffinity(0, &set))
 	probed := set.Count() >= 2
@@ -473,10 +474,16 @@ func TestSweepEndToEnd(t *testing.T) {
 		}
 		require.Equal(t, probed, s.Handoff[0] > 0 && s.Handoff[1] > 0, "%+v", s)
 	}
-	// A size's after-probe is the next size's before-probe.
+	// Below sweepProbeFrom the sizes of a run share their probes; from
+	// it on, a size's before-probe is the previous size's after-probe.
 	for i := 1; i < len(ss); i++ {
-		if ss[i].Seq == ss[i-1].Seq && ss[i].Bytes == 2*ss[i-1].Bytes {
-			require.Equal(t, ss[i-1].Handoff[1], ss[i].Handoff[0])
+		a, b := ss[i-1], ss[i]
+		switch {
+		case a.Seq != b.Seq || a.Bytes == b.Bytes:
+		case b.Bytes < sweepProbeFrom:
+			require.Equal(t, a.Handoff, b.Handoff, "%d and %d bytes", a.Bytes, b.Bytes)
+		default:
+			require.Equal(t, a.Handoff[1], b.Handoff[0], "%d and %d bytes", a.Bytes, b.Bytes)
 		}
 	}
 	md, err := os.ReadFile(filepath.Join(dir, "crossover.md"))
