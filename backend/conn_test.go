@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"runtime"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 )
 
 func tcpPair(t *testing.T, slots, slotBytes int) (Conn, Conn) {
@@ -217,10 +219,14 @@ func TestYieldPhase(t *testing.T) {
 }
 
 // Busy polling turns itself off for busyBackoff after busyMissLimit
-// waits in a row showed that it held the CPU its peer needed; then one
-// more such wait turns it off again, and a wait that shows the peer has a
-// CPU of its own clears the count.
+// waits in a row showed that it held the CPU its peer needed, and the
+// waiter leaves its CPU; then one more such wait does both again, and a
+// wait that shows the peer has a CPU of its own clears the count.
 func TestBusyGuard(t *testing.T) {
+	saved := leaveCPU
+	defer func() { leaveCPU = saved }()
+	left := 0
+	leaveCPU = func() bool { left++; return true }
 	var g busyGuard
 	at := func(ms int) time.Duration { return time.Duration(ms) * time.Millisecond }
 	for i := 1; i < busyMissLimit; i++ {
@@ -232,16 +238,74 @@ func TestBusyGuard(t *testing.T) {
 		g.record(true, at(2))
 	}
 	require.True(t, g.allow(at(2)))
+	require.Zero(t, left)
 	g.record(true, at(2))
 	require.False(t, g.allow(at(2)), "off after %d in a row", busyMissLimit)
+	require.Equal(t, 1, left, "and the waiter left its CPU")
 	require.False(t, g.allow(at(2)+busyBackoff-1))
 	require.True(t, g.allow(at(2)+busyBackoff), "back after the back-off")
 	g.record(true, at(30))
 	require.False(t, g.allow(at(30)), "one more turns it off again")
+	require.Equal(t, 2, left)
 	require.True(t, g.allow(at(30)+busyBackoff))
 	g.record(false, 0)
 	g.record(true, at(60))
 	require.True(t, g.allow(at(60)), "the count starts over")
+	require.Equal(t, 2, left)
+}
+
+// leaveCPU moves the calling thread to another CPU of its affinity and
+// gives the affinity back; with one CPU allowed it stays.
+func TestLeaveCPU(t *testing.T) {
+	var all unix.CPUSet
+	require.NoError(t, unix.SchedGetaffinity(0, &all))
+	if all.Count() < 2 {
+		t.Skip("one CPU: nowhere to go")
+	}
+	type result struct {
+		moved, sameMask bool
+		from, to        int
+		err             error
+	}
+	onThread := func(mask *unix.CPUSet) result {
+		done := make(chan result)
+		go func() {
+			runtime.LockOSThread() // not unlocked: the thread ends with the goroutine
+			var r result
+			if mask != nil {
+				if r.err = unix.SchedSetaffinity(0, mask); r.err != nil {
+					done <- r
+					return
+				}
+			}
+			var before, after unix.CPUSet
+			unix.SchedGetaffinity(0, &before)
+			r.from, _ = currentCPU()
+			r.moved = leaveCPU()
+			r.to, _ = currentCPU()
+			unix.SchedGetaffinity(0, &after)
+			r.sameMask = before == after
+			done <- r
+		}()
+		return <-done
+	}
+	r := onThread(nil)
+	require.NoError(t, r.err)
+	require.True(t, r.moved)
+	require.NotEqual(t, r.from, r.to, "the thread runs on another CPU")
+	require.True(t, r.sameMask, "with its affinity as it was")
+	var one unix.CPUSet
+	for c := 0; ; c++ {
+		if all.IsSet(c) {
+			one.Set(c)
+			break
+		}
+	}
+	r = onThread(&one)
+	require.NoError(t, r.err)
+	require.False(t, r.moved, "one CPU allowed")
+	require.Equal(t, r.from, r.to)
+	require.True(t, r.sameMask)
 }
 
 // Through pollThenYield: a wait whose data comes as soon as it yields
@@ -250,8 +314,10 @@ func TestBusyGuard(t *testing.T) {
 // wait skips the poll.
 func TestBusyGuardWaits(t *testing.T) {
 	busy = busyGuard{}
-	saved := yieldOnce
-	defer func() { busy, yieldOnce = busyGuard{}, saved }()
+	saved, savedLeave := yieldOnce, leaveCPU
+	defer func() { busy, yieldOnce, leaveCPU = busyGuard{}, saved, savedLeave }()
+	left := 0
+	leaveCPU = func() bool { left++; return true }
 	pol := WaitPolicy{BusyPoll: 30 * time.Microsecond, Pollers: 1}
 	ctx := context.Background()
 
@@ -265,6 +331,7 @@ func TestBusyGuardWaits(t *testing.T) {
 		require.True(t, pollThenYield(ctx, onYield, pol))
 	}
 	require.False(t, busy.allow(time.Since(pollEpoch)), "off after %d such waits", busyMissLimit)
+	require.Equal(t, 1, left, "and the waiter left its CPU")
 	require.Positive(t, polls)
 	require.Equal(t, pollSkipped, busyPoll(func() bool { return false }, pol), "no busy poll while off")
 
