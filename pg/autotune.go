@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gotree/gotree/algorithms"
 )
 
@@ -42,12 +44,19 @@ import (
 //     here, 160 ms or more a call), each block has fewer timed calls, at
 //     least one (tuneTimedFor): at 1 GiB 16 exploring calls instead of 40;
 //   - after the last one the ranks allgather their times; a call's time
-//     is the shortest any rank measured (the rank that arrived last
-//     waited for nobody; the others' times include waiting for it: a
-//     barrier in a benchmark loop took 2–8 ms that way), a candidate's
-//     score the median over its timed calls, and every rank keeps the
-//     lowest score, the model's choice unless another is more than
-//     tuneKeepModel lower.
+//     runs from the moment the last rank started it (the others' own
+//     times include waiting for that rank: a barrier in a benchmark loop
+//     took 2–8 ms that way) to the moment the last rank finished it —
+//     where every rank is on one host, whose monotonic clock they share;
+//     across hosts it is the shortest time any rank measured (the rank
+//     that arrived last waited for nobody), which undercounts algorithms
+//     whose last arrival finds its work done: a one-shot rank that
+//     arrives last reads the others' data at once, while they still wait
+//     for its own (3 ranks, 4 B–1 KiB: one-shot kept by the shortest
+//     time, 70–110% slower than the ring in a sweep's loop). A
+//     candidate's score is the median over its timed calls, and every
+//     rank keeps the lowest score, the model's choice unless another is
+//     more than tuneKeepModel lower.
 //
 // Candidates, order and decision do not depend on the call's placement
 // (in place or not). Ranks that issue the same calls in the same order,
@@ -83,12 +92,13 @@ var testHookTuneDuration func(rank int, algo algorithms.Algorithm, d time.Durati
 
 // tuneState is the autotuning of one (collective, bytes).
 type tuneState struct {
-	cands []algorithms.Prediction // the model's choice first; nil: fewer than two, nothing to measure
-	timed int                     // timed calls per block, 1 … tuneTimed (tuneTimedFor)
-	calls int                     // exploring calls issued
-	times [][]float64             // per candidate: this rank's timed calls, µs
-	pick  *algorithms.Prediction  // the decision; nil while exploring or without candidates
-	score []float64               // per candidate, the measured median that decided (tuneMedians), µs
+	cands  []algorithms.Prediction // the model's choice first; nil: fewer than two, nothing to measure
+	timed  int                     // timed calls per block, 1 … tuneTimed (tuneTimedFor)
+	calls  int                     // exploring calls issued
+	times  [][]float64             // per candidate: this rank's timed calls, µs
+	starts [][]float64             // per candidate: when they started, µs of HostClockUs
+	pick   *algorithms.Prediction  // the decision; nil while exploring or without candidates
+	score  []float64               // per candidate, the measured median that decided (tuneMedians), µs
 }
 
 // autoTuner holds a communicator's autotuning states.
@@ -194,7 +204,7 @@ func (c *Comm) newTuneState(a collArgs, key choiceKey) *tuneState {
 		st.cands = nil
 		return st
 	}
-	st.times = make([][]float64, len(st.cands))
+	st.times, st.starts = make([][]float64, len(st.cands)), make([][]float64, len(st.cands))
 	st.timed = tuneTimedFor(st.cands)
 	return st
 }
@@ -221,9 +231,10 @@ func tuneTimedFor(cands []algorithms.Prediction) int {
 	return 1
 }
 
-// tuneRecord files a call's duration; after the last exploring call it
-// gathers every rank's times and decides.
-func (c *Comm) tuneRecord(ctx context.Context, slot tuneSlot, d time.Duration, seq uint64, desc fmt.Stringer) error {
+// tuneRecord files a call that started at startUs (HostClockUs) and took
+// d; after the last exploring call it gathers every rank's times and
+// decides.
+func (c *Comm) tuneRecord(ctx context.Context, slot tuneSlot, startUs float64, d time.Duration, seq uint64, desc fmt.Stringer) error {
 	if slot.cand < 0 {
 		return nil
 	}
@@ -233,6 +244,7 @@ func (c *Comm) tuneRecord(ctx context.Context, slot tuneSlot, d time.Duration, s
 	c.tuner.mu.Lock()
 	if slot.timed {
 		slot.st.times[slot.cand] = append(slot.st.times[slot.cand], float64(d.Nanoseconds())/1e3)
+		slot.st.starts[slot.cand] = append(slot.st.starts[slot.cand], startUs)
 	}
 	var rec tuneRecord
 	if slot.last {
@@ -246,14 +258,15 @@ func (c *Comm) tuneRecord(ctx context.Context, slot tuneSlot, d time.Duration, s
 	if err != nil {
 		return err // classified, and the communicator aborted, by the gather
 	}
-	pick, why, err := decideTuning(c.rank, slot.st.cands, all)
+	oneHost := c.graph.NNodes <= 1
+	pick, why, err := decideTuning(c.rank, slot.st.cands, all, oneHost)
 	if err != nil {
 		return c.collFailed(desc, fmt.Errorf("%w: %v", ErrInvalidArgument, err))
 	}
 	c.tuner.mu.Lock()
 	slot.st.pick = &slot.st.cands[pick]
-	slot.st.score = tuneMedians(all[c.rank].samples, len(slot.st.cands), all)
-	slot.st.times = nil
+	slot.st.score = tuneMedians(all[c.rank].samples, len(slot.st.cands), all, oneHost)
+	slot.st.times, slot.st.starts = nil, nil
 	c.tuner.mu.Unlock()
 	c.log.Infof("TUNING", "%v %d bytes: %s", slot.key.coll, slot.key.bytes, why)
 	return nil
@@ -261,15 +274,16 @@ func (c *Comm) tuneRecord(ctx context.Context, slot tuneSlot, d time.Duration, s
 
 // A tuning record is what a rank contributes to the decision: the call's
 // size, the number of timed calls per candidate, the candidates in
-// order, and its time of each timed call per candidate. It travels as
-// tuneRecordLen float64s.
-const tuneRecordLen = 2 + tuneMaxCands + tuneMaxCands*tuneSamples
+// order, and per candidate its time of each timed call and when it
+// started the call. It travels as tuneRecordLen float64s.
+const tuneRecordLen = 2 + tuneMaxCands + 2*tuneMaxCands*tuneSamples
 
 type tuneRecord struct {
 	bytes   int64
 	samples int               // timed calls per candidate: tuneRounds × the state's timed
 	algos   [tuneMaxCands]int // candidate algorithms, -1 past the last
 	us      [tuneMaxCands][tuneSamples]float64
+	at      [tuneMaxCands][tuneSamples]float64 // starts, µs of HostClockUs
 }
 
 func tuneRecordOf(key choiceKey, st *tuneState) tuneRecord {
@@ -279,9 +293,21 @@ func tuneRecordOf(key choiceKey, st *tuneState) tuneRecord {
 		if i < len(st.cands) {
 			r.algos[i] = int(st.cands[i].Algo)
 			copy(r.us[i][:], st.times[i])
+			copy(r.at[i][:], st.starts[i])
 		}
 	}
 	return r
+}
+
+// HostClockUs is the host's monotonic clock in µs: every process of the
+// host reads the same one (CLOCK_MONOTONIC; 0 where it cannot be read),
+// so ranks of one host can compare their moments.
+func HostClockUs() float64 {
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) != nil {
+		return 0
+	}
+	return float64(ts.Sec)*1e6 + float64(ts.Nsec)/1e3
 }
 
 func median(v []float64) float64 {
@@ -302,8 +328,9 @@ func (r tuneRecord) encode(b []byte) {
 	put(1, float64(r.samples))
 	for i := range r.algos {
 		put(2+i, float64(r.algos[i]))
-		for j, v := range r.us[i] {
-			put(2+tuneMaxCands+i*tuneSamples+j, v)
+		for j := range r.us[i] {
+			put(2+tuneMaxCands+i*tuneSamples+j, r.us[i][j])
+			put(2+tuneMaxCands+(tuneMaxCands+i)*tuneSamples+j, r.at[i][j])
 		}
 	}
 }
@@ -315,6 +342,7 @@ func decodeTuneRecord(b []byte) tuneRecord {
 		r.algos[i] = int(get(2 + i))
 		for j := range r.us[i] {
 			r.us[i][j] = get(2 + tuneMaxCands + i*tuneSamples + j)
+			r.at[i][j] = get(2 + tuneMaxCands + (tuneMaxCands+i)*tuneSamples + j)
 		}
 	}
 	return r
@@ -353,12 +381,13 @@ func (c *Comm) gatherTuneRecords(ctx context.Context, rec tuneRecord, seq uint64
 }
 
 // decideTuning picks a candidate from every rank's record: the one with
-// the smallest median over its timed calls of the shortest time any rank
-// measured for the call; the model's (index 0) unless that is more than
-// tuneKeepModel slower. why says what was measured. Records that differ
-// from rank's own in anything but the times fail: the ranks did not issue
-// the same calls.
-func decideTuning(rank int, cands []algorithms.Prediction, all []tuneRecord) (pick int, why string, err error) {
+// the smallest median over its timed calls of the call's time
+// (tuneMedians: from the last start to the last end where every rank is
+// on one host, else the shortest time any rank measured); the model's
+// (index 0) unless that is more than tuneKeepModel slower. why says what
+// was measured. Records that differ from rank's own in anything but the
+// times fail: the ranks did not issue the same calls.
+func decideTuning(rank int, cands []algorithms.Prediction, all []tuneRecord, oneHost bool) (pick int, why string, err error) {
 	mine := all[rank]
 	for r, x := range all {
 		if x.bytes != mine.bytes || x.samples != mine.samples || x.algos != mine.algos {
@@ -368,7 +397,7 @@ func decideTuning(rank int, cands []algorithms.Prediction, all []tuneRecord) (pi
 	if mine.samples < 1 || mine.samples > tuneSamples {
 		return 0, "", fmt.Errorf("rank %d: autotuning record of %d timed calls per candidate (want 1 … %d)", rank, mine.samples, tuneSamples)
 	}
-	med := tuneMedians(mine.samples, len(cands), all)
+	med := tuneMedians(mine.samples, len(cands), all, oneHost)
 	best := 0
 	for i := range med {
 		if med[i] < med[best] {
@@ -382,7 +411,11 @@ func decideTuning(rank int, cands []algorithms.Prediction, all []tuneRecord) (pi
 	for i, p := range cands {
 		parts = append(parts, fmt.Sprintf("%v %.1f us", p.Algo, med[i]))
 	}
-	why = fmt.Sprintf("measured %s (median of %d calls, each the shortest of %d ranks' times): %v", strings.Join(parts, ", "), mine.samples, len(all), cands[best].Algo)
+	each := fmt.Sprintf("the shortest of %d ranks' times", len(all))
+	if oneHost {
+		each = fmt.Sprintf("from the last of %d ranks' starts to the last end", len(all))
+	}
+	why = fmt.Sprintf("measured %s (median of %d calls, each %s): %v", strings.Join(parts, ", "), mine.samples, each, cands[best].Algo)
 	if best == 0 {
 		why += fmt.Sprintf(", the model's choice in place (predicted %.1f us)", cands[0].TimeUs)
 	} else {
@@ -391,13 +424,24 @@ func decideTuning(rank int, cands []algorithms.Prediction, all []tuneRecord) (pi
 	return best, why, nil
 }
 
-// tuneMedians is every candidate's score: the median over its samples
-// timed calls of the shortest time any rank measured for the call, µs.
-func tuneMedians(samples, ncands int, all []tuneRecord) []float64 {
+// tuneMedians is every candidate's score, µs: the median over its
+// samples timed calls of the call's time — on one host (oneHost: the
+// starts are on one clock) from the last rank's start to the last rank's
+// end, else the shortest time any rank measured.
+func tuneMedians(samples, ncands int, all []tuneRecord, oneHost bool) []float64 {
 	med := make([]float64, ncands)
 	for i := range med {
 		calls := make([]float64, samples)
 		for j := range calls {
+			if oneHost {
+				lastStart, lastEnd := math.Inf(-1), math.Inf(-1)
+				for _, x := range all {
+					lastStart = max(lastStart, x.at[i][j])
+					lastEnd = max(lastEnd, x.at[i][j]+x.us[i][j])
+				}
+				calls[j] = lastEnd - lastStart
+				continue
+			}
 			calls[j] = math.Inf(1)
 			for _, x := range all {
 				calls[j] = min(calls[j], x.us[i][j])

@@ -244,9 +244,11 @@ func TestAutotuneSlowStretch(t *testing.T) {
 						seen[c]++
 					}
 				}
-				pick, why, err := decideTuning(0, cands, []tuneRecord{rec, rec})
-				require.NoError(t, err)
-				require.Equal(t, fast, pick, "%d candidates, slow blocks %d and %d: %s", n, start, start+1, why)
+				for _, oneHost := range []bool{false, true} {
+					pick, why, err := decideTuning(0, cands, []tuneRecord{rec, rec}, oneHost)
+					require.NoError(t, err)
+					require.Equal(t, fast, pick, "%d candidates, slow blocks %d and %d: %s", n, start, start+1, why)
+				}
 			}
 		}
 	}
@@ -276,7 +278,7 @@ func TestDecideTuning(t *testing.T) {
 	}
 	// A rank that arrives early measures the others' lateness: the
 	// shortest time of a call counts (ring: 100, not 220 or the mean).
-	pick, why, err := decideTuning(0, cands, []tuneRecord{rec(300, 220, 140), rec(300, 100, 150)})
+	pick, why, err := decideTuning(0, cands, []tuneRecord{rec(300, 220, 140), rec(300, 100, 150)}, false)
 	require.NoError(t, err)
 	require.Equal(t, 1, pick, why)
 	require.Contains(t, why, "ring 100.0 us")
@@ -293,33 +295,72 @@ func TestDecideTuning(t *testing.T) {
 			b.us[2][j] = 90
 		}
 	}
-	pick, _, err = decideTuning(1, cands, []tuneRecord{a, b})
+	pick, _, err = decideTuning(1, cands, []tuneRecord{a, b}, false)
 	require.NoError(t, err)
 	require.Equal(t, 2, pick)
-	pick, _, err = decideTuning(1, cands, []tuneRecord{rec(102, 100, 140), rec(102, 100, 140)})
+	pick, _, err = decideTuning(1, cands, []tuneRecord{rec(102, 100, 140), rec(102, 100, 140)}, false)
 	require.NoError(t, err)
 	require.Equal(t, 0, pick, "2% slower than the best: the model's choice stays")
-	pick, _, err = decideTuning(1, cands, []tuneRecord{rec(104, 100, 140), rec(104, 100, 140)})
+	pick, _, err = decideTuning(1, cands, []tuneRecord{rec(104, 100, 140), rec(104, 100, 140)}, false)
 	require.NoError(t, err)
 	require.Equal(t, 1, pick, "4% slower: the measured best wins")
 	bad := rec(1, 1, 1)
 	bad.bytes = 8192
-	_, _, err = decideTuning(0, cands, []tuneRecord{rec(1, 1, 1), bad})
+	_, _, err = decideTuning(0, cands, []tuneRecord{rec(1, 1, 1), bad}, false)
 	require.ErrorContains(t, err, fmt.Sprintf("rank 0: autotuning allreduce of 4096 bytes with candidates direct,ring,hd (%d timed calls each), but rank 1 tuned allreduce of 8192 bytes", tuneSamples))
 	short := rec(1, 1, 1)
 	short.samples = tuneSamples / 2
-	_, _, err = decideTuning(0, cands, []tuneRecord{rec(1, 1, 1), short})
+	_, _, err = decideTuning(0, cands, []tuneRecord{rec(1, 1, 1), short}, false)
 	require.ErrorContains(t, err, fmt.Sprintf("(%d timed calls each), but rank 1 tuned allreduce of 4096 bytes with candidates direct,ring,hd (%d timed calls each)", tuneSamples, tuneSamples/2))
 	none := rec(1, 1, 1)
 	none.samples = 0
-	_, _, err = decideTuning(0, cands, []tuneRecord{none, none})
+	_, _, err = decideTuning(0, cands, []tuneRecord{none, none}, false)
 	require.ErrorContains(t, err, "record of 0 timed calls per candidate")
 	var wire [8 * tuneRecordLen]byte
 	r := rec(1.5, 2.5, 3.5)
 	r.us[1][2] = 7.25
+	r.at[2][1] = 5e11 + 0.125 // µs since boot, after six days
 	r.encode(wire[:])
 	require.Equal(t, r, decodeTuneRecord(wire[:]))
 	require.False(t, strings.Contains(r.String(), "-1"))
+}
+
+// On one host a call's time runs from the last rank's start to the last
+// rank's end: a candidate whose last arrival finishes at once (one-shot:
+// the others' data is there) but whose other ranks wait a while longer
+// for its data loses to one that is shorter from the last start on,
+// though the shortest single time would favour it.
+func TestDecideTuningOneHost(t *testing.T) {
+	cands := []algorithms.Prediction{{Algo: algorithms.OneShot, TimeUs: 5}, {Algo: algorithms.Ring, TimeUs: 8}}
+	// rank 0 starts every call at 1000 µs, rank 1 140 µs later.
+	recs := make([]tuneRecord, 2)
+	for r := range recs {
+		recs[r] = tuneRecord{bytes: 64, samples: tuneSamples}
+		for i := range recs[r].algos {
+			recs[r].algos[i] = -1
+		}
+		recs[r].algos[0], recs[r].algos[1] = int(algorithms.OneShot), int(algorithms.Ring)
+		for j := range tuneSamples {
+			recs[r].at[0][j] = 1000 + 140*float64(r)
+			recs[r].at[1][j] = 1000 + 140*float64(r)
+		}
+	}
+	for j := range tuneSamples {
+		// one-shot: rank 1 arrives last and is done in 5 µs; rank 0
+		// ends 10 µs after rank 1's start.
+		recs[0].us[0][j], recs[1].us[0][j] = 150, 5
+		// ring: both end 8 µs after rank 1's start.
+		recs[0].us[1][j], recs[1].us[1][j] = 148, 8
+	}
+	pick, why, err := decideTuning(0, cands, recs, true)
+	require.NoError(t, err)
+	require.Equal(t, 1, pick, why)
+	require.Contains(t, why, "oneshot 10.0 us, ring 8.0 us")
+	require.Contains(t, why, "from the last of 2 ranks' starts to the last end")
+	pick, why, err = decideTuning(0, cands, recs, false)
+	require.NoError(t, err)
+	require.Equal(t, 0, pick, "across hosts the shortest time counts: %s", why)
+	require.Contains(t, why, "oneshot 5.0 us, ring 8.0 us")
 }
 
 // Where the model predicts a long exploration (large messages) the blocks
