@@ -295,3 +295,59 @@ func TestSettleCallsAgree(t *testing.T) {
 	}
 	require.Greater(t, mems[0].runs, 1)
 }
+
+// On one host an iteration lasts from the last rank's end of the one
+// before to the last rank's end of it, however the ranks' own iterations
+// alternate; without the clock it is the slowest rank's time.
+func TestCombineTimes(t *testing.T) {
+	const n = 3
+	cfg := pg.Config{Timeout: 20 * time.Second, SocketIfname: "lo"}
+	uid, err := pg.NewUniqueID(cfg)
+	require.NoError(t, err)
+	comms := make([]*pg.Comm, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			comms[r], errs[r] = pg.Init(uid, r, n, cfg)
+		}()
+	}
+	wg.Wait()
+	for r, c := range comms {
+		require.NoError(t, errs[r])
+		defer c.Destroy()
+	}
+	run := func(times, ends [][]float64) [][]float64 {
+		for r := range comms {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[r] = combineTimes(comms[r], times[r], ends[r])
+			}()
+		}
+		wg.Wait()
+		for r := range comms {
+			require.NoError(t, errs[r], "rank %d", r)
+		}
+		return times
+	}
+	// Rank 0 runs half an iteration ahead on every other call, rank 2
+	// always ends 20 µs after rank 1; the loop takes 100 µs a call.
+	ends := [][]float64{
+		{1000, 1050, 1200, 1250, 1400},
+		{1000, 1100, 1200, 1300, 1400},
+		{1020, 1120, 1220, 1320, 1420},
+	}
+	times := [][]float64{{50, 150, 50, 150}, {100, 100, 100, 100}, {100, 100, 100, 100}}
+	for r, got := range run(times, ends) {
+		require.Equal(t, []float64{100, 100, 100, 100}, got, "rank %d", r)
+	}
+	// No clock (ends[0] == 0 on every rank): the slowest rank per iteration.
+	none := [][]float64{make([]float64, 3), make([]float64, 3), make([]float64, 3)}
+	times = [][]float64{{5, 9}, {7, 3}, {6, 1}}
+	for r, got := range run(times, none) {
+		require.Equal(t, []float64{7, 9}, got, "rank %d", r)
+	}
+}
