@@ -240,15 +240,42 @@ func drawPanel(img *image.RGBA, p plotPanel, y0 int) {
 		return bot - int(math.Round(float64(bot-top)*(math.Log10(v)-dlo)/(dhi-dlo)))
 	}
 	plotText(img, x0, y0+10, p.title, pngInk)
-	// legend
-	lx := x1 - 420
-	for _, s := range p.series {
-		pngFillRect(img, lx, y0+16, 24, 4, plotColor(s.name))
-		plotText(img, lx+30, y0+10, s.name, pngInk)
-		lx += 30 + pngTextWidth(s.name) + 24
+	// legend: right-aligned after the title, in as many lines as it needs
+	type entry struct {
+		name string
+		w    int
 	}
-	pngFillRect(img, lx, y0+12, 10, 10, pngInk)
-	plotText(img, lx+16, y0+10, "auto choice", pngInk)
+	var entries []entry
+	for _, s := range p.series {
+		entries = append(entries, entry{s.name, 30 + pngTextWidth(s.name) + 24})
+	}
+	entries = append(entries, entry{"", 16 + pngTextWidth("auto choice")})
+	var lines [][]entry
+	left, width := x0+pngTextWidth(p.title)+24, 0
+	for _, e := range entries {
+		if len(lines) == 0 || width+e.w > x1-left {
+			lines, width = append(lines, nil), 0
+		}
+		lines[len(lines)-1] = append(lines[len(lines)-1], e)
+		width += e.w
+	}
+	for i, line := range lines {
+		width = 0
+		for _, e := range line {
+			width += e.w
+		}
+		lx, ly := x1-width, y0+10+i*(pngGlyphH+6)
+		for _, e := range line {
+			if e.name == "" {
+				pngFillRect(img, lx, ly+2, 10, 10, pngInk)
+				plotText(img, lx+16, ly, "auto choice", pngInk)
+			} else {
+				pngFillRect(img, lx, ly+6, 24, 4, plotColor(e.name))
+				plotText(img, lx+30, ly, e.name, pngInk)
+			}
+			lx += e.w
+		}
+	}
 	// grid and axes
 	grid := color.RGBA{0xe4, 0xe4, 0xe4, 0xff}
 	for d := dlo; d <= dhi; d++ {
