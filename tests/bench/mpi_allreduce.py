@@ -1,10 +1,12 @@
 """Open MPI's allreduce, timed the way `gotree perf` times gotree's.
 
-Run under mpirun (see vs_openmpi.py). For each size: float32 SUM over a
-buffer of small integers, out of place, -w warm-up calls, then -n calls
-back to back, each timed on every rank; per call the slowest rank's time
-counts (a MAX reduction after the size, untimed). The first call of each
-size is checked exactly. Prints one JSON object: {"rows": [{"size",
+Run under mpirun (see vs_openmpi.py), on one host. For each size: float32
+SUM over a buffer of small integers, out of place, -w warm-up calls, then
+-n calls back to back; every rank notes when each call ended on the
+host's monotonic clock, and a call lasts from the moment the last rank
+ended the one before to the moment the last rank ended it (a MAX
+reduction of the moments after the size, untimed), as `gotree perf` does
+on one host. The first call of each size is checked exactly. Prints one JSON object: {"rows": [{"size",
 "median_us", "p95_us", "cv", "wrong"}]}. Needs only mpi4py (no numpy).
 """
 
@@ -37,15 +39,15 @@ def main() -> int:
         )
         for _ in range(a.w):
             comm.Allreduce([send, MPI.FLOAT], [recv, MPI.FLOAT], op=MPI.SUM)
-        times = array.array("d", bytes(8 * a.n))
+        ends = array.array("d", bytes(8 * (a.n + 1)))
+        ends[0] = time.clock_gettime_ns(time.CLOCK_MONOTONIC) / 1e3
         for i in range(a.n):
-            t0 = time.perf_counter_ns()
             comm.Allreduce([send, MPI.FLOAT], [recv, MPI.FLOAT], op=MPI.SUM)
-            times[i] = (time.perf_counter_ns() - t0) / 1e3
-        slow = array.array("d", bytes(8 * a.n))
-        comm.Allreduce([times, MPI.DOUBLE], [slow, MPI.DOUBLE], op=MPI.MAX)
+            ends[i + 1] = time.clock_gettime_ns(time.CLOCK_MONOTONIC) / 1e3
+        last = array.array("d", bytes(8 * (a.n + 1)))
+        comm.Allreduce([ends, MPI.DOUBLE], [last, MPI.DOUBLE], op=MPI.MAX)
         wrong = comm.allreduce(wrong, op=MPI.SUM)
-        ts = sorted(slow)
+        ts = sorted(last[i + 1] - last[i] for i in range(a.n))
         med = statistics.median(ts)
         mean = statistics.fmean(ts)
         cv = statistics.pstdev(ts) / mean if mean > 0 else 0.0

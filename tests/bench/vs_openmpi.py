@@ -6,7 +6,8 @@ For each rank count, each cycle runs `build/gotree perf --json` and
 `mpirun ... tests/bench/mpi_allreduce.py` (mpi4py) over the same sizes,
 alternating which goes first (gotree first in even cycles). Both time
 float32 SUM allreduce out of place the same way: blocking calls back to
-back, per call the slowest rank, median over the calls. Per size the
+back, each from the last rank's end of the call before to the last rank's
+end of it (the host's clock), median over the calls. Per size the
 table shows each side's median over cycles (of per-cycle medians), the
 spread (min-max of the per-cycle medians), busbw = bytes x 2(n-1)/n /
 median, and ratio = Open MPI time / gotree time (> 1: gotree faster).
@@ -98,7 +99,7 @@ def main() -> int:
                     for s in sizes:
                         mpi[s].append(rows[s])
         print(f"# allreduce float32 sum, {n} ranks on this host; gotree perf vs {lib} (mpi4py), {a.cycles} cycles in alternating order")
-        print(f"# per cycle: median over calls of the slowest rank's time; shown: median over cycles [min-max]; ratio = Open MPI / gotree time")
+        print(f"# per cycle: median over calls, each from the last rank's end of the one before to the last end; shown: median over cycles [min-max]; ratio = Open MPI / gotree time")
         print(f"{'size':>9} {'gotree us':>10} {'spread':>17} {'busbw':>7} {'openmpi us':>11} {'spread':>17} {'busbw':>7} {'ratio':>6} {'wrong':>5}")
         fac = 2 * (n - 1) / n
         for s in sizes:
