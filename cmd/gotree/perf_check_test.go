@@ -244,12 +244,10 @@ func TestPerfCollectives(t *testing.T) {
 	}
 }
 
-// The settling calls before the sweep stop after the same call on every
-// rank, also when the ranks' communicators formed at different times (one
-// rank here 40 ms "earlier"), and last at least the settling time on the
-// ranks that formed at the start.
-func TestSettleCallsAgree(t *testing.T) {
-	const n, count = 3, 1000
+// startLocalComms forms n communicators of this process over loopback,
+// destroyed when the test ends.
+func startLocalComms(t *testing.T, n int) []*pg.Comm {
+	t.Helper()
 	cfg := pg.Config{Timeout: 20 * time.Second, SocketIfname: "lo"}
 	uid, err := pg.NewUniqueID(cfg)
 	require.NoError(t, err)
@@ -266,8 +264,20 @@ func TestSettleCallsAgree(t *testing.T) {
 	wg.Wait()
 	for r, c := range comms {
 		require.NoError(t, errs[r])
-		defer c.Destroy()
+		t.Cleanup(func() { c.Destroy() })
 	}
+	return comms
+}
+
+// The settling calls before the sweep stop after the same call on every
+// rank, also when the ranks' communicators formed at different times (one
+// rank here 40 ms "earlier"), and last at least the settling time on the
+// ranks that formed at the start.
+func TestSettleCallsAgree(t *testing.T) {
+	const n, count = 3, 1000
+	comms := startLocalComms(t, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
 	o := perfOpts{dtype: algorithms.Float32, op: algorithms.Sum, coll: algorithms.AllReduce, settle: 30 * time.Millisecond}
 	mems := make([]*recordingMem, n)
 	took := make([]time.Duration, n)
@@ -300,25 +310,9 @@ func TestSettleCallsAgree(t *testing.T) {
 // before to the last rank's end of it, however the ranks' own iterations
 // alternate; without the clock it is the slowest rank's time.
 func TestCombineTimes(t *testing.T) {
-	const n = 3
-	cfg := pg.Config{Timeout: 20 * time.Second, SocketIfname: "lo"}
-	uid, err := pg.NewUniqueID(cfg)
-	require.NoError(t, err)
-	comms := make([]*pg.Comm, n)
-	errs := make([]error, n)
+	comms := startLocalComms(t, 3)
+	errs := make([]error, len(comms))
 	var wg sync.WaitGroup
-	for r := range comms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			comms[r], errs[r] = pg.Init(uid, r, n, cfg)
-		}()
-	}
-	wg.Wait()
-	for r, c := range comms {
-		require.NoError(t, errs[r])
-		defer c.Destroy()
-	}
 	run := func(times, ends [][]float64) [][]float64 {
 		for r := range comms {
 			wg.Add(1)
