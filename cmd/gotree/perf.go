@@ -174,13 +174,14 @@ func perfLaunch(o perfOpts, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	cmds := make([]*exec.Cmd, o.nproc)
+	errs := sharedByRanks(stderr)
 	for r := range cmds {
 		c := exec.Command(self, append([]string{"perf"}, args...)...)
 		c.Env = append(os.Environ(), envPerfUID+"="+hex.EncodeToString(uid[:]), fmt.Sprintf("%s=%d", envPerfRank, r), fmt.Sprintf("%s=%d", envPerfRanks, o.nproc))
 		if o.hosts > 0 {
 			c.Env = append(c.Env, fmt.Sprintf("GOTREE_HOST_ID=perf-host-%d", r%o.hosts))
 		}
-		c.Stderr = stderr
+		c.Stderr = errs
 		if r == 0 {
 			c.Stdout = stdout
 		}

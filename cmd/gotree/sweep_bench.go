@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gotree/gotree/algorithms"
@@ -85,6 +86,28 @@ type benchResult struct {
 	Cycles []benchCycle `json:"cycles"`
 }
 
+// sharedByRanks is w made safe for the stderr of several rank processes:
+// exec copies a process's output into a writer that is not a file from a
+// goroutine of its own, so such writers take one write at a time.
+func sharedByRanks(w io.Writer) io.Writer {
+	if _, ok := w.(*os.File); ok {
+		return w
+	}
+	return &lockedWriter{w: w}
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
 // benchLaunch runs spec in fresh processes and returns rank 0's result.
 func benchLaunch(spec benchSpec, stderr io.Writer) (*benchResult, error) {
 	cfg, err := pg.LoadConfig(os.Getenv)
@@ -109,6 +132,7 @@ func benchLaunch(spec benchSpec, stderr io.Writer) (*benchResult, error) {
 		return nil, err
 	}
 	var out bytes.Buffer
+	stderr = sharedByRanks(stderr)
 	cmds := make([]*exec.Cmd, spec.NRanks)
 	for r := range cmds {
 		c := exec.Command(self, "sweep")
