@@ -6,9 +6,10 @@ package main
 // second CPU reads the block and answers. Every shared-memory algorithm
 // repeats that step (a FIFO slot, a staged chunk), so its time is the
 // machine state those algorithms run in. On the 2-vCPU development VM it
-// has two states that last minutes each (docs/bench.md, "Two states of
-// this VM"): 512 KiB took 70–100 µs in one and 240–280 µs in the other,
-// and every shared-memory algorithm slowed by up to 4× with it. gotree
+// has two states that last seconds to minutes each (docs/bench.md, "Two
+// states of this VM"): 512 KiB took 70–110 µs in one and 240–370 µs in
+// the other, and large calls of every shared-memory algorithm took up to
+// 7.5× longer with it (docs/crossover/README.md). gotree
 // sweep probes before and after each size of each run (rank 0, while the
 // other ranks sleep) and records both (raw.csv), so that its report can
 // say which comparisons cross states and judge each state's cycles alone.
@@ -35,8 +36,8 @@ func init() {
 
 const (
 	handoffBytes    = 512 << 10       // a shared plan's chunk per rank (algorithms.SharedStageBytes)
-	handoffRounds   = 24              // hand-offs per probe, the first handoffWarm untimed
-	handoffWarm     = 4               //
+	handoffRounds   = 24              // hand-offs per probe
+	handoffWarm     = 4               // of them untimed: the first touch of the block, the threads' first runs
 	handoffDeadline = 2 * time.Second // a probe whose partner thread never runs gives up
 )
 

@@ -404,7 +404,7 @@ func dedupSorted(xs []int64) []int64 {
 
 // CSV of samples: one row per cycle, the iteration times space-separated;
 // auto rows name the algorithm autotuning ran, and every row the hand-off
-// probe's µs before and after its run (empty: not probed). Files from
+// probe's µs before and after its cycles (empty: not probed). Files from
 // before autotuning lack the last three columns, files from before the
 // probe the last two.
 var sweepCSVHeader = []string{"run", "seq", "nranks", "algo", "bytes", "placement", "cycle", "iters", "wrong", "median_us", "times_us", "chose", "handoff_before_us", "handoff_after_us"}

@@ -34,7 +34,7 @@ type sweepGroup struct {
 	P95          float64
 	CV           float64 // of the cycle medians
 	Wrong        int64
-	Handoff      [2]float64 // the machine-state probe before and after the run (sweepSample.Handoff)
+	Handoff      [2]float64 // the machine-state probe before and after its cycles (sweepSample.Handoff)
 }
 
 func sweepGroups(ss []sweepSample) []sweepGroup {
@@ -82,10 +82,10 @@ type sweepPoint struct {
 	States machineStates // the machine states its runs met
 }
 
-// Machine states. The development VM passes through stretches of minutes
-// in which memory written on one CPU reaches the other 3× slower (the
-// hand-off probe: 240–280 µs for 512 KiB against 70–100), and every
-// shared-memory algorithm slows with it, so two runs compare two machines
+// Machine states. The development VM passes through stretches of seconds
+// to minutes in which memory written on one CPU reaches the other 3×
+// slower (the hand-off probe: 240–370 µs for 512 KiB against 70–110), and
+// every shared-memory algorithm slows with it, so two runs compare two machines
 // when one of them met the slow state and the other did not. A run met the
 // slow state where a probe around it took more than sweepSlowProbe times
 // the sweep's fastest probe.
