@@ -46,11 +46,11 @@ type benchSpec struct {
 	Paired []string `json:"paired,omitempty"`
 	// ProbeFrom, when set, has rank 0 probe the machine state
 	// (handoffProbe) before every size of at least ProbeFrom bytes and
-	// after the last, while the other ranks sleep. Not below: after a
-	// sleep two ranks often share one CPU for many calls (the kernel
-	// wakes a sleeper next to its waker), which turned 2-rank 4-byte
-	// calls of 1.3 µs into 8.5 µs for the rest of the size; a call of
-	// 256 KiB keeps both ranks busy, and the kernel parts them at once.
+	// after the last, while the other ranks sleep. Not below: the first
+	// cycle after a sleep runs slow (2 ranks, sizes below 256 KiB: its
+	// median over 3× the other cycles' in 52 of 628 groups with a probe
+	// before every size, 11–14 of 538–564 without), and small sizes are
+	// over within a few seconds of the probes around the run anyway.
 	ProbeFrom int64 `json:"probe_from,omitempty"`
 }
 
