@@ -117,17 +117,25 @@ func probeStates(gs []sweepGroup) (fastest float64, states []machineStates) {
 	}
 	states = make([]machineStates, len(gs))
 	for i, g := range gs {
-		for _, us := range g.Handoff {
-			switch {
-			case us <= 0:
-			case us > sweepSlowProbe*fastest:
-				states[i] |= stateSlow
-			default:
-				states[i] |= stateFast
-			}
-		}
+		states[i] = stateOf(g.Handoff, fastest)
 	}
 	return fastest, states
+}
+
+// stateOf is the states a pair of probes found (none for a missing one),
+// against the fastest probe of the sweep.
+func stateOf(probes [2]float64, fastest float64) machineStates {
+	var s machineStates
+	for _, us := range probes {
+		switch {
+		case us <= 0:
+		case us > sweepSlowProbe*fastest:
+			s |= stateSlow
+		default:
+			s |= stateFast
+		}
+	}
+	return s
 }
 
 // sweepAutoFunc returns the algorithm auto picks for N local ranks and a size.
@@ -214,8 +222,10 @@ type sweepReport struct {
 	when    string
 	machine string
 	// fastestProbe is the fastest machine-state probe of any run, µs (0:
-	// none probed); points carry the states their runs met.
+	// none probed); groupStates the states each group met (probeStates),
+	// points the states their runs met.
 	fastestProbe float64
+	groupStates  []machineStates
 	fast         *sweepReport // the same samples' fast-state cycles alone (analyseSweepStates), if any were slow
 }
 
@@ -227,8 +237,7 @@ func analyseSweep(ss []sweepSample, auto sweepAutoFunc, inPlace bool) *sweepRepo
 	cvs := map[int]map[string]map[int64]float64{}
 	runs := map[int]map[string]map[int64]int{}
 	states := map[int]map[string]map[int64]machineStates{}
-	var gStates []machineStates
-	r.fastestProbe, gStates = probeStates(r.groups)
+	r.fastestProbe, r.groupStates = probeStates(r.groups)
 	seenN, seenA := map[int]bool{}, map[string]bool{}
 	for gi, g := range r.groups {
 		r.wrong += g.Wrong
@@ -247,7 +256,7 @@ func analyseSweep(ss []sweepSample, auto sweepAutoFunc, inPlace bool) *sweepRepo
 		if pool[g.N][g.Algo] == nil {
 			pool[g.N][g.Algo], cvs[g.N][g.Algo], runs[g.N][g.Algo], states[g.N][g.Algo] = map[int64][]float64{}, map[int64]float64{}, map[int64]int{}, map[int64]machineStates{}
 		}
-		states[g.N][g.Algo][g.Bytes] |= gStates[gi]
+		states[g.N][g.Algo][g.Bytes] |= r.groupStates[gi]
 		pool[g.N][g.Algo][g.Bytes] = append(pool[g.N][g.Algo][g.Bytes], g.CycleMedians...)
 		cvs[g.N][g.Algo][g.Bytes] = max(cvs[g.N][g.Algo][g.Bytes], g.CV)
 		runs[g.N][g.Algo][g.Bytes]++
@@ -527,15 +536,14 @@ func (r *sweepReport) writeStates(w io.Writer, rows []autoRow) {
 	if r.fastestProbe <= 0 {
 		return
 	}
-	_, gStates := probeStates(r.groups)
 	slowest, nGroups, nSlow, nMixed := 0.0, 0, 0, 0
 	for i, g := range r.groups {
-		if g.InPlace != r.inPlace || gStates[i] == 0 {
+		if g.InPlace != r.inPlace || r.groupStates[i] == 0 {
 			continue
 		}
 		nGroups++
 		slowest = max(slowest, g.Handoff[0], g.Handoff[1])
-		switch gStates[i] {
+		switch r.groupStates[i] {
 		case stateSlow:
 			nSlow++
 		case stateFast | stateSlow:
@@ -591,7 +599,7 @@ func analyseSweepStates(ss []sweepSample, auto sweepAutoFunc, inPlace bool) *swe
 	}
 	var fast []sweepSample
 	for _, s := range ss {
-		if s.Handoff[0] > 0 && s.Handoff[1] > 0 && max(s.Handoff[0], s.Handoff[1]) <= sweepSlowProbe*r.fastestProbe {
+		if s.Handoff[0] > 0 && s.Handoff[1] > 0 && stateOf(s.Handoff, r.fastestProbe) == stateFast {
 			fast = append(fast, s)
 		}
 	}
@@ -604,7 +612,6 @@ func analyseSweepStates(ss []sweepSample, auto sweepAutoFunc, inPlace bool) *swe
 func (r *sweepReport) writeGroupsCSV(w io.Writer) error {
 	cw := csv.NewWriter(w)
 	cw.Write([]string{"run", "seq", "nranks", "algo", "bytes", "placement", "cycles", "iters", "median_us", "p95_us", "cv", "busbw_gbps", "wrong", "machine_state"})
-	_, states := probeStates(r.groups)
 	for i, g := range r.groups {
 		pl := "out"
 		if g.InPlace {
@@ -613,7 +620,7 @@ func (r *sweepReport) writeGroupsCSV(w io.Writer) error {
 		bus := float64(g.Bytes) / (g.Median * 1e3) * busFactor(algorithms.AllReduce, g.N)
 		cw.Write([]string{g.Run, strconv.Itoa(g.Seq), strconv.Itoa(g.N), g.Algo, strconv.FormatInt(g.Bytes, 10), pl,
 			strconv.Itoa(g.Cycles), strconv.Itoa(g.Iters), fmt.Sprintf("%.1f", g.Median), fmt.Sprintf("%.1f", g.P95),
-			fmt.Sprintf("%.4f", g.CV), fmt.Sprintf("%.4f", bus), strconv.FormatInt(g.Wrong, 10), states[i].String()})
+			fmt.Sprintf("%.4f", g.CV), fmt.Sprintf("%.4f", bus), strconv.FormatInt(g.Wrong, 10), r.groupStates[i].String()})
 	}
 	cw.Flush()
 	return cw.Error()
