@@ -45,7 +45,7 @@ type perfOpts struct {
 	onDevice bool // CUDA buffers (else host memory): rank r on device (device+r) mod the device count
 	device   int
 	hosts    int           // --nproc: give the ranks this many host ids (0: the machine's)
-	settle   time.Duration // before the first size, untimed calls of it until this long after Init (settleCalls)
+	settle   time.Duration // before the first size, the ranks agree untimed until this long after Init (settleCalls)
 }
 
 // The environment of a child rank started by --nproc, and of a multi-node
@@ -97,7 +97,7 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.device, "device", -1, "CUDA buffers: rank r uses device (N+r) mod the device count (-1: host memory)")
 	fs.IntVar(&o.hosts, "hosts", 0, "with --nproc: split the ranks over this many host ids (rank r on host r mod K), as if on K nodes")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "communicator timeout")
-	fs.DurationVar(&o.settle, "settle", 50*time.Millisecond, "before the first size, run its calls untimed until this long after the communicator formed (0: none; a 2-CPU VM runs the first ~15 ms 2-4x slower)")
+	fs.DurationVar(&o.settle, "settle", 50*time.Millisecond, "before the first size, wait (the ranks agreeing, untimed) until this long after the communicator formed (0: none; a 2-CPU VM runs the first ~15 ms 2-4x slower)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -416,7 +416,7 @@ func perfRun(o perfOpts, uid pg.UniqueID, rank, n int, cfg pg.Config, stdout, st
 			"(GB/s)", "(us)", "oop", "ip")
 	}
 	if o.settle > 0 && len(sizes) > 0 {
-		if err := settleCalls(comm, o, sizes[0]/esize/per, mem, formed); err != nil {
+		if _, err := settleCalls(comm, o, formed); err != nil {
 			fmt.Fprintf(stderr, "gotree perf: rank %d: settling: %v\n", rank, err)
 			return 1
 		}
@@ -486,33 +486,27 @@ func perfRun(o perfOpts, uid pg.UniqueID, rank, n int, cfg pg.Config, stdout, st
 	return 0
 }
 
-// settleCalls issues out-of-place calls of count elements, untimed, until
-// o.settle has passed since the communicator formed on every rank: after
-// each call the ranks agree in a MAX allreduce of "not yet" (1) or "done"
-// (0), so that all stop after the same call. On the 2-CPU VM the calls of
-// the first ~15 ms after Init are 2-4x slower whatever they are
-// (docs/crossover/netns/serialnet/README.md), which the first size's few
-// warm-up calls do not cover.
-func settleCalls(comm *pg.Comm, o perfOpts, count int64, mem perfMem, formed time.Time) error {
-	inCount, outCount := perfCounts(o.coll, count, comm.Size())
-	esize := int64(o.dtype.Size())
-	in := perfRegion{n: inCount * esize}
-	out := perfRegion{recv: true, n: outCount * esize}
-	flag := make([]byte, 8)
-	for {
-		if err := mem.run(comm, o, in, out, count); err != nil {
-			return err
-		}
-		more := uint64(0)
+// settleCalls keeps the ranks agreeing, untimed, until o.settle has
+// passed since the communicator formed on every rank: each round the
+// ranks agree on the maximum of "not yet" (1) or "done" (0), so that all
+// stop after the same round; it returns the rounds. On the 2-CPU VM the
+// calls of the first ~15 ms after Init are 2-4x slower whatever they are,
+// and waiting 40 ms removes that (docs/crossover/netns/serialnet/README.md),
+// which the first size's few warm-up calls do not cover. The rounds are
+// perf's agreements, not calls of the first size: those would be that
+// size's first autotuning calls, exploring in the slow stretch.
+func settleCalls(comm *pg.Comm, o perfOpts, formed time.Time) (int, error) {
+	flag := make([]float64, 1)
+	for rounds := 1; ; rounds++ {
+		flag[0] = 0
 		if time.Since(formed) < o.settle {
-			more = 1
+			flag[0] = 1
 		}
-		binary.LittleEndian.PutUint64(flag, more)
-		if err := reduceAll(comm, flag, 1, algorithms.Int64, algorithms.Max); err != nil {
-			return err
+		if err := agree(comm, flag, false); err != nil {
+			return rounds, err
 		}
-		if binary.LittleEndian.Uint64(flag) == 0 {
-			return nil
+		if flag[0] == 0 {
+			return rounds, nil
 		}
 	}
 }
@@ -607,10 +601,9 @@ func perfSize(comm *pg.Comm, o perfOpts, count int64, mem perfMem, inplace bool)
 	if err := combineTimes(comm, times, ends); err != nil {
 		return nil, 0, err
 	}
-	wb := make([]byte, 8)
-	binary.LittleEndian.PutUint64(wb, uint64(wrong))
-	err := reduceAll(comm, wb, 1, algorithms.Int64, algorithms.Sum)
-	return times, int64(binary.LittleEndian.Uint64(wb)), err
+	total := []float64{float64(wrong)}
+	err := agree(comm, total, true)
+	return times, int64(total[0]), err
 }
 
 // combineTimes turns every rank's iteration times into one time per
@@ -625,16 +618,9 @@ func perfSize(comm *pg.Comm, o perfOpts, count int64, mem perfMem, inplace bool)
 // rank's median 11 µs against the ring's 8.4, while a loop of 3,000
 // calls took 7.6–9.0 µs per call against the ring's 8.8–10.5).
 func combineTimes(comm *pg.Comm, times, ends []float64) error {
-	vals := append(slices.Clone(times), ends...) // one reduction, the same decision on every rank
-	buf := make([]byte, 8*len(vals))
-	for i, t := range vals {
-		binary.LittleEndian.PutUint64(buf[8*i:], math.Float64bits(t))
-	}
-	if err := reduceAll(comm, buf, int64(len(vals)), algorithms.Float64, algorithms.Max); err != nil {
+	vals := append(slices.Clone(times), ends...) // one agreement, the same decision on every rank
+	if err := agree(comm, vals, false); err != nil {
 		return err
-	}
-	for i := range vals {
-		vals[i] = math.Float64frombits(binary.LittleEndian.Uint64(buf[8*i:]))
 	}
 	slowest, last := vals[:len(times)], vals[len(times):]
 	oneHost := comm.Graph().NNodes <= 1 && last[0] > 0
@@ -647,14 +633,41 @@ func combineTimes(comm *pg.Comm, times, ends []float64) error {
 	return nil
 }
 
-// reduceAll runs a blocking allreduce of count elements of dt in place in
-// buf over comm: how perf's ranks agree on settling, timings and errors.
-func reduceAll(comm *pg.Comm, buf []byte, count int64, dt algorithms.DType, op algorithms.Op) error {
-	r, err := comm.AllReduce(buf, buf, count, dt, op)
+// agree replaces vals, on every rank, by the element-wise maximum over
+// the ranks (or, with sum, the total): how perf's ranks agree on
+// settling, timings and errors. It gathers the values with an allgather,
+// which autotuning never explores, so that these agreements neither run
+// between the exploring calls of the size being measured nor explore a
+// size of their own: as allreduces, the flag after each settling call
+// made the first size's candidates alternate call by call with the
+// flag's, and explored perf's 8-byte size on the flags.
+func agree(comm *pg.Comm, vals []float64, sum bool) error {
+	n := len(vals)
+	send, recv := make([]byte, 8*n), make([]byte, 8*n*comm.Size())
+	for i, v := range vals {
+		binary.LittleEndian.PutUint64(send[8*i:], math.Float64bits(v))
+	}
+	r, err := comm.AllGather(send, recv, int64(n), algorithms.Float64)
 	if err == nil {
 		err = r.Wait(-1)
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	for i := range vals {
+		for rank := range comm.Size() {
+			v := math.Float64frombits(binary.LittleEndian.Uint64(recv[8*(rank*n+i):]))
+			switch {
+			case rank == 0:
+				vals[i] = v
+			case sum:
+				vals[i] += v
+			default:
+				vals[i] = max(vals[i], v)
+			}
+		}
+	}
+	return nil
 }
 
 // memBound fills row's memory-traffic bound: every rank copies the size's
@@ -694,12 +707,11 @@ func memBound(comm *pg.Comm, o perfOpts, count int64, send, recv []byte, row *pe
 		ts[i] = float64(time.Since(t0).Nanoseconds()) / 1e3
 	}
 	med, _, _ := stats(ts[1:])
-	mb := make([]byte, 8)
-	binary.LittleEndian.PutUint64(mb, math.Float64bits(med))
-	if err := reduceAll(comm, mb, 1, algorithms.Float64, algorithms.Max); err != nil {
+	mb := []float64{med}
+	if err := agree(comm, mb, false); err != nil {
 		return err
 	}
-	slowest := math.Float64frombits(binary.LittleEndian.Uint64(mb))
+	slowest := mb[0]
 	if nb == 0 || slowest <= 0 {
 		return nil
 	}

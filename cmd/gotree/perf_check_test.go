@@ -269,20 +269,19 @@ func startLocalComms(t *testing.T, n int) []*pg.Comm {
 	return comms
 }
 
-// The settling calls before the sweep stop after the same call on every
+// The settling rounds before the sweep stop after the same round on every
 // rank, also when the ranks' communicators formed at different times (one
 // rank here 40 ms "earlier"), and last at least the settling time on the
 // ranks that formed at the start.
 func TestSettleCallsAgree(t *testing.T) {
-	const n, count = 3, 1000
+	const n = 3
 	comms := startLocalComms(t, n)
 	errs := make([]error, n)
+	rounds := make([]int, n)
 	var wg sync.WaitGroup
-	o := perfOpts{dtype: algorithms.Float32, op: algorithms.Sum, coll: algorithms.AllReduce, settle: 30 * time.Millisecond}
-	mems := make([]*recordingMem, n)
+	o := perfOpts{settle: 30 * time.Millisecond}
 	took := make([]time.Duration, n)
 	for r := range comms {
-		mems[r] = &recordingMem{hostMem: hostMem{send: make([]byte, 4*count), recv: make([]byte, 4*count)}}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -291,19 +290,77 @@ func TestSettleCallsAgree(t *testing.T) {
 			if r == 1 {
 				formed = formed.Add(-40 * time.Millisecond)
 			}
-			errs[r] = settleCalls(comms[r], o, count, mems[r], formed)
+			rounds[r], errs[r] = settleCalls(comms[r], o, formed)
 			took[r] = time.Since(start)
 		}()
 	}
 	wg.Wait()
 	for r := range comms {
 		require.NoError(t, errs[r], "rank %d", r)
-		require.Equal(t, mems[0].runs, mems[r].runs, "rank %d stopped after another call", r)
+		require.Equal(t, rounds[0], rounds[r], "rank %d stopped after another round", r)
 		if r != 1 { // rank 1 is done at once and waits for the others, which may have started a little before it
 			require.GreaterOrEqual(t, took[r], o.settle, "rank %d", r)
 		}
 	}
-	require.Greater(t, mems[0].runs, 1)
+	require.Greater(t, rounds[0], 1)
+}
+
+// perf's agreements give every rank the element-wise maximum or total of
+// the ranks' values, and never start autotuning: an allreduce of the same
+// bytes does.
+func TestAgree(t *testing.T) {
+	const n = 3
+	comms := startLocalComms(t, n)
+	got := make([][]float64, n)
+	sums := make([][]float64, n)
+	errs := make([]error, 2*n)
+	var wg sync.WaitGroup
+	for r := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Rank r holds -r, r*r, 7 - r, 1e15 + r.
+			got[r] = []float64{float64(-r), float64(r * r), float64(7 - r), 1e15 + float64(r)}
+			errs[r] = agree(comms[r], got[r], false)
+			sums[r] = []float64{float64(-r), float64(r * r), float64(7 - r), 1e15 + float64(r)}
+			errs[n+r] = agree(comms[r], sums[r], true)
+		}()
+	}
+	wg.Wait()
+	for r := range comms {
+		require.NoError(t, errs[r], "rank %d", r)
+		require.NoError(t, errs[n+r], "rank %d", r)
+		require.Equal(t, []float64{0, 4, 7, 1e15 + 2}, got[r], "rank %d: maximum", r)
+		require.Equal(t, []float64{-3, 5, 18, 3e15 + 3}, sums[r], "rank %d: total", r)
+	}
+	// Four float64s are 32 bytes: the agreement left that size untuned,
+	// and an allreduce of it starts exploring (when there is more than
+	// one candidate to explore, as on three ranks here).
+	for r, c := range comms {
+		require.False(t, c.Exploring(4, algorithms.Float64), "rank %d: an agreement started autotuning", r)
+	}
+	for r := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 32)
+			errs[r] = reduceOnce(comms[r], buf)
+		}()
+	}
+	wg.Wait()
+	for r, c := range comms {
+		require.NoError(t, errs[r], "rank %d", r)
+		require.True(t, c.Exploring(4, algorithms.Float64), "rank %d: an allreduce of 32 bytes did not explore", r)
+	}
+}
+
+// reduceOnce is one blocking float64 sum allreduce of buf in place.
+func reduceOnce(c *pg.Comm, buf []byte) error {
+	r, err := c.AllReduce(buf, buf, int64(len(buf)/8), algorithms.Float64, algorithms.Sum)
+	if err == nil {
+		err = r.Wait(-1)
+	}
+	return err
 }
 
 // On one host an iteration lasts from the last rank's end of the one

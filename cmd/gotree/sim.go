@@ -99,7 +99,7 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&o.iters, "n", 20, "with --perf: timed iterations per size (perf -n)")
 	fs.IntVar(&o.warmup, "w", 5, "with --perf: warm-up iterations (perf -w)")
 	fs.IntVar(&o.check, "c", 1, "with --perf: the checked call before the warm-up (perf -c)")
-	fs.DurationVar(&o.settle, "settle", 50*time.Millisecond, "with --perf: perf's untimed calls of the first size before the sweep, for this long (perf --settle)")
+	fs.DurationVar(&o.settle, "settle", 50*time.Millisecond, "with --perf: perf's untimed settling rounds before the sweep, for this long (perf --settle)")
 	fs.BoolVar(&o.asJSON, "json", false, "print JSON rows instead of the table")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -436,16 +436,17 @@ func simPerf(o simOpts, stdout, stderr io.Writer) int {
 					return simFail(stderr, err)
 				}
 				if len(spans) == 0 && o.settle > 0 {
-					// perf's settling calls: the first size and a one-element
-					// allreduce (perf's is a MAX; the cost is the same), until
-					// o.settle has passed (settleCalls).
-					pair, err := algorithms.SimulatePlans([]*algorithms.Plan{p, wrong}, g.NodeOf, o.links(a, 2*o.channels))
+					// perf's settling rounds, until o.settle has passed
+					// (settleCalls): each an agreement on one value, an
+					// allgather of 8 bytes per rank there, replayed as the
+					// one-element allreduce (the same few bytes each way).
+					one, err := algorithms.SimulatePlans([]*algorithms.Plan{wrong}, g.NodeOf, o.links(a, 2*o.channels))
 					if err != nil {
 						return simFail(stderr, err)
 					}
-					k := int(math.Ceil(float64(o.settle.Microseconds()) / max(pair[0]+pair[1], 1e-3)))
+					k := int(math.Ceil(float64(o.settle.Microseconds()) / max(one[0], 1e-3)))
 					for i := 0; i < max(k, 1); i++ {
-						calls = append(calls, p, wrong)
+						calls = append(calls, wrong)
 					}
 				}
 				sp := span{size: count * 4, ch: ch}
