@@ -27,7 +27,7 @@ import (
 //     it (Tuning.AutotuneCandidates), the model's in-place choice first, so
 //     a size called only once runs what the model picks;
 //   - they run in blocks, each candidate for tuneWarmups untimed and
-//     tuneTimed timed calls in a row (alternating call by call measures
+//     tuneTimed (or more, below) timed calls in a row (alternating call by call measures
 //     each algorithm on caches and peers the other left: on 4 ranks
 //     sharing 2 cores the ring's 4 MiB calls then took 3.1 ms, 0.9 ms in
 //     a row), in tuneRounds rounds, each round's order rotated by one
@@ -43,6 +43,9 @@ import (
 //     tuneBudgetUs (large messages: 4 candidates at 256 MiB on 4 ranks
 //     here, 160 ms or more a call), each block has fewer timed calls, at
 //     least one (tuneTimedFor): at 1 GiB 16 exploring calls instead of 40;
+//     where it would take at most tuneCheapUs (small messages), more, up
+//     to tuneMaxTimed, since there the candidates' margins are small
+//     against a call's spread;
 //   - after the last one the ranks allgather their times; a call's time
 //     runs from the moment the last rank started it (the others' own
 //     times include waiting for that rank: a barrier in a benchmark loop
@@ -70,8 +73,9 @@ import (
 const (
 	tuneWarmups    = 1                                // untimed calls per candidate: connections, plan, caches
 	tuneTimed      = 3                                // timed calls per candidate and round
+	tuneMaxTimed   = 16                               // and up to this many where the exploration is cheap (tuneTimedFor)
 	tuneRounds     = 3                                // rounds over the candidates, in rotated order (exploreCandidate)
-	tuneSamples    = tuneRounds * tuneTimed           // timed calls per candidate in all
+	tuneSamples    = tuneRounds * tuneMaxTimed        // timed calls per candidate in all, at most
 	tuneSpan       = algorithms.AutotuneSpan          // candidates: predicted at most this many times the model's choice
 	tuneModelCands = algorithms.AutotuneMaxCandidates // at most this many candidates from the model, its choice included
 	tuneMaxCands   = tuneModelCands + 1               // and one-shot or shared where the model cannot predict them (AutotuneCandidates; never both)
@@ -82,6 +86,11 @@ const (
 // above which its blocks take fewer timed calls (tuneTimedFor; a variable
 // for tests).
 var tuneBudgetUs = 1e6
+
+// tuneCheapUs is the model's predicted time of one size's exploration up
+// to which its blocks take more than tuneTimed timed calls, up to
+// tuneMaxTimed (tuneTimedFor).
+const tuneCheapUs = 20e3
 
 // tuneMaxSizes bounds the sizes a communicator tunes: calls of sizes
 // beyond the first tuneMaxSizes run the model's choice, so a workload of
@@ -95,7 +104,7 @@ var testHookTuneDuration func(rank int, algo algorithms.Algorithm, d time.Durati
 // tuneState is the autotuning of one (collective, bytes).
 type tuneState struct {
 	cands  []algorithms.Prediction // the model's choice first; nil: fewer than two, nothing to measure
-	timed  int                     // timed calls per block, 1 … tuneTimed (tuneTimedFor)
+	timed  int                     // timed calls per block, 1 … tuneMaxTimed (tuneTimedFor)
 	calls  int                     // exploring calls issued
 	times  [][]float64             // per candidate: this rank's timed calls, µs
 	starts [][]float64             // per candidate: when they started, µs of HostClockUs
@@ -214,8 +223,13 @@ func (c *Comm) newTuneState(a collArgs, key choiceKey) *tuneState {
 // tuneTimedFor is the number of timed calls per block for exploring
 // cands: tuneTimed, fewer where the model predicts that the exploration,
 // tuneRounds blocks of tuneWarmups+timed calls per candidate, would take
-// longer than tuneBudgetUs; at least 1. Every rank has the same
-// candidates and predictions, so every rank gets the same number.
+// longer than tuneBudgetUs, at least 1; more, up to tuneMaxTimed, while it
+// would take at most tuneCheapUs. Small messages are where 9 calls decide
+// least: on 3 and 4 ranks sharing 2 CPUs one candidate's calls of 8–32
+// KiB spread over 2–5× within a block, and margins of 5–15% between the
+// candidates decided by nine of them went either way from run to run.
+// Every rank has the same candidates and predictions, so every rank gets
+// the same number.
 func tuneTimedFor(cands []algorithms.Prediction) int {
 	var sum float64
 	for _, p := range cands {
@@ -225,8 +239,12 @@ func tuneTimedFor(cands []algorithms.Prediction) int {
 		}
 		sum += t
 	}
-	for timed := tuneTimed; timed > 1; timed-- {
-		if float64(tuneRounds*(tuneWarmups+timed))*sum <= tuneBudgetUs {
+	for timed := tuneMaxTimed; timed > 1; timed-- {
+		budget := tuneBudgetUs
+		if timed > tuneTimed {
+			budget = min(budget, tuneCheapUs)
+		}
+		if float64(tuneRounds*(tuneWarmups+timed))*sum <= budget {
 			return timed
 		}
 	}

@@ -33,7 +33,7 @@ func exploreAll(t *testing.T, comms []*Comm, count int64, inPlace func(r, call i
 	t.Helper()
 	calls := 0
 	for first := true; first || comms[0].Exploring(count, algorithms.Int64); first = false {
-		require.Less(t, calls, 100, "autotuning never decided")
+		require.Less(t, calls, tuneRounds*tuneMaxCands*(tuneWarmups+tuneMaxTimed), "autotuning never decided")
 		checkAllReduceInt64Each(t, comms, count, func(r int) bool { return inPlace(r, calls) })
 		calls++
 	}
@@ -41,6 +41,15 @@ func exploreAll(t *testing.T, comms []*Comm, count int64, inPlace func(r, call i
 		require.False(t, c.Exploring(count, algorithms.Int64), "rank %d still explores after rank 0 stopped", r)
 	}
 	return calls
+}
+
+// timedOf is the timed calls per block of comm's exploration of count
+// int64s (tuneTimedFor; the state must exist).
+func timedOf(t *testing.T, c *Comm, count int64) int {
+	t.Helper()
+	st := c.tuneView(tuneKey(collArgs{coll: algorithms.AllReduce, count: count, dt: algorithms.Int64}))
+	require.NotNil(t, st, "no autotuning state for %d int64s", count)
+	return st.timed
 }
 
 // The ranks measure the model's candidates, gather the times and all
@@ -58,7 +67,7 @@ func TestAutotuneKeepsTheMeasuredFastest(t *testing.T) {
 	}
 	fakeTuneTimes(t, map[algorithms.Algorithm]float64{model: 200, other: 100})
 	calls := exploreAll(t, comms, count, func(r, call int) bool { return call%2 == 0 })
-	require.Equal(t, tuneRounds*2*(tuneWarmups+tuneTimed), calls, "two candidates, one block each per round (plus none after)")
+	require.Equal(t, tuneRounds*2*(tuneWarmups+timedOf(t, comms[0], count)), calls, "two candidates, one block each per round (plus none after)")
 	for r, c := range comms {
 		p := c.decidedChoice(tuneKey(collArgs{coll: algorithms.AllReduce, count: count, dt: algorithms.Int64}))
 		require.NotNil(t, p, "rank %d has no decision", r)
@@ -84,7 +93,7 @@ func TestAutotuneKeepsTheMeasuredFastest(t *testing.T) {
 	}
 }
 
-// Exploration runs the candidates in blocks of tuneWarmups+tuneTimed
+// Exploration runs the candidates in blocks of tuneWarmups+timed
 // calls, round after round, each round rotated by one: no candidate
 // always runs first, and none runs two blocks in a row.
 func TestAutotuneRotatedRounds(t *testing.T) {
@@ -130,7 +139,7 @@ func TestAutotuneRotatedRounds(t *testing.T) {
 	if model == algorithms.Ring {
 		other = algorithms.HalvingDoubling
 	}
-	per := tuneWarmups + tuneTimed
+	per := tuneWarmups + timedOf(t, comms[0], count)
 	var want []algorithms.Algorithm
 	for _, a := range []algorithms.Algorithm{model, other, model, other, model, other} {
 		for range per {
@@ -153,7 +162,7 @@ func TestAutotuneMeasuresUnmodelledOneShot(t *testing.T) {
 	a := collArgs{coll: algorithms.AllReduce, count: count, dt: algorithms.Int64, inPlace: true}
 	require.NotEqual(t, algorithms.OneShot, comms[0].choice(a).Algo, "the model alone never picks it here")
 	calls := exploreKeeps(t, comms, a, algorithms.OneShot)
-	require.Zero(t, calls%(tuneRounds*(tuneWarmups+tuneTimed)), "whole blocks")
+	require.Zero(t, calls%(tuneRounds*(tuneWarmups+timedOf(t, comms[0], count))), "whole blocks")
 }
 
 // exploreKeeps explores a's size on every rank (placements mixed) with
@@ -187,7 +196,7 @@ func TestAutotuneMixedPlacement(t *testing.T) {
 	require.NotEqual(t, in, out, "the test needs a size where the placements choose differently")
 	fakeTuneTimes(t, map[algorithms.Algorithm]float64{algorithms.Ring: 100, algorithms.Tree: 150})
 	calls := exploreAll(t, comms, count, func(r, call int) bool { return (r+call)%2 == 1 })
-	require.Equal(t, tuneRounds*2*(tuneWarmups+tuneTimed), calls, "ring and tree explored")
+	require.Equal(t, tuneRounds*2*(tuneWarmups+timedOf(t, comms[0], count)), calls, "ring and tree explored")
 	for r, c := range comms {
 		p := c.decidedChoice(tuneKey(a))
 		require.NotNil(t, p)
@@ -221,33 +230,35 @@ func TestAutotuneSlowStretch(t *testing.T) {
 			cands[i] = algorithms.Prediction{Algo: algos[i], TimeUs: 100}
 		}
 		for fast := range n {
-			for start := 0; start+2 <= tuneRounds*n; start++ {
-				rec := tuneRecord{bytes: 1 << 22, samples: tuneSamples}
-				for i := range rec.algos {
-					rec.algos[i] = -1
-					if i < n {
-						rec.algos[i] = int(algos[i])
-					}
-				}
-				seen := make([]int, n)
-				for b := 0; b < tuneRounds*n; b++ {
-					c := exploreCandidate(b, n)
-					for range tuneTimed {
-						us := 1200.0
-						if c == fast {
-							us = 1000
+			for _, timed := range []int{1, tuneTimed, tuneMaxTimed} {
+				for start := 0; start+2 <= tuneRounds*n; start++ {
+					rec := tuneRecord{bytes: 1 << 22, samples: tuneRounds * timed}
+					for i := range rec.algos {
+						rec.algos[i] = -1
+						if i < n {
+							rec.algos[i] = int(algos[i])
 						}
-						if b == start || b == start+1 {
-							us *= 10
-						}
-						rec.us[c][seen[c]] = us
-						seen[c]++
 					}
-				}
-				for _, oneHost := range []bool{false, true} {
-					pick, why, err := decideTuning(0, cands, []tuneRecord{rec, rec}, oneHost)
-					require.NoError(t, err)
-					require.Equal(t, fast, pick, "%d candidates, slow blocks %d and %d: %s", n, start, start+1, why)
+					seen := make([]int, n)
+					for b := 0; b < tuneRounds*n; b++ {
+						c := exploreCandidate(b, n)
+						for range timed {
+							us := 1200.0
+							if c == fast {
+								us = 1000
+							}
+							if b == start || b == start+1 {
+								us *= 10
+							}
+							rec.us[c][seen[c]] = us
+							seen[c]++
+						}
+					}
+					for _, oneHost := range []bool{false, true} {
+						pick, why, err := decideTuning(0, cands, []tuneRecord{rec, rec}, oneHost)
+						require.NoError(t, err)
+						require.Equal(t, fast, pick, "%d candidates, %d timed calls per block, slow blocks %d and %d: %s", n, timed, start, start+1, why)
+					}
 				}
 			}
 		}
@@ -364,8 +375,9 @@ func TestDecideTuningOneHost(t *testing.T) {
 }
 
 // Where the model predicts a long exploration (large messages) the blocks
-// have fewer timed calls, down to one; the number depends only on the
-// candidates' predictions.
+// have fewer timed calls, down to one, and where it predicts a cheap one
+// (small messages) more, up to tuneMaxTimed; the number depends only on
+// the candidates' predictions.
 func TestTuneTimedFor(t *testing.T) {
 	p := func(us ...float64) []algorithms.Prediction {
 		var out []algorithms.Prediction
@@ -375,7 +387,12 @@ func TestTuneTimedFor(t *testing.T) {
 		return out
 	}
 	perCand := func(timed int) float64 { return float64(tuneRounds * (tuneWarmups + timed)) }
-	require.Equal(t, tuneTimed, tuneTimedFor(p(100, 200, 300)))
+	require.Equal(t, tuneMaxTimed, tuneTimedFor(p(10, 20, 30)), "4 B on 3 ranks here: 60 µs for the three, 3 ms in all")
+	// 600 µs for the three: 3 rounds of 1+10 calls take 19.8 ms, of 1+11 21.6 ms
+	require.Equal(t, 10, tuneTimedFor(p(100, 200, 300)))
+	cheap := tuneCheapUs / perCand(tuneTimed+1) // exactly tuneCheapUs with one more than tuneTimed
+	require.Equal(t, tuneTimed+1, tuneTimedFor(p(cheap/2, cheap/2)))
+	require.Equal(t, tuneTimed, tuneTimedFor(p(cheap/2, cheap/2*1.01)))
 	sum := tuneBudgetUs / perCand(tuneTimed) // exactly on budget with tuneTimed
 	require.Equal(t, tuneTimed, tuneTimedFor(p(sum/2, sum/2)))
 	require.Equal(t, tuneTimed-1, tuneTimedFor(p(sum/2, sum/2*1.01)))
@@ -416,12 +433,13 @@ func TestAutotuneBudget(t *testing.T) {
 	checkAllReduceInt64(t, comms, count, false)
 }
 
-// gotree.bench warms gotree's allreduce up past autotuning's calls; its
+// gotree.bench warms gotree's allreduce up past autotuning's calls (at
+// most this many; it stops once gotree.describe says they are over); its
 // count must follow the constants here.
 func TestBenchKnowsAutotuneCalls(t *testing.T) {
 	src, err := os.ReadFile("../python/gotree/bench.py")
 	require.NoError(t, err)
-	want := fmt.Sprintf("\nAUTOTUNE_CALLS = %d\n", tuneRounds*tuneMaxCands*(tuneWarmups+tuneTimed))
+	want := fmt.Sprintf("\nAUTOTUNE_CALLS = %d\n", tuneRounds*tuneMaxCands*(tuneWarmups+tuneMaxTimed))
 	require.Contains(t, string(src), want)
 }
 

@@ -125,11 +125,20 @@ def parse_args(argv):
 BATCH_BYTES = 64 << 20
 
 # gotree's autotuning times up to this many allreduce calls of a new size
-# (pg/autotune.go: tuneRounds x tuneMaxCands x (tuneWarmups + tuneTimed), fewer
-# for large sizes (tuneTimedFor), tuneMaxCands
-# counting one-shot where the model cannot predict it; a Go test
-# holds the two equal); gotree's allreduce warm-up runs them first.
-AUTOTUNE_CALLS = 48
+# (pg/autotune.go: tuneRounds x tuneMaxCands x (tuneWarmups + tuneMaxTimed),
+# fewer for sizes with fewer candidates or longer calls (tuneTimedFor),
+# tuneMaxCands counting one-shot where the model cannot predict it; a Go
+# test holds the two equal); gotree's allreduce warm-up runs them first,
+# and stops early once gotree.describe says that size no longer explores.
+AUTOTUNE_CALLS = 204
+
+
+def exploring(group, nbytes):
+    """Whether gotree's next allreduce of nbytes on group still explores
+    (the same answer on every rank after the same calls)."""
+    import gotree
+
+    return any(c["coll"] == "allreduce" and c["by"] == "exploring" for c in gotree.describe(group, sizes=[nbytes])["choices"])
 
 
 def main(argv=None):
@@ -245,8 +254,8 @@ def main(argv=None):
         # during gotree's first calls then matches the timed ones)
         t_est = {}
         for b, g in groups.items():
-            explore = AUTOTUNE_CALLS if b == "gotree" and args.coll == "allreduce" else 0
-            left = max(1, args.warmup) + explore
+            explore = b == "gotree" and args.coll == "allreduce"
+            left = max(1, args.warmup) + (AUTOTUNE_CALLS if explore else 0)
             while left > 0:
                 k = min(batch, left)
                 for x in bufs[b][:k]:
@@ -256,6 +265,8 @@ def main(argv=None):
                     call(x, o, g)
                 t_est[b] = (time.perf_counter() - t0) / k
                 left -= k
+                if explore and not exploring(g, nbytes):
+                    explore, left = False, min(left, max(1, args.warmup))
         est = torch.tensor([sum(t_est.values()) * batch], dtype=torch.float64)
         dist.all_reduce(est, op=ReduceOp.MAX, group=ctl)
         iters = int(min(args.iters, max(args.min_iters, args.budget_s / max(est.item(), 1e-6))))

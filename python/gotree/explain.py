@@ -16,6 +16,7 @@ ranks running.
 import argparse
 import sys
 
+from gotree.bench import AUTOTUNE_CALLS, exploring
 from gotree.bench import human as _fmt_bytes
 from gotree.bench import parse_size
 
@@ -26,16 +27,14 @@ def _tune(sizes, rank, n):
     import torch
     import torch.distributed as dist
 
-    import gotree
-
     wrong = 0
     for b in sizes:
         t = torch.empty(max(b // 4, 1), dtype=torch.float32)
-        for _ in range(200):
+        for _ in range(AUTOTUNE_CALLS + 1):
             t.fill_(rank + 1)
             dist.all_reduce(t)
             wrong += int((t != n * (n + 1) / 2).sum())
-            if gotree.describe(sizes=[4 * t.numel()])["choices"][0]["by"] != "exploring":
+            if not exploring(None, 4 * t.numel()):
                 break
     return wrong
 
