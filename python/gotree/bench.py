@@ -99,6 +99,10 @@ def parse_args(argv):
     ap.add_argument("--op", default="sum", choices=OPS, help="reduction of allreduce and reducescatter")
     ap.add_argument("--coll", default="allreduce", choices=COLLS, help="the collective (broadcast from rank 0)")
     ap.add_argument("--backends", default="gotree,gloo", help="comma-separated, in the order of the first iteration")
+    ap.add_argument("--settle-s", type=float, default=0.05,
+                    help="wait this long after init_process_group before the first size (default 0.05: on a 2-CPU VM the first "
+                         "~15 ms after init run 2-4x slower, and gotree's autotuning would measure the first size's candidates "
+                         "in them, where a training job's first allreduce comes later; gotree perf --settle does the same)")
     ap.add_argument("--json", help="also write the results to this file (rank 0)")
     ap.add_argument("--no-check", action="store_true", help="skip the exact result checks")
     a = ap.parse_args(argv)
@@ -116,8 +120,8 @@ def parse_args(argv):
     a.backend_list = [b.strip() for b in a.backends.split(",") if b.strip()]
     if not a.backend_list or any(b not in ("gotree", "gloo") for b in a.backend_list):
         ap.error("--backends: gotree and/or gloo")
-    if a.iters < 1 or a.min_iters < 1 or a.warmup < 0 or a.batch < 1:
-        ap.error("--iters, --min-iters and --batch >= 1, --warmup >= 0")
+    if a.iters < 1 or a.min_iters < 1 or a.warmup < 0 or a.batch < 1 or a.settle_s < 0:
+        ap.error("--iters, --min-iters and --batch >= 1, --warmup and --settle-s >= 0")
     return a
 
 
@@ -159,6 +163,7 @@ def main(argv=None):
     groups = {"gotree": dist.group.WORLD, "gloo": dist.new_group(backend="gloo")}
     groups = {b: groups[b] for b in args.backend_list}
     ctl = groups.get("gloo") or dist.new_group(backend="gloo")  # bookkeeping (MAX of times, flags)
+    time.sleep(args.settle_s)
 
     dtype = getattr(torch, args.dtype)
     esize = torch.empty((), dtype=dtype).element_size()
