@@ -225,8 +225,8 @@ func (c *Comm) newTuneState(a collArgs, key choiceKey) *tuneState {
 // tuneRounds blocks of tuneWarmups+timed calls per candidate, would take
 // longer than tuneBudgetUs, at least 1; more, up to tuneMaxTimed, while it
 // would take at most tuneCheapUs. Small messages are where 9 calls decide
-// least: on 3 and 4 ranks sharing 2 CPUs one candidate's calls of 8–32
-// KiB spread over 2–5× within a block, and margins of 5–15% between the
+// least: on 3 ranks sharing 2 CPUs one candidate's calls of 8–32 KiB
+// spread over up to 4× within a block, and margins of 5–15% between the
 // candidates decided by nine of them went either way from run to run.
 // Every rank has the same candidates and predictions, so every rank gets
 // the same number.
