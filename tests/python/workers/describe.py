@@ -13,6 +13,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 import gotree  # noqa: E402
+from gotree.bench import AUTOTUNE_CALLS  # noqa: E402
 from _common import Checker  # noqa: E402
 
 
@@ -30,7 +31,7 @@ def main():
     # An allreduce size called often enough for autotuning to decide it,
     # an allgather and a broadcast, each checked exactly.
     t = torch.empty(1024, dtype=torch.float32)
-    for i in range(80):
+    for i in range(AUTOTUNE_CALLS + 1):
         t.fill_(rank + 1)
         dist.all_reduce(t)
         c.check(bool((t == n * (n + 1) / 2).all()), f"allreduce {i}")
@@ -61,7 +62,7 @@ def main():
 
     choice = {(x["coll"], x["bytes"]): x for x in d["choices"]}
     ar = choice.get(("allreduce", 4096))
-    c.check(ar is not None and ar["by"] == "autotuning", f"4 KiB allreduce after 80 calls: {ar}")
+    c.check(ar is not None and ar["by"] == "autotuning", f"4 KiB allreduce after {AUTOTUNE_CALLS + 1} calls: {ar}")
     if ar is not None:
         c.check(ar["algo"] == last_algo("allreduce"), f"4 KiB allreduce: describe {ar['algo']}, ran {last_algo('allreduce')}")
         c.check(set(ar["measured_us"]) == set(ar["autotune_candidates"]), f"measured {ar['measured_us']}")
