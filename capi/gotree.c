@@ -48,6 +48,12 @@ size_t gotree_version(char *buf, size_t buflen) {
   return (size_t)gotreego_version(buf, (int64_t)buflen);
 }
 
+gotree_status_t gotree_probe_handoff(size_t bytes, int rounds, double *us) {
+  GUARD();
+  if (bytes > (size_t)INT64_MAX) return GOTREE_ERR_INVALID_ARGUMENT;
+  return (gotree_status_t)gotreego_probe_handoff((int64_t)bytes, rounds, us);
+}
+
 const char *gotree_status_string(gotree_status_t s) {
   switch (s) {
     case GOTREE_SUCCESS: return "success";

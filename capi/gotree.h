@@ -148,6 +148,20 @@ const char *gotree_status_string(gotree_status_t status);
  * (0 when there is no error). buf may be NULL when buflen is 0. */
 size_t gotree_error_text(int64_t handle, char *buf, size_t buflen);
 
+/* Machine-state probe (a diagnostic; no communicator needed). Two threads
+ * pinned to two CPUs of the caller's affinity set hand a block of `bytes`
+ * back and forth `rounds` times: one writes it with ordinary stores and
+ * raises a flag, the other reads it and answers. *us is the median time of
+ * one hand-off in microseconds (the first 4 rounds untimed, or all but the
+ * last when there are fewer). Every shared-memory algorithm repeats that step, so the value says
+ * which state a machine whose memory speed changes over time is in (on a
+ * 2-vCPU VM: 512 KiB took 70-110 us in one state and 240-370 us in the
+ * other). Blocks for the rounds; a hand-off unanswered for 2 s fails it with
+ * GOTREE_ERR_SYSTEM. GOTREE_ERR_NOT_SUPPORTED with fewer than two CPUs in
+ * the set; GOTREE_ERR_INVALID_ARGUMENT outside 1 B-64 MiB or 1-1000 rounds
+ * or for a NULL us. Error text on handle 0. */
+gotree_status_t gotree_probe_handoff(size_t bytes, int rounds, double *us);
+
 /* Creates a unique id whose bootstrap listener lives in this process until
  * the communicator made from it on this process (normally rank 0) is
  * destroyed, or the process exits. */

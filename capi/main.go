@@ -25,6 +25,7 @@ import (
 	"unsafe"
 
 	"github.com/gotree/gotree/algorithms"
+	"github.com/gotree/gotree/backend"
 	"github.com/gotree/gotree/pg"
 )
 
@@ -98,6 +99,26 @@ func copyOut(s string, buf *C.char, buflen C.int64_t) C.int64_t {
 //export gotreego_version
 func gotreego_version(buf *C.char, buflen C.int64_t) C.int64_t {
 	return copyOut(fmt.Sprintf("gotree %s (%s)", Version, runtime.Version()), buf, buflen)
+}
+
+//export gotreego_probe_handoff
+func gotreego_probe_handoff(bytes C.int64_t, rounds C.int, us *C.double) (st C.int) {
+	defer guard(0, &st)
+	if us == nil {
+		return fail(0, fmt.Errorf("%w: gotree_probe_handoff: us is NULL", pg.ErrInvalidArgument))
+	}
+	if bytes < 1 || bytes > 64<<20 || rounds < 1 || rounds > 1000 {
+		return fail(0, fmt.Errorf("%w: gotree_probe_handoff: need 1 B to 64 MiB and 1 to 1000 rounds, got %d bytes and %d rounds", pg.ErrInvalidArgument, int64(bytes), int(rounds)))
+	}
+	d, err := backend.HandoffProbe(int(bytes), int(rounds))
+	switch {
+	case errors.Is(err, backend.ErrNoCPUPair):
+		return fail(0, fmt.Errorf("%w: gotree_probe_handoff: %v", pg.ErrNotSupported, err))
+	case err != nil:
+		return fail(0, fmt.Errorf("%w: gotree_probe_handoff: %v", pg.ErrSystem, err))
+	}
+	*us = C.double(float64(d.Nanoseconds()) / 1e3)
+	return stSuccess
 }
 
 //export gotreego_error_text

@@ -229,7 +229,7 @@ type sweepSample struct {
 	Wrong   int64 // -1: not checked
 	Times   []float64
 	Chose   string // auto runs: the algorithm autotuning settled on ("": not recorded)
-	// The machine state around the cycles (handoffProbe): µs to hand
+	// The machine state around the cycles (backend.HandoffProbe): µs to hand
 	// 512 KiB from one CPU to another, just before and just after them —
 	// around each size from sweepProbeFrom (rank 0 of the run, while the
 	// others sleep), around the smaller sizes together (before the run,

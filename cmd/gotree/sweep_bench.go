@@ -45,7 +45,7 @@ type benchSpec struct {
 	// see the same machine.
 	Paired []string `json:"paired,omitempty"`
 	// ProbeFrom, when set, has rank 0 probe the machine state
-	// (handoffProbe) before every size of at least ProbeFrom bytes and
+	// (backend.HandoffProbe) before every size of at least ProbeFrom bytes and
 	// after the last, while the other ranks sleep. Not below: the first
 	// cycle after a sleep runs slow (2 ranks, sizes below 256 KiB: its
 	// median over 3× the other cycles' in 52 of 628 groups with a probe
@@ -55,7 +55,7 @@ type benchSpec struct {
 }
 
 // benchProbePause is how long the other ranks sleep while rank 0 probes:
-// more than a probe takes in the slow state (handoffRounds × 260 µs).
+// more than a probe takes in the slow state (backend.HandoffRounds × 260 µs).
 const benchProbePause = 15 * time.Millisecond
 
 func (s benchSpec) algos() []string {

@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/gotree/gotree/algorithms"
+	"github.com/gotree/gotree/backend"
 	"github.com/gotree/gotree/pg"
 )
 
@@ -550,7 +551,7 @@ func (r *sweepReport) writeStates(w io.Writer, rows []autoRow) {
 			nMixed++
 		}
 	}
-	fmt.Fprintf(w, "\nMachine state (`gotree handoff`'s probe before and after each size of each run: %d KiB from one CPU to another): %.0f–%.0f µs; ", handoffBytes>>10, r.fastestProbe, slowest)
+	fmt.Fprintf(w, "\nMachine state (`gotree handoff`'s probe before and after each size of each run: %d KiB from one CPU to another): %.0f–%.0f µs; ", backend.HandoffBytes>>10, r.fastestProbe, slowest)
 	fmt.Fprintf(w, "of %d groups, %d met only the slow state (a probe over %.0f× the fastest) and %d changed state.\n", nGroups, nSlow, sweepSlowProbe, nMixed)
 	one, pass := 0, 0
 	for _, a := range rows {

@@ -6,10 +6,8 @@ import (
 	"image/png"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -325,41 +323,6 @@ func TestSweepMeasuredChoice(t *testing.T) {
 			} else {
 				require.Equal(t, ss[i].Chose, prev[i].Chose)
 			}
-		}
-	}
-}
-
-// The machine-state probe: it hands memory between two CPUs of this
-// thread's set, and refuses a set of one CPU.
-func TestHandoffProbe(t *testing.T) {
-	var set unix.CPUSet
-	require.NoError(t, unix.SchedGetaffinity(0, &set))
-	if set.Count() < 2 {
-		t.Skip("one CPU: nothing to hand between")
-	}
-	d, err := handoffProbe(64<<10, 8)
-	require.NoError(t, err)
-	require.Greater(t, d, time.Duration(0))
-	require.Less(t, d, handoffDeadline)
-	done := make(chan error)
-	go func() {
-		runtime.LockOSThread() // not unlocked: the thread ends with this goroutine
-		var one unix.CPUSet
-		one.Set(firstCPU(set))
-		if err := unix.SchedSetaffinity(0, &one); err != nil {
-			done <- err
-			return
-		}
-		_, err := handoffProbe(64<<10, 8)
-		done <- err
-	}()
-	require.ErrorIs(t, <-done, errNoCPUPair)
-}
-
-func firstCPU(set unix.CPUSet) int {
-	for c := 0; ; c++ {
-		if set.IsSet(c) {
-			return c
 		}
 	}
 }

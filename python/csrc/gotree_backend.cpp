@@ -136,6 +136,7 @@ struct Api {
   decltype(&gotree_version) version = nullptr;
   decltype(&gotree_status_string) status_string = nullptr;
   decltype(&gotree_error_text) error_text = nullptr;
+  decltype(&gotree_probe_handoff) probe_handoff = nullptr;
   decltype(&gotree_get_unique_id) get_unique_id = nullptr;
   decltype(&gotree_comm_init_rank) comm_init_rank = nullptr;
   decltype(&gotree_comm_rank) comm_rank = nullptr;
@@ -233,6 +234,7 @@ const Api& loadApi(const std::string& path) {
     resolve(h, "gotree_version", a->version, path);
     resolve(h, "gotree_status_string", a->status_string, path);
     resolve(h, "gotree_error_text", a->error_text, path);
+    resolve(h, "gotree_probe_handoff", a->probe_handoff, path);
     resolve(h, "gotree_get_unique_id", a->get_unique_id, path);
     resolve(h, "gotree_comm_init_rank", a->comm_init_rank, path);
     resolve(h, "gotree_comm_rank", a->comm_rank, path);
@@ -3302,6 +3304,31 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       "dlopen libgotree.so (RTLD_LAZY|RTLD_LOCAL), resolve the C ABI, check "
       "its version; returns the library's version string. Idempotent: the "
       "first path loaded wins (one Go runtime per process).");
+
+  m.def(
+      "probe_handoff",
+      [](int64_t bytes, int rounds) {
+        const auto& a = gotree_ext::api();
+        TORCH_CHECK_VALUE(bytes > 0, "gotree: probe_handoff: bytes must be positive, got ", bytes);
+        double us = 0;
+        gotree_status_t st;
+        {
+          py::gil_scoped_release nogil;
+          st = a.probe_handoff(static_cast<size_t>(bytes), rounds, &us);
+        }
+        if (st == GOTREE_ERR_INVALID_ARGUMENT) {
+          TORCH_CHECK_VALUE(false, gotree_ext::errorText(a, 0));
+        }
+        if (st == GOTREE_ERR_NOT_SUPPORTED) {
+          TORCH_CHECK_NOT_IMPLEMENTED(false, gotree_ext::errorText(a, 0));
+        }
+        TORCH_CHECK(st == GOTREE_SUCCESS, "gotree: probe_handoff failed (",
+                    gotree_ext::statusName(a, st), "): ", gotree_ext::errorText(a, 0));
+        return us;
+      },
+      py::arg("bytes"), py::arg("rounds"),
+      "The C ABI's gotree_probe_handoff: median microseconds to hand `bytes` "
+      "written on one CPU to a second CPU (gotree.probe_handoff wraps it).");
 
   m.def("loaded_library_path", []() -> py::object {
     std::lock_guard<std::mutex> g(gotree_ext::g_api_mu);

@@ -90,7 +90,7 @@ import threading
 import warnings
 
 __version__ = "0.1.0"
-__all__ = ["BACKEND_NAME", "register", "library_path", "load_library", "is_registered", "get_error", "flight_record", "describe"]
+__all__ = ["BACKEND_NAME", "register", "library_path", "load_library", "is_registered", "get_error", "flight_record", "describe", "probe_handoff"]
 
 BACKEND_NAME = "gotree"
 
@@ -274,6 +274,27 @@ def describe(group=None, sizes=None):
             if b < 0:
                 raise ValueError("gotree.describe: size {} bytes is negative".format(b))
     return json.loads(_backend_of(group, "describe").describe(sizes))
+
+
+def probe_handoff(nbytes=512 << 10, rounds=24):
+    """How fast this machine hands freshly written memory from one CPU to
+    another right now: the median microseconds of one hand-off of nbytes
+    between two threads pinned to two CPUs of this process's affinity set
+    (the C ABI's gotree_probe_handoff; `gotree handoff` on the command line).
+    Every shared-memory algorithm repeats that step, so on a machine whose
+    memory speed changes over time (a small VM: 512 KiB took 70-110 us in
+    one state and 240-370 us in the other) it says which state a
+    measurement ran in. Needs no process group; blocks for the rounds.
+    Raises NotImplementedError with fewer than two CPUs, ValueError outside
+    1 B-64 MiB or 1-1000 rounds.
+    """
+    nbytes, rounds = int(nbytes), int(rounds)
+    if nbytes < 1 or rounds < 1:
+        raise ValueError("gotree.probe_handoff: need nbytes >= 1 and rounds >= 1, got {} and {}".format(nbytes, rounds))
+    load_library()
+    from gotree import _C
+
+    return _C.probe_handoff(nbytes, rounds)
 
 
 def is_registered():

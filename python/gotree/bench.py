@@ -25,6 +25,12 @@ times, busbw = bytes x factor / median with nccl-tests' factors (allreduce 2(n-1
 allgather, reducescatter and alltoall (n-1)/n, broadcast 1), and the ratio gloo median / gotree
 median (> 1: gotree is faster).
 
+Machine state: on a machine whose memory speed changes over time (a small VM's
+shared-memory hand-offs run 3-7x slower for seconds to minutes at a time), rank 0 runs
+gotree.probe_handoff just before and just after each size's timed iterations while the
+other ranks wait in a barrier, and the "state(us)" column shows both (--no-probe: off).
+A size whose probes differ a lot ran partly in each state.
+
 Checks: inputs are small integers in the chosen dtype, so every sum (and min/max/prod)
 has one exact answer; each call's result is compared exactly and the run exits with
 status 1 if any was wrong.
@@ -103,6 +109,10 @@ def parse_args(argv):
                     help="wait this long after init_process_group before the first size (default 0.05: on a 2-CPU VM the first "
                          "~15 ms after init run 2-4x slower, and gotree's autotuning would measure the first size's candidates "
                          "in them, where a training job's first allreduce comes later; gotree perf --settle does the same)")
+    ap.add_argument("--probe", action=argparse.BooleanOptionalAction, default=True,
+                    help="record the machine state before and after each size's timed iterations: rank 0 runs "
+                         "gotree.probe_handoff (512 KiB from one CPU to another, median us) while the other ranks wait "
+                         "(default on; --no-probe turns it off)")
     ap.add_argument("--json", help="also write the results to this file (rank 0)")
     ap.add_argument("--no-check", action="store_true", help="skip the exact result checks")
     a = ap.parse_args(argv)
@@ -225,6 +235,23 @@ def main(argv=None):
         if rank == 0:
             print(*a, flush=True)
 
+    probe_failed = []
+
+    def probe():
+        """Rank 0's machine-state probe while the others wait (µs, or None)."""
+        if not args.probe:
+            return None
+        dist.barrier(group=ctl)
+        us = None
+        if rank == 0 and not probe_failed:
+            try:
+                us = gotree.probe_handoff()
+            except (NotImplementedError, RuntimeError) as e:
+                probe_failed.append(str(e))
+                log(f"# machine-state probe unavailable: {e}")
+        dist.barrier(group=ctl)
+        return us
+
     load = os.getloadavg()
     what = f"{args.coll} {args.op}" if args.coll in ("allreduce", "reducescatter") else args.coll
     log(
@@ -237,12 +264,17 @@ def main(argv=None):
         + (f" / up to {args.batch} back-to-back calls (at most {BATCH_BYTES >> 20} MiB of buffers)" if args.batch > 1 else "")
         + f"; median / P95 / IQR over iterations; busbw = bytes x {factor:.3g} / median; ratio = gloo median / gotree median"
     )
+    if args.probe:
+        log("# state(us): gotree.probe_handoff on rank 0 before / after the timed iterations (512 KiB from one CPU to another)")
     cols = ["size", "count", "iters"]
     for b in groups:
         cols += [f"{b} med(us)", f"{b} p95(us)", f"{b} iqr(us)", f"{b} busbw(GB/s)"]
     if len(groups) == 2:
         cols.append("ratio")
     widths = [10, 10, 5] + [12, 12, 12, 14] * len(groups) + ([7] if len(groups) == 2 else [])
+    if args.probe:
+        cols.append("state(us)")
+        widths.append(11)
     log("  ".join(c.rjust(w) for c, w in zip(cols, widths)))
 
     wrong = 0
@@ -278,6 +310,7 @@ def main(argv=None):
         times = {b: torch.zeros(iters, dtype=torch.float64) for b in groups}
         bad = {b: 0 for b in groups}
         order = list(groups)
+        before = probe()
         for it in range(iters):
             for b in order if it % 2 == 0 else order[::-1]:
                 g, xs, os_ = groups[b], bufs[b], outs[b]
@@ -290,6 +323,7 @@ def main(argv=None):
                 times[b][it] = (time.perf_counter() - t0) / batch
                 if not args.no_check:
                     bad[b] += sum(not torch.equal(o, want) for o in os_)
+        after = probe()
         for b in groups:
             dist.all_reduce(times[b], op=ReduceOp.MAX, group=ctl)
         flags = torch.tensor([bad[b] for b in groups], dtype=torch.int64)
@@ -307,6 +341,9 @@ def main(argv=None):
         if len(groups) == 2:
             row["ratio"] = row["gloo"]["median_us"] / row["gotree"]["median_us"]
             cells.append(f"{row['ratio']:.2f}")
+        if args.probe:
+            row["probe_us"] = [before, after]
+            cells.append("-" if before is None or after is None else f"{before:.0f}/{after:.0f}")
         rows.append(row)
         log("  ".join(c.rjust(w) for c, w in zip(cells, widths)))
 

@@ -404,6 +404,21 @@ int main(int argc, char **argv) {
   CHECK(gotree_abi_version() == GOTREE_ABI_VERSION, "ABI version %d, header %d", gotree_abi_version(), GOTREE_ABI_VERSION);
   char ver[128];
   CHECK(gotree_version(ver, sizeof ver) > 0 && strstr(ver, "gotree"), "version string '%s'", ver);
+  if (uidhex == NULL) {
+    // the machine-state probe: a time on two CPUs, NOT_SUPPORTED on one,
+    // and its argument checks (error text on handle 0)
+    double us = -1;
+    gotree_status_t pst = gotree_probe_handoff(64 << 10, 8, &us);
+    CHECK((pst == GOTREE_SUCCESS && us > 0 && us < 2e6) ||
+              (pst == GOTREE_ERR_NOT_SUPPORTED && strstr(errtext(0), "two CPUs")),
+          "probe_handoff: %s, %g us / %s", gotree_status_string(pst), us, errtext(0));
+    pst = gotree_probe_handoff(4096, 0, &us);
+    CHECK(pst == GOTREE_ERR_INVALID_ARGUMENT && strstr(errtext(0), "0 rounds"), "probe_handoff 0 rounds: %s / %s", gotree_status_string(pst), errtext(0));
+    pst = gotree_probe_handoff(0, 4, &us);
+    CHECK(pst == GOTREE_ERR_INVALID_ARGUMENT && strstr(errtext(0), "0 bytes"), "probe_handoff 0 bytes: %s / %s", gotree_status_string(pst), errtext(0));
+    pst = gotree_probe_handoff(4096, 4, NULL);
+    CHECK(pst == GOTREE_ERR_INVALID_ARGUMENT && strstr(errtext(0), "us is NULL"), "probe_handoff NULL: %s / %s", gotree_status_string(pst), errtext(0));
+  }
 
   gotree_unique_id_t id;
   pid_t kids[64];

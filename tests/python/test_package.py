@@ -190,6 +190,35 @@ def test_single_process_group_without_torchrun(built):
     assert rc == 0 and "SINGLE-OK" in out, out
 
 
+def test_probe_handoff(built):
+    """gotree.probe_handoff (the C ABI's gotree_probe_handoff): a time where two
+    CPUs exist, clear errors for bad arguments and for a set of one CPU."""
+    rc, out = run_py(
+        """
+        import os
+        import gotree
+        if len(os.sched_getaffinity(0)) >= 2:
+            us = gotree.probe_handoff(64 << 10, 8)
+            assert isinstance(us, float) and 0 < us < 2e6, us
+        for nbytes, rounds, what in [(0, 8, "nbytes >= 1"), (64 << 10, 0, "rounds >= 1"),
+                                     ((64 << 20) + 1, 8, "1 B to 64 MiB"), (4096, 1001, "1 to 1000 rounds")]:
+            try:
+                gotree.probe_handoff(nbytes, rounds)
+                raise AssertionError(f"probe_handoff({nbytes}, {rounds}) was accepted")
+            except ValueError as e:
+                assert what in str(e), e
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+        try:
+            gotree.probe_handoff(4096, 4)
+            raise AssertionError("probe_handoff ran on one CPU")
+        except NotImplementedError as e:
+            assert "fewer than two CPUs" in str(e), e
+        print("PROBE-OK")
+        """
+    )
+    assert rc == 0 and "PROBE-OK" in out, out
+
+
 @pytest.mark.slow
 def test_wheel_in_fresh_venv_from_another_directory(built, tmp_path):
     """`pip wheel` builds dist/gotree-*.whl; installed into a new venv (torch made visible
@@ -320,3 +349,5 @@ def test_wheel_in_fresh_venv_from_another_directory(built, tmp_path):
         rc, out = run_module(3, "gotree.bench", "--coll", coll, "--sizes", "4,100,65537", "--batch", "3",
                              "--iters", "2", "--min-iters", "2", "--warmup", "1", "--budget-s", "0.2")
         assert rc == 0 and f"gotree.bench: {coll}" in out and "wrong results: 0" in out, out[-4000:]
+        # the machine state before and after each size (rank 0's probe_handoff)
+        assert "state(us)" in out and len(re.findall(r" \d+/\d+$", out, re.M)) == 3, out[-4000:]
