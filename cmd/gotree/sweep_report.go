@@ -228,6 +228,7 @@ type sweepReport struct {
 	fastestProbe float64
 	groupStates  []machineStates
 	fast         *sweepReport // the same samples' fast-state cycles alone (analyseSweepStates), if any were slow
+	slow         *sweepReport // and their slow-state cycles alone, if any were fast
 }
 
 // analyseSweep judges the samples of one placement (in place or out of
@@ -532,7 +533,9 @@ func (a autoRow) crossedNote() string {
 
 // writeStates says how the groups' machine states split, what the auto
 // check gives on the sizes whose runs all met one state, and what it gives
-// on the cycles of the fast state alone (r.fast).
+// on the cycles of each state alone (r.fast, r.slow): autotuning decides in
+// the state its exploration meets, so a choice right for one state can look
+// wrong against forced runs pooled over both.
 func (r *sweepReport) writeStates(w io.Writer, rows []autoRow) {
 	if r.fastestProbe <= 0 {
 		return
@@ -563,49 +566,64 @@ func (r *sweepReport) writeStates(w io.Writer, rows []autoRow) {
 		}
 	}
 	fmt.Fprintf(w, "Sizes whose runs all met one state: %d of %d; auto within %.0f%% at %d of them.\n", one, len(rows), 100*sweepAutoTol, pass)
-	if r.fast == nil {
-		return
-	}
-	fast := r.fast.autoRows()
-	pass, timed, good := 0, 0, 0
-	for _, a := range fast {
-		if a.Pass {
-			pass++
+	for _, st := range []struct {
+		name string
+		rep  *sweepReport
+	}{{"fast", r.fast}, {"slow", r.slow}} {
+		if st.rep == nil {
+			continue
 		}
-		if a.Measured && a.ChoiceTimed {
-			timed++
-			if a.ChoicePass {
-				good++
+		alone := st.rep.autoRows()
+		pass, timed, good := 0, 0, 0
+		for _, a := range alone {
+			if a.Pass {
+				pass++
+			}
+			if a.Measured && a.ChoiceTimed {
+				timed++
+				if a.ChoicePass {
+					good++
+				}
 			}
 		}
-	}
-	fmt.Fprintf(w, "The fast state alone (the cycles whose probes both found it): auto within %.0f%% at %d of %d sizes", 100*sweepAutoTol, pass, len(fast))
-	if timed > 0 {
-		fmt.Fprintf(w, ", the choice alone at %d of %d", good, timed)
-	}
-	fmt.Fprintf(w, ".\n")
-	for _, a := range fast {
-		if !a.Pass {
-			fmt.Fprintf(w, "- fast state, N=%d %s: auto %s, best %s, %.1f%% slower\n", a.N, fmtBytes(a.Bytes), a.Choice, a.Best, 100*a.Excess)
+		fmt.Fprintf(w, "The %s state alone (the cycles whose probes both found it): auto within %.0f%% at %d of %d sizes", st.name, 100*sweepAutoTol, pass, len(alone))
+		if timed > 0 {
+			fmt.Fprintf(w, ", the choice alone at %d of %d", good, timed)
+		}
+		fmt.Fprintf(w, ".\n")
+		for _, a := range alone {
+			if !a.Pass {
+				fmt.Fprintf(w, "- %s state, N=%d %s: auto %s, best %s, %.1f%% slower\n", st.name, a.N, fmtBytes(a.Bytes), a.Choice, a.Best, 100*a.Excess)
+			}
 		}
 	}
 }
 
-// analyseSweepStates is analyseSweep with the fast state's cycles judged
-// apart as well (sweepReport.fast), where the samples carry probes.
+// analyseSweepStates is analyseSweep with each machine state's cycles
+// judged apart as well (sweepReport.fast, .slow), where the samples carry
+// probes and met both states.
 func analyseSweepStates(ss []sweepSample, auto sweepAutoFunc, inPlace bool) *sweepReport {
 	r := analyseSweep(ss, auto, inPlace)
 	if r.fastestProbe <= 0 {
 		return r
 	}
-	var fast []sweepSample
+	var fast, slow []sweepSample
 	for _, s := range ss {
-		if s.Handoff[0] > 0 && s.Handoff[1] > 0 && stateOf(s.Handoff, r.fastestProbe) == stateFast {
+		if s.Handoff[0] <= 0 || s.Handoff[1] <= 0 {
+			continue
+		}
+		switch stateOf(s.Handoff, r.fastestProbe) {
+		case stateFast:
 			fast = append(fast, s)
+		case stateSlow:
+			slow = append(slow, s)
 		}
 	}
 	if len(fast) > 0 && len(fast) < len(ss) {
 		r.fast = analyseSweep(fast, auto, inPlace)
+	}
+	if len(slow) > 0 && len(slow) < len(ss) {
+		r.slow = analyseSweep(slow, auto, inPlace)
 	}
 	return r
 }

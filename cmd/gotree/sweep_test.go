@@ -397,6 +397,41 @@ func TestSweepMachineStates(t *testing.T) {
 	require.NotContains(t, out.String(), "Machine state")
 }
 
+// Autotuning decides in the state its exploration meets: a choice that
+// is right in the slow state (the tree, where the ring slows 4×) fails
+// against forced runs pooled over both states, and each state's cycles
+// judged alone say so.
+func TestSweepStateAlone(t *testing.T) {
+	at := func(ss []sweepSample, seq int, before, after float64) []sweepSample {
+		for i := range ss {
+			ss[i].Seq, ss[i].Handoff = seq, [2]float64{before, after}
+		}
+		return ss
+	}
+	times := func(us float64) map[int64]float64 { return map[int64]float64{1024: us} }
+	var ss []sweepSample
+	ss = append(ss, at(synthSamples("A", 3, "ring", times(10), 2), 1, 80, 90)...)
+	ss = append(ss, at(synthSamples("A", 3, "ring", times(40), 2), 2, 250, 260)...)
+	ss = append(ss, at(synthSamples("A", 3, "tree", times(15), 2), 3, 85, 80)...)
+	ss = append(ss, at(synthSamples("A", 3, "tree", times(25), 2), 4, 240, 250)...)
+	ss = append(ss, at(synthSamples("A", 3, "auto", times(25), 2), 5, 255, 250)...)
+	r := analyseSweepStates(ss, func(int, int64) string { return "tree" }, false)
+	require.NotNil(t, r.fast)
+	require.NotNil(t, r.slow)
+	var out bytes.Buffer
+	r.writeAutoCheck(&out)
+	for _, want := range []string{
+		// pooled: ring 10,10,40,40 → 25; tree 15,15,25,25 → 20; auto 25
+		"auto within 5% of the best forced algorithm at 0 of 1 sizes",
+		"The fast state alone (the cycles whose probes both found it): auto within 5% at 0 of 1 sizes.\n", // auto never ran fast: its forced tree judged
+		"- fast state, N=3 1K: auto tree, best ring, 50.0% slower\n",
+		"The slow state alone (the cycles whose probes both found it): auto within 5% at 1 of 1 sizes, the choice alone at 1 of 1.\n",
+	} {
+		require.Contains(t, out.String(), want)
+	}
+	require.NotContains(t, out.String(), "- slow state")
+}
+
 // TestMain lets this test binary serve as the sweep's rank processes:
 // benchLaunch starts os.Executable() with the spec in the environment.
 func TestMain(m *testing.M) {
