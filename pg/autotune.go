@@ -63,6 +63,20 @@ import (
 //     lowest score, the model's choice unless another is more than
 //     tuneKeepModel lower.
 //
+// A decision is not forever: a machine's speed can change under it (a
+// 2-vCPU VM moves between states lasting seconds to minutes in which
+// everything that hands freshly written memory between CPUs runs 3–7×
+// slower, and there direct, whose kernel copies read the peers' buffers
+// from memory, was the fastest from 64 or 128 KiB to 2–8 MiB, by up to
+// 4×, where in the normal state the ring, hd or shared beat it;
+// docs/crossover/README.md).
+// So once a size has run tuneReexplore times as many calls as its
+// exploration took, it explores again, and keeps what that measures;
+// that costs at most about 1/tuneReexplore of its calls, and with
+// GOTREE_AUTOTUNE=once it never happens. Calls of a size are counted in
+// the order every rank runs them, so every rank explores again at the
+// same call.
+//
 // Candidates, order and decision do not depend on the call's placement
 // (in place or not). Ranks that issue the same calls in the same order,
 // whatever each one's placement, run the same algorithm at every call and
@@ -81,6 +95,10 @@ const (
 	tuneMaxCands   = tuneModelCands + 1               // and one-shot or shared where the model cannot predict them (AutotuneCandidates; never both)
 	tuneKeepModel  = 0.03                             // the model's choice stays unless another is faster by more than this
 )
+
+// tuneReexplore: a decided size explores again once it has run this many
+// times its exploration's calls on the decision (a variable for tests).
+var tuneReexplore = 100
 
 // tuneBudgetUs is the model's predicted time of one size's exploration
 // above which its blocks take fewer timed calls (tuneTimedFor; a variable
@@ -110,6 +128,31 @@ type tuneState struct {
 	starts [][]float64             // per candidate: when they started, µs of HostClockUs
 	pick   *algorithms.Prediction  // the decision; nil while exploring or without candidates
 	score  []float64               // per candidate, the measured median that decided (tuneMedians), µs
+	since  int                     // calls run on the decision since it was made
+	rounds int                     // explorations decided so far
+	last   *algorithms.Prediction  // while exploring again, the decision before
+}
+
+// exploreCalls is how many calls one exploration of st takes.
+func (st *tuneState) exploreCalls() int {
+	return tuneRounds * len(st.cands) * (tuneWarmups + st.timed)
+}
+
+// due says whether st's decision has run long enough to be measured again.
+func (st *tuneState) due() bool {
+	return st.pick != nil && st.since >= tuneReexplore*st.exploreCalls()
+}
+
+// reexplore says whether the call about to run on st's decision explores
+// again instead (see tuneReexplore), and if so starts that exploration.
+func (st *tuneState) reexplore(once bool) bool {
+	if once || !st.due() {
+		st.since++
+		return false
+	}
+	st.last, st.pick, st.calls, st.since = st.pick, nil, 0, 0
+	st.times, st.starts = make([][]float64, len(st.cands)), make([][]float64, len(st.cands))
+	return true
 }
 
 // autoTuner holds a communicator's autotuning states.
@@ -148,7 +191,7 @@ func (c *Comm) tunedChoice(a collArgs) (*algorithms.Prediction, tuneSlot) {
 		}
 		c.tuner.states[key] = st
 	}
-	if st.pick != nil || len(st.cands) < 2 {
+	if len(st.cands) < 2 || st.pick != nil && !st.reexplore(c.cfg.TuneOnce) {
 		return st.pick, none
 	}
 	i := st.calls
@@ -200,7 +243,7 @@ func (c *Comm) exploring(key choiceKey) bool {
 	c.tuner.mu.Lock()
 	defer c.tuner.mu.Unlock()
 	st := c.tuner.states[key]
-	return st != nil && st.pick == nil && len(st.cands) >= 2
+	return st != nil && len(st.cands) >= 2 && (st.pick == nil || !c.cfg.TuneOnce && st.due())
 }
 
 // newTuneState ranks the candidates of key with the cost model
@@ -284,11 +327,18 @@ func (c *Comm) tuneRecord(ctx context.Context, slot tuneSlot, startUs float64, d
 		return c.collFailed(desc, fmt.Errorf("%w: %v", ErrInvalidArgument, err))
 	}
 	c.tuner.mu.Lock()
+	prev := slot.st.last
 	slot.st.pick = &slot.st.cands[pick]
 	slot.st.score = tuneMedians(all[c.rank].samples, len(slot.st.cands), all, oneHost)
 	slot.st.times, slot.st.starts = nil, nil
+	slot.st.rounds++
+	rounds := slot.st.rounds
 	c.tuner.mu.Unlock()
-	c.log.Infof("TUNING", "%v %d bytes: %s", slot.key.coll, slot.key.bytes, why)
+	again := ""
+	if rounds > 1 {
+		again = fmt.Sprintf(" (exploration %d, after %d calls on %v)", rounds, tuneReexplore*slot.st.exploreCalls(), prev.Algo)
+	}
+	c.log.Infof("TUNING", "%v %d bytes: %s%s", slot.key.coll, slot.key.bytes, why, again)
 	return nil
 }
 
@@ -481,5 +531,5 @@ func (c *Comm) tuneView(key choiceKey) *tuneState {
 	if st == nil {
 		return nil
 	}
-	return &tuneState{cands: slices.Clone(st.cands), timed: st.timed, calls: st.calls, pick: st.pick, score: slices.Clone(st.score)}
+	return &tuneState{cands: slices.Clone(st.cands), timed: st.timed, calls: st.calls, pick: st.pick, score: slices.Clone(st.score), since: st.since, rounds: st.rounds}
 }

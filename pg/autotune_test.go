@@ -218,6 +218,62 @@ func TestAutotuneOff(t *testing.T) {
 	require.Nil(t, comms[0].decidedChoice(tuneKey(collArgs{coll: algorithms.AllReduce, count: 1000, dt: algorithms.Int64})))
 }
 
+// A decision is measured again once the size has run tuneReexplore
+// times its exploration's calls on it, at the same call on every rank,
+// and the new measurement decides; with GOTREE_AUTOTUNE=once it stays.
+// Every call sums exactly; describe says "exploring" from the call that
+// starts the new exploration and counts the explorations.
+func TestAutotuneExploresAgain(t *testing.T) {
+	saved := tuneReexplore
+	tuneReexplore = 2
+	t.Cleanup(func() { tuneReexplore = saved })
+	const count = 1009
+	key := tuneKey(collArgs{coll: algorithms.AllReduce, count: count, dt: algorithms.Int64})
+	for _, once := range []bool{false, true} {
+		cfg := testConfig()
+		cfg.Algo = "ring,hd"
+		cfg.TuneOnce = once
+		comms := startComms(t, 3, nil, cfg)
+		model := comms[0].choice(collArgs{coll: algorithms.AllReduce, count: count, dt: algorithms.Int64, inPlace: true}).Algo
+		other := algorithms.Ring
+		if model == algorithms.Ring {
+			other = algorithms.HalvingDoubling
+		}
+		fakeTuneTimes(t, map[algorithms.Algorithm]float64{model: 200, other: 100})
+		explore := exploreAll(t, comms, count, func(r, call int) bool { return (r+call)%2 == 0 })
+		require.Equal(t, other, comms[0].decidedChoice(key).Algo)
+		// The machine changes: the kept algorithm is now the slow one.
+		fakeTuneTimes(t, map[algorithms.Algorithm]float64{model: 100, other: 300})
+		for call := 0; call < tuneReexplore*explore; call++ {
+			for r, c := range comms {
+				require.False(t, c.Exploring(count, algorithms.Int64), "once=%v: rank %d explores again after %d calls", once, r, call)
+			}
+			checkAllReduceInt64Each(t, comms, count, func(r int) bool { return (r+call)%2 == 1 })
+		}
+		for r, c := range comms {
+			require.Equal(t, !once, c.Exploring(count, algorithms.Int64), "once=%v: rank %d after %d calls on the decision", once, r, tuneReexplore*explore)
+			d, err := c.Describe([]int64{count * 8})
+			require.NoError(t, err)
+			require.Equal(t, map[bool]string{false: "exploring", true: "autotuning"}[once], d.Choices[0].By, "once=%v rank %d", once, r)
+			require.Equal(t, 1, d.Choices[0].Explored)
+		}
+		if once {
+			checkAllReduceInt64(t, comms, count, true)
+			require.Equal(t, other, comms[0].decidedChoice(key).Algo, "GOTREE_AUTOTUNE=once keeps the first decision")
+			continue
+		}
+		again := exploreAll(t, comms, count, func(r, call int) bool { return call%3 == r })
+		require.Equal(t, explore, again, "the second exploration takes as many calls as the first")
+		for r, c := range comms {
+			require.Equal(t, model, c.decidedChoice(key).Algo, "rank %d keeps what the second exploration measured", r)
+			d, err := c.Describe([]int64{count * 8})
+			require.NoError(t, err)
+			require.Equal(t, "autotuning", d.Choices[0].By)
+			require.Equal(t, 2, d.Choices[0].Explored)
+		}
+	}
+}
+
 // A slow stretch of the machine as long as two blocks, wherever it falls
 // in the exploration, does not decide: every call in it takes 10 times
 // as long, yet the fastest candidate (by 20%) is kept, for 2, 3 and 4

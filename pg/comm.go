@@ -281,8 +281,15 @@ func choiceSettings(cfg Config) string {
 			tuning = "sha256:" + hex.EncodeToString(sum[:6])
 		}
 	}
-	return fmt.Sprintf("GOTREE_ALGO=%q GOTREE_PROTO=%q GOTREE_MIN_NCHANNELS=%d GOTREE_MAX_NCHANNELS=%d GOTREE_SHM_DISABLE=%d GOTREE_AUTOTUNE=%d GOTREE_BUFFSIZE=%d tuning=%s",
-		cfg.Algo, cfg.Proto, cfg.MinChannels, cfg.MaxChannels, map[bool]int{true: 1}[cfg.ShmDisable], map[bool]int{false: 1}[cfg.NoAutoTune], backend.DefaultSlots*cfg.SlotBytes, tuning)
+	autotune := "1"
+	switch {
+	case cfg.NoAutoTune:
+		autotune = "0"
+	case cfg.TuneOnce:
+		autotune = "once"
+	}
+	return fmt.Sprintf("GOTREE_ALGO=%q GOTREE_PROTO=%q GOTREE_MIN_NCHANNELS=%d GOTREE_MAX_NCHANNELS=%d GOTREE_SHM_DISABLE=%d GOTREE_AUTOTUNE=%s GOTREE_BUFFSIZE=%d tuning=%s",
+		cfg.Algo, cfg.Proto, cfg.MinChannels, cfg.MaxChannels, map[bool]int{true: 1}[cfg.ShmDisable], autotune, backend.DefaultSlots*cfg.SlotBytes, tuning)
 }
 
 // settingFields splits choiceSettings' text into its NAME=VALUE fields

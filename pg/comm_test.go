@@ -379,15 +379,16 @@ func TestConfigParsing(t *testing.T) {
 	_, err = LoadConfig(func(k string) string { return env[k] })
 	require.ErrorContains(t, err, `GOTREE_SHM_DISABLE="true": want 0 or 1`)
 	env["GOTREE_SHM_DISABLE"] = ""
-	for v, off := range map[string]bool{"": false, "1": false, "0": true} {
+	for v, want := range map[string][2]bool{"": {}, "1": {}, "0": {true, false}, "once": {false, true}, " ONCE": {false, true}} {
 		env["GOTREE_AUTOTUNE"] = v
 		c, err = LoadConfig(func(k string) string { return env[k] })
 		require.NoError(t, err)
-		require.Equal(t, off, c.NoAutoTune, "GOTREE_AUTOTUNE=%q", v)
+		require.Equal(t, want, [2]bool{c.NoAutoTune, c.TuneOnce}, "GOTREE_AUTOTUNE=%q", v)
+		require.Contains(t, choiceSettings(c), map[[2]bool]string{{}: "GOTREE_AUTOTUNE=1 ", {true, false}: "GOTREE_AUTOTUNE=0 ", {false, true}: "GOTREE_AUTOTUNE=once "}[want])
 	}
 	env["GOTREE_AUTOTUNE"] = "off"
 	_, err = LoadConfig(func(k string) string { return env[k] })
-	require.ErrorContains(t, err, `GOTREE_AUTOTUNE="off": want 0 or 1`)
+	require.ErrorContains(t, err, `GOTREE_AUTOTUNE="off": want 0, 1 or once`)
 }
 
 // GOTREE_SHM_DISABLE=1: ranks of one host link over TCP (several sockets

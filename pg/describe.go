@@ -31,9 +31,10 @@ type Description struct {
 
 // DescSettings are the settings that decide the choices.
 type DescSettings struct {
-	Algo        string `json:"algo"`     // GOTREE_ALGO ("" all)
-	Tuning      string `json:"tuning"`   // GOTREE_TUNING_FILE, or "built-in"
-	Autotune    bool   `json:"autotune"` // GOTREE_AUTOTUNE (allreduce only)
+	Algo        string `json:"algo"`          // GOTREE_ALGO ("" all)
+	Tuning      string `json:"tuning"`        // GOTREE_TUNING_FILE, or "built-in"
+	Autotune    bool   `json:"autotune"`      // GOTREE_AUTOTUNE (allreduce only)
+	TuneOnce    bool   `json:"autotune_once"` // GOTREE_AUTOTUNE=once: each size explored on its first calls only
 	MinChannels int    `json:"min_channels"`
 	MaxChannels int    `json:"max_channels"`
 	FIFOBytes   int    `json:"fifo_bytes"` // GOTREE_BUFFSIZE
@@ -76,6 +77,7 @@ type DescChoice struct {
 	LeftOut   []string           `json:"left_out_above_size"`  // allowed here but left out of the automatic choice at this size (hd in Bruck's order above algorithms.BruckAutoMaxBytes); forced, they run
 	Measured  map[string]float64 `json:"measured_us"`          // autotuning's scores, once it decided
 	Autotune  []string           `json:"autotune_candidates"`  // what autotuning measures (or measured) at this size
+	Explored  int                `json:"explorations"`         // how many explorations of this size autotuning has decided (more than 1: it measured again, see tuneReexplore)
 }
 
 // describedColls are the collectives Describe reports: those with ring
@@ -108,7 +110,7 @@ func (c *Comm) Describe(sizes []int64) (*Description, error) {
 	for r, p := range c.peers {
 		d.Hosts[c.graph.NodeOf[r]] = p.HostID
 	}
-	d.Settings = DescSettings{Algo: c.cfg.Algo, Tuning: "built-in", Autotune: !c.cfg.NoAutoTune,
+	d.Settings = DescSettings{Algo: c.cfg.Algo, Tuning: "built-in", Autotune: !c.cfg.NoAutoTune, TuneOnce: c.cfg.TuneOnce,
 		MinChannels: c.cfg.MinChannels, MaxChannels: c.cfg.MaxChannels, FIFOBytes: c.cfg.SlotBytes * 8,
 		Direct: c.direct, Shared: c.sharedOn, Intra: "shm", Inter: "tcp", CoresOfNode: hostCores(c.peers)}
 	if c.cfg.TuningFile != "" {
@@ -217,8 +219,9 @@ func (c *Comm) describeChoice(coll algorithms.Collective, bytes int64) (DescChoi
 	for _, p := range st.cands {
 		dc.Autotune = append(dc.Autotune, p.Algo.String())
 	}
+	dc.Explored = st.rounds
 	switch {
-	case st.pick != nil:
+	case st.pick != nil && (c.cfg.TuneOnce || !st.due()):
 		dc.By, dc.InPlace = "autotuning", ""
 		dc.Algo, dc.Proto, dc.Channels, dc.Predicted = st.pick.Algo.String(), st.pick.Proto.String(), st.pick.Channels, st.pick.TimeUs
 		for i, p := range st.cands {
