@@ -67,6 +67,8 @@ def _tables(choices, where, out):
                 notes.append("auto leaves out " + ", ".join(r["left_out_above_size"]) + " at this size")
             if r["by"] != "autotuning" and len(r["autotune_candidates"]) > 1:
                 notes.append("autotuning will measure " + ", ".join(r["autotune_candidates"]))
+            if r.get("explorations", 0) > 1:
+                notes.append("measured {} times".format(r["explorations"]))
             if notes:
                 line += "  (" + "; ".join(notes) + ")"
             print(line, file=out)
@@ -80,7 +82,7 @@ def format_description(d, out):
     print(
         "# GOTREE_ALGO={!r}, tuning {}, autotuning {}, channels {}-{}, FIFO {} per link, "
         "direct allreduce {}, shared allreduce {}, {} within a node, {} between nodes".format(
-            s["algo"], s["tuning"], "on" if s["autotune"] else "off", s["min_channels"], s["max_channels"],
+            s["algo"], s["tuning"], ("once" if s.get("autotune_once") else "on") if s["autotune"] else "off", s["min_channels"], s["max_channels"],
             _fmt_bytes(s["fifo_bytes"]), "yes" if s["direct"] else "no", "yes" if s["shared"] else "no",
             s["intra"], s["inter"],
         ),
