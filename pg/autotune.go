@@ -63,19 +63,24 @@ import (
 //     lowest score, the model's choice unless another is more than
 //     tuneKeepModel lower.
 //
-// A decision is not forever: a machine's speed can change under it (a
-// 2-vCPU VM moves between states lasting seconds to minutes in which
-// everything that hands freshly written memory between CPUs runs 3–7×
-// slower, and there direct, whose kernel copies read the peers' buffers
-// from memory, was the fastest from 64 or 128 KiB to 2–8 MiB, by up to
-// 4×, where in the normal state the ring, hd or shared beat it;
-// docs/crossover/README.md).
-// So once a size has run tuneReexplore times as many calls as its
-// exploration took, it explores again, and keeps what that measures;
-// that costs at most about 1/tuneReexplore of its calls, and with
-// GOTREE_AUTOTUNE=once it never happens. Calls of a size are counted in
-// the order every rank runs them, so every rank explores again at the
-// same call.
+// A decision holds for the machine it was measured on, and a machine's
+// speed can change under it: a 2-vCPU VM moves between states lasting
+// seconds to minutes in which everything that hands freshly written
+// memory between CPUs runs 3–7× slower, and there direct, whose kernel
+// copies read the peers' buffers from memory, was the fastest from 64 or
+// 128 KiB to 2–8 MiB, by up to 4×, where in the normal state the ring, hd
+// or shared beat it (docs/crossover/README.md). With GOTREE_AUTOTUNE=again
+// a size explores again once it has run tuneReexplore times as many calls
+// on its decision as its exploration took, and calls enough to take
+// tuneReexploreTime times the exploration's time at the kept algorithm's
+// measured time per call (reexploreAfter: exploring calls can cost 3–4×
+// the kept one), and keeps what that measures. Calls of a size are
+// counted in the order every rank runs them, and the count is computed
+// from the gathered records, so every rank explores again at the same
+// call. It is not the default: measured side by side it saved a quarter
+// of the time of long 2-rank 1 MiB runs but cost 4-rank 4 MiB runs
+// 8–13% (their explorations are noisier, and cost more than their share
+// of calls; docs/cost-model.md §1a).
 //
 // Candidates, order and decision do not depend on the call's placement
 // (in place or not). Ranks that issue the same calls in the same order,
@@ -96,9 +101,11 @@ const (
 	tuneKeepModel  = 0.03                             // the model's choice stays unless another is faster by more than this
 )
 
-// tuneReexplore: a decided size explores again once it has run this many
-// times its exploration's calls on the decision (a variable for tests).
-var tuneReexplore = 100
+// With GOTREE_AUTOTUNE=again a decided size explores again once it has
+// run tuneReexplore times its exploration's calls on the decision, and
+// calls enough to take tuneReexploreTime times the exploration's time
+// (reexploreAfter; variables for tests).
+var tuneReexplore, tuneReexploreTime = 100, 100.0
 
 // tuneBudgetUs is the model's predicted time of one size's exploration
 // above which its blocks take fewer timed calls (tuneTimedFor; a variable
@@ -129,6 +136,8 @@ type tuneState struct {
 	pick   *algorithms.Prediction  // the decision; nil while exploring or without candidates
 	score  []float64               // per candidate, the measured median that decided (tuneMedians), µs
 	since  int                     // calls run on the decision since it was made
+	after  int                     // the decision is measured again after this many calls on it (reexploreAfter)
+	ran    int                     // while exploring again, the calls the decision before ran
 	rounds int                     // explorations decided so far
 	last   *algorithms.Prediction  // while exploring again, the decision before
 }
@@ -140,17 +149,17 @@ func (st *tuneState) exploreCalls() int {
 
 // due says whether st's decision has run long enough to be measured again.
 func (st *tuneState) due() bool {
-	return st.pick != nil && st.since >= tuneReexplore*st.exploreCalls()
+	return st.pick != nil && st.since >= st.after
 }
 
 // reexplore says whether the call about to run on st's decision explores
 // again instead (see tuneReexplore), and if so starts that exploration.
-func (st *tuneState) reexplore(once bool) bool {
-	if once || !st.due() {
+func (st *tuneState) reexplore(again bool) bool {
+	if !again || !st.due() {
 		st.since++
 		return false
 	}
-	st.last, st.pick, st.calls, st.since = st.pick, nil, 0, 0
+	st.last, st.ran, st.pick, st.calls, st.since = st.pick, st.since, nil, 0, 0
 	st.times, st.starts = make([][]float64, len(st.cands)), make([][]float64, len(st.cands))
 	return true
 }
@@ -191,7 +200,7 @@ func (c *Comm) tunedChoice(a collArgs) (*algorithms.Prediction, tuneSlot) {
 		}
 		c.tuner.states[key] = st
 	}
-	if len(st.cands) < 2 || st.pick != nil && !st.reexplore(c.cfg.TuneOnce) {
+	if len(st.cands) < 2 || st.pick != nil && !st.reexplore(c.cfg.TuneAgain) {
 		return st.pick, none
 	}
 	i := st.calls
@@ -243,7 +252,7 @@ func (c *Comm) exploring(key choiceKey) bool {
 	c.tuner.mu.Lock()
 	defer c.tuner.mu.Unlock()
 	st := c.tuner.states[key]
-	return st != nil && len(st.cands) >= 2 && (st.pick == nil || !c.cfg.TuneOnce && st.due())
+	return st != nil && len(st.cands) >= 2 && (st.pick == nil || c.cfg.TuneAgain && st.due())
 }
 
 // newTuneState ranks the candidates of key with the cost model
@@ -327,19 +336,47 @@ func (c *Comm) tuneRecord(ctx context.Context, slot tuneSlot, startUs float64, d
 		return c.collFailed(desc, fmt.Errorf("%w: %v", ErrInvalidArgument, err))
 	}
 	c.tuner.mu.Lock()
-	prev := slot.st.last
+	prev, ran := slot.st.last, slot.st.ran
 	slot.st.pick = &slot.st.cands[pick]
 	slot.st.score = tuneMedians(all[c.rank].samples, len(slot.st.cands), all, oneHost)
+	slot.st.after = reexploreAfter(slot.st.exploreCalls(), all, slot.st.score[pick])
 	slot.st.times, slot.st.starts = nil, nil
 	slot.st.rounds++
-	rounds := slot.st.rounds
+	rounds, after := slot.st.rounds, slot.st.after
 	c.tuner.mu.Unlock()
 	again := ""
 	if rounds > 1 {
-		again = fmt.Sprintf(" (exploration %d, after %d calls on %v)", rounds, tuneReexplore*slot.st.exploreCalls(), prev.Algo)
+		again = fmt.Sprintf(" (exploration %d, after %d calls on %v)", rounds, ran, prev.Algo)
+	}
+	if c.cfg.TuneAgain {
+		again += fmt.Sprintf("; measured again after %d calls", after)
 	}
 	c.log.Infof("TUNING", "%v %d bytes: %s%s", slot.key.coll, slot.key.bytes, why, again)
 	return nil
+}
+
+// reexploreAfter is how many calls a decision runs before its size
+// explores again: tuneReexplore times the exploration's calls, and at
+// least enough to take tuneReexploreTime times the exploration's time at
+// keptUs a call. The exploration's time is the longest any rank saw from
+// its first timed call's start to its last timed call's end (each on its
+// own clock), so every rank computes the same from the same records.
+func reexploreAfter(calls int, all []tuneRecord, keptUs float64) int {
+	n := tuneReexplore * calls
+	var span float64
+	for _, r := range all {
+		first, last := math.Inf(1), math.Inf(-1)
+		for i, a := range r.algos {
+			for j := 0; a >= 0 && j < r.samples; j++ {
+				first, last = min(first, r.at[i][j]), max(last, r.at[i][j]+r.us[i][j])
+			}
+		}
+		span = max(span, last-first)
+	}
+	if keptUs > 0 && span > 0 && !math.IsInf(span, 0) {
+		n = max(n, int(min(math.Ceil(tuneReexploreTime*span/keptUs), math.MaxInt32)))
+	}
+	return n
 }
 
 // A tuning record is what a rank contributes to the decision: the call's
@@ -531,5 +568,5 @@ func (c *Comm) tuneView(key choiceKey) *tuneState {
 	if st == nil {
 		return nil
 	}
-	return &tuneState{cands: slices.Clone(st.cands), timed: st.timed, calls: st.calls, pick: st.pick, score: slices.Clone(st.score), since: st.since, rounds: st.rounds}
+	return &tuneState{cands: slices.Clone(st.cands), timed: st.timed, calls: st.calls, pick: st.pick, score: slices.Clone(st.score), since: st.since, after: st.after, rounds: st.rounds}
 }

@@ -220,20 +220,44 @@ func TestAutotuneOff(t *testing.T) {
 
 // A decision is measured again once the size has run tuneReexplore
 // times its exploration's calls on it, at the same call on every rank,
-// and the new measurement decides; with GOTREE_AUTOTUNE=once it stays.
-// Every call sums exactly; describe says "exploring" from the call that
-// starts the new exploration and counts the explorations.
+// and the new measurement decides (the count alone here: the exploration's
+// time is the test's, not the faked one; reexploreAfter is tested on its
+// own); by default (without GOTREE_AUTOTUNE=again) nothing is measured
+// again. Every call sums
+// exactly; describe says "exploring" from the call that starts a new
+// exploration and counts the explorations.
 func TestAutotuneExploresAgain(t *testing.T) {
-	saved := tuneReexplore
-	tuneReexplore = 2
-	t.Cleanup(func() { tuneReexplore = saved })
+	savedEvery, savedTime := tuneReexplore, tuneReexploreTime
+	tuneReexplore, tuneReexploreTime = 2, 0
+	t.Cleanup(func() { tuneReexplore, tuneReexploreTime = savedEvery, savedTime })
 	const count = 1009
 	key := tuneKey(collArgs{coll: algorithms.AllReduce, count: count, dt: algorithms.Int64})
-	for _, once := range []bool{false, true} {
+	for _, again := range []bool{true, false} {
+		once := !again
 		cfg := testConfig()
 		cfg.Algo = "ring,hd"
-		cfg.TuneOnce = once
+		cfg.TuneAgain = again
 		comms := startComms(t, 3, nil, cfg)
+		// decided runs n calls on the decision, none of them exploring,
+		// and says whether the next one explores (on every rank alike).
+		decided := func(n int) bool {
+			for call := 0; call < n; call++ {
+				for r, c := range comms {
+					require.False(t, c.Exploring(count, algorithms.Int64), "once=%v: rank %d explores again after %d of %d calls", once, r, call, n)
+				}
+				checkAllReduceInt64Each(t, comms, count, func(r int) bool { return (r+call)%2 == 1 })
+			}
+			next := comms[0].Exploring(count, algorithms.Int64)
+			for r, c := range comms {
+				require.Equal(t, next, c.Exploring(count, algorithms.Int64), "rank %d", r)
+			}
+			return next
+		}
+		describe := func(r int) DescChoice {
+			d, err := comms[r].Describe([]int64{count * 8})
+			require.NoError(t, err)
+			return d.Choices[0]
+		}
 		model := comms[0].choice(collArgs{coll: algorithms.AllReduce, count: count, dt: algorithms.Int64, inPlace: true}).Algo
 		other := algorithms.Ring
 		if model == algorithms.Ring {
@@ -244,34 +268,50 @@ func TestAutotuneExploresAgain(t *testing.T) {
 		require.Equal(t, other, comms[0].decidedChoice(key).Algo)
 		// The machine changes: the kept algorithm is now the slow one.
 		fakeTuneTimes(t, map[algorithms.Algorithm]float64{model: 100, other: 300})
-		for call := 0; call < tuneReexplore*explore; call++ {
-			for r, c := range comms {
-				require.False(t, c.Exploring(count, algorithms.Int64), "once=%v: rank %d explores again after %d calls", once, r, call)
-			}
-			checkAllReduceInt64Each(t, comms, count, func(r int) bool { return (r+call)%2 == 1 })
-		}
-		for r, c := range comms {
-			require.Equal(t, !once, c.Exploring(count, algorithms.Int64), "once=%v: rank %d after %d calls on the decision", once, r, tuneReexplore*explore)
-			d, err := c.Describe([]int64{count * 8})
-			require.NoError(t, err)
-			require.Equal(t, map[bool]string{false: "exploring", true: "autotuning"}[once], d.Choices[0].By, "once=%v rank %d", once, r)
-			require.Equal(t, 1, d.Choices[0].Explored)
+		require.Equal(t, !once, decided(tuneReexplore*explore), "once=%v: due after %d calls on the decision", once, tuneReexplore*explore)
+		for r := range comms {
+			require.Equal(t, map[bool]string{false: "exploring", true: "autotuning"}[once], describe(r).By, "once=%v rank %d", once, r)
+			require.Equal(t, 1, describe(r).Explored)
 		}
 		if once {
-			checkAllReduceInt64(t, comms, count, true)
-			require.Equal(t, other, comms[0].decidedChoice(key).Algo, "GOTREE_AUTOTUNE=once keeps the first decision")
+			require.False(t, decided(2*tuneReexplore*explore))
+			require.Equal(t, other, comms[0].decidedChoice(key).Algo, "without GOTREE_AUTOTUNE=again the first decision stays")
 			continue
 		}
-		again := exploreAll(t, comms, count, func(r, call int) bool { return call%3 == r })
-		require.Equal(t, explore, again, "the second exploration takes as many calls as the first")
+		require.Equal(t, explore, exploreAll(t, comms, count, func(r, call int) bool { return call%3 == r }), "the second exploration takes as many calls as the first")
 		for r, c := range comms {
 			require.Equal(t, model, c.decidedChoice(key).Algo, "rank %d keeps what the second exploration measured", r)
-			d, err := c.Describe([]int64{count * 8})
-			require.NoError(t, err)
-			require.Equal(t, "autotuning", d.Choices[0].By)
-			require.Equal(t, 2, d.Choices[0].Explored)
+			require.Equal(t, "autotuning", describe(r).By)
+			require.Equal(t, 2, describe(r).Explored)
 		}
+		// And again: the same decision, confirmed.
+		require.True(t, decided(tuneReexplore*explore), "due after %d calls on the second decision", tuneReexplore*explore)
+		exploreAll(t, comms, count, func(r, call int) bool { return false })
+		require.Equal(t, model, comms[0].decidedChoice(key).Algo)
+		require.Equal(t, 3, describe(1).Explored)
 	}
+}
+
+// A decision runs tuneReexplore times its exploration's calls, and at
+// least tuneReexploreTime times the exploration's time (the longest any
+// rank saw from its first timed start to its last timed end) at the kept
+// algorithm's time per call.
+func TestReexploreAfter(t *testing.T) {
+	rec := func(base float64, us float64) tuneRecord {
+		r := tuneRecord{samples: 3, algos: [tuneMaxCands]int{int(algorithms.Ring), int(algorithms.HalvingDoubling), -1, -1}}
+		for i := 0; i < 2; i++ {
+			for j := 0; j < 3; j++ {
+				r.at[i][j], r.us[i][j] = base+float64(30*i+10*j), us
+			}
+		}
+		r.at[2][0], r.us[2][0] = 1e9, 1e9 // past the last candidate: not counted
+		return r
+	}
+	all := []tuneRecord{rec(0, 5), rec(1000, 30)} // spans 55 and 80 µs
+	require.Equal(t, 4000, reexploreAfter(12, all, 2), "100 × 80 µs at 2 µs a call")
+	require.Equal(t, 1200, reexploreAfter(12, all, 20), "100 × 12 calls: more than 100 × 80 µs at 20 µs a call")
+	require.Equal(t, 1200, reexploreAfter(12, all, 0), "no kept time: the count alone")
+	require.Equal(t, 1200, reexploreAfter(12, nil, 2), "no records: the count alone")
 }
 
 // A slow stretch of the machine as long as two blocks, wherever it falls

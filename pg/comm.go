@@ -285,8 +285,8 @@ func choiceSettings(cfg Config) string {
 	switch {
 	case cfg.NoAutoTune:
 		autotune = "0"
-	case cfg.TuneOnce:
-		autotune = "once"
+	case cfg.TuneAgain:
+		autotune = "again"
 	}
 	return fmt.Sprintf("GOTREE_ALGO=%q GOTREE_PROTO=%q GOTREE_MIN_NCHANNELS=%d GOTREE_MAX_NCHANNELS=%d GOTREE_SHM_DISABLE=%d GOTREE_AUTOTUNE=%s GOTREE_BUFFSIZE=%d tuning=%s",
 		cfg.Algo, cfg.Proto, cfg.MinChannels, cfg.MaxChannels, map[bool]int{true: 1}[cfg.ShmDisable], autotune, backend.DefaultSlots*cfg.SlotBytes, tuning)

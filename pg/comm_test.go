@@ -379,16 +379,16 @@ func TestConfigParsing(t *testing.T) {
 	_, err = LoadConfig(func(k string) string { return env[k] })
 	require.ErrorContains(t, err, `GOTREE_SHM_DISABLE="true": want 0 or 1`)
 	env["GOTREE_SHM_DISABLE"] = ""
-	for v, want := range map[string][2]bool{"": {}, "1": {}, "0": {true, false}, "once": {false, true}, " ONCE": {false, true}} {
+	for v, want := range map[string][2]bool{"": {}, "1": {}, "0": {true, false}, "again": {false, true}, " AGAIN": {false, true}} {
 		env["GOTREE_AUTOTUNE"] = v
 		c, err = LoadConfig(func(k string) string { return env[k] })
 		require.NoError(t, err)
-		require.Equal(t, want, [2]bool{c.NoAutoTune, c.TuneOnce}, "GOTREE_AUTOTUNE=%q", v)
-		require.Contains(t, choiceSettings(c), map[[2]bool]string{{}: "GOTREE_AUTOTUNE=1 ", {true, false}: "GOTREE_AUTOTUNE=0 ", {false, true}: "GOTREE_AUTOTUNE=once "}[want])
+		require.Equal(t, want, [2]bool{c.NoAutoTune, c.TuneAgain}, "GOTREE_AUTOTUNE=%q", v)
+		require.Contains(t, choiceSettings(c), map[[2]bool]string{{}: "GOTREE_AUTOTUNE=1 ", {true, false}: "GOTREE_AUTOTUNE=0 ", {false, true}: "GOTREE_AUTOTUNE=again "}[want])
 	}
 	env["GOTREE_AUTOTUNE"] = "off"
 	_, err = LoadConfig(func(k string) string { return env[k] })
-	require.ErrorContains(t, err, `GOTREE_AUTOTUNE="off": want 0, 1 or once`)
+	require.ErrorContains(t, err, `GOTREE_AUTOTUNE="off": want 0, 1 or again`)
 }
 
 // GOTREE_SHM_DISABLE=1: ranks of one host link over TCP (several sockets

@@ -60,14 +60,13 @@ type Config struct {
 	// NoAutoTune (GOTREE_AUTOTUNE=0) keeps the cost model's choice for
 	// every allreduce. By default the ranks time the algorithms the model
 	// ranks close to its choice on the first calls of each size and keep
-	// the fastest (autotune.go), and measure again after a size ran
-	// tuneReexplore times as many calls as its exploration.
-	// Every rank must agree (choiceSettings).
+	// the fastest (autotune.go). Every rank must agree (choiceSettings).
 	NoAutoTune bool
-	// TuneOnce (GOTREE_AUTOTUNE=once) measures each size on its first
-	// calls only: its decision never changes afterwards, even where the
-	// machine does. Every rank must agree (choiceSettings).
-	TuneOnce bool
+	// TuneAgain (GOTREE_AUTOTUNE=again) also measures a decided size again
+	// after it ran 100 times its exploration's calls and time
+	// (reexploreAfter), for machines whose speed changes under a decision.
+	// Every rank must agree (choiceSettings).
+	TuneAgain bool
 	// StallCheck is how long a collective runs before this rank sends its
 	// view of it to its neighbours, so that ranks that issued different
 	// calls and wait on each other fail instead of waiting for the
@@ -326,10 +325,10 @@ func LoadConfig(getenv Getenv) (Config, error) {
 		switch v := strings.TrimSpace(getenv(f.name)); {
 		case v == "" || v == "0" || v == "1":
 			*f.dst = v == f.set
-		case f.name == "GOTREE_AUTOTUNE" && strings.EqualFold(v, "once"):
-			c.TuneOnce = true
+		case f.name == "GOTREE_AUTOTUNE" && strings.EqualFold(v, "again"):
+			c.TuneAgain = true
 		case f.name == "GOTREE_AUTOTUNE":
-			return c, fmt.Errorf("gotree: %s=%q: want 0, 1 or once", f.name, v)
+			return c, fmt.Errorf("gotree: %s=%q: want 0, 1 or again", f.name, v)
 		default:
 			return c, fmt.Errorf("gotree: %s=%q: want 0 or 1", f.name, v)
 		}

@@ -31,10 +31,10 @@ type Description struct {
 
 // DescSettings are the settings that decide the choices.
 type DescSettings struct {
-	Algo        string `json:"algo"`          // GOTREE_ALGO ("" all)
-	Tuning      string `json:"tuning"`        // GOTREE_TUNING_FILE, or "built-in"
-	Autotune    bool   `json:"autotune"`      // GOTREE_AUTOTUNE (allreduce only)
-	TuneOnce    bool   `json:"autotune_once"` // GOTREE_AUTOTUNE=once: each size explored on its first calls only
+	Algo        string `json:"algo"`           // GOTREE_ALGO ("" all)
+	Tuning      string `json:"tuning"`         // GOTREE_TUNING_FILE, or "built-in"
+	Autotune    bool   `json:"autotune"`       // GOTREE_AUTOTUNE (allreduce only)
+	TuneAgain   bool   `json:"autotune_again"` // GOTREE_AUTOTUNE=again: decided sizes measured again now and then
 	MinChannels int    `json:"min_channels"`
 	MaxChannels int    `json:"max_channels"`
 	FIFOBytes   int    `json:"fifo_bytes"` // GOTREE_BUFFSIZE
@@ -110,7 +110,7 @@ func (c *Comm) Describe(sizes []int64) (*Description, error) {
 	for r, p := range c.peers {
 		d.Hosts[c.graph.NodeOf[r]] = p.HostID
 	}
-	d.Settings = DescSettings{Algo: c.cfg.Algo, Tuning: "built-in", Autotune: !c.cfg.NoAutoTune, TuneOnce: c.cfg.TuneOnce,
+	d.Settings = DescSettings{Algo: c.cfg.Algo, Tuning: "built-in", Autotune: !c.cfg.NoAutoTune, TuneAgain: c.cfg.TuneAgain,
 		MinChannels: c.cfg.MinChannels, MaxChannels: c.cfg.MaxChannels, FIFOBytes: c.cfg.SlotBytes * 8,
 		Direct: c.direct, Shared: c.sharedOn, Intra: "shm", Inter: "tcp", CoresOfNode: hostCores(c.peers)}
 	if c.cfg.TuningFile != "" {
@@ -221,7 +221,7 @@ func (c *Comm) describeChoice(coll algorithms.Collective, bytes int64) (DescChoi
 	}
 	dc.Explored = st.rounds
 	switch {
-	case st.pick != nil && (c.cfg.TuneOnce || !st.due()):
+	case st.pick != nil && !(c.cfg.TuneAgain && st.due()):
 		dc.By, dc.InPlace = "autotuning", ""
 		dc.Algo, dc.Proto, dc.Channels, dc.Predicted = st.pick.Algo.String(), st.pick.Proto.String(), st.pick.Channels, st.pick.TimeUs
 		for i, p := range st.cands {

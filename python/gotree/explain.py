@@ -82,7 +82,7 @@ def format_description(d, out):
     print(
         "# GOTREE_ALGO={!r}, tuning {}, autotuning {}, channels {}-{}, FIFO {} per link, "
         "direct allreduce {}, shared allreduce {}, {} within a node, {} between nodes".format(
-            s["algo"], s["tuning"], ("once" if s.get("autotune_once") else "on") if s["autotune"] else "off", s["min_channels"], s["max_channels"],
+            s["algo"], s["tuning"], ("on, measured again" if s.get("autotune_again") else "on") if s["autotune"] else "off", s["min_channels"], s["max_channels"],
             _fmt_bytes(s["fifo_bytes"]), "yes" if s["direct"] else "no", "yes" if s["shared"] else "no",
             s["intra"], s["inter"],
         ),

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Autotuning that measures again (GOTREE_AUTOTUNE=1, the default) against
-# autotuning that decides once (GOTREE_AUTOTUNE=once), side by side: PAIRS
+# Autotuning that measures decided sizes again (GOTREE_AUTOTUNE=again)
+# against autotuning that decides once (GOTREE_AUTOTUNE=1, the default), side
+# by side: PAIRS
 # pairs of long `gotree perf` runs of one size, the two modes alternating,
 # each run with the machine-state probe (`gotree handoff`) before and after,
 # its wall time, perf's medians and every decision rank 0 logged.
@@ -8,15 +9,16 @@
 #   tests/bench/autotune_ab.sh OUTDIR [GOTREE]     (env: PAIRS=8 NPROC=2 SIZE=1M ITERS=60000)
 #
 # Writes OUTDIR/summary.txt (one line per run) and OUTDIR/<pair>-<mode>.log
-# (perf's output with GOTREE_DEBUG_SUBSYS=TUNING). docs/crossover/README.md,
-# "The slow state judged alone, and measuring again".
+# (perf's output with GOTREE_DEBUG_SUBSYS=TUNING). docs/crossover/reexplore/
+# has the runs of 2026-12-05 (made when measuring again was the build's
+# GOTREE_AUTOTUNE=1 and deciding once was `once`).
 set -euo pipefail
 out=${1:?OUTDIR}; bin=${2:-build/gotree}
 pairs=${PAIRS:-8}; nproc=${NPROC:-2}; size=${SIZE:-1M}; iters=${ITERS:-60000}
 mkdir -p "$out"
 probe() { "$bin" handoff -n 1 | awk '{print $(NF-3)}'; }
 for ((i = 1; i <= pairs; i++)); do
-  for mode in 1 once; do
+  for mode in again 1; do
     log="$out/$i-$mode.log"
     before=$(probe)
     t0=$(date +%s.%N)
