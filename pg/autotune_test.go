@@ -218,14 +218,13 @@ func TestAutotuneOff(t *testing.T) {
 	require.Nil(t, comms[0].decidedChoice(tuneKey(collArgs{coll: algorithms.AllReduce, count: 1000, dt: algorithms.Int64})))
 }
 
-// A decision is measured again once the size has run tuneReexplore
-// times its exploration's calls on it, at the same call on every rank,
-// and the new measurement decides (the count alone here: the exploration's
-// time is the test's, not the faked one; reexploreAfter is tested on its
-// own); by default (without GOTREE_AUTOTUNE=again) nothing is measured
-// again. Every call sums
-// exactly; describe says "exploring" from the call that starts a new
-// exploration and counts the explorations.
+// With GOTREE_AUTOTUNE=again a decision is measured again once the size
+// has run tuneReexplore times its exploration's calls on it, at the same
+// call on every rank, and the new measurement decides (the count alone
+// here: the exploration's time is the test's, not the faked one;
+// reexploreAfter is tested on its own); by default nothing is measured
+// again. Every call sums exactly; describe says "exploring" from the call
+// that starts a new exploration and counts the explorations.
 func TestAutotuneExploresAgain(t *testing.T) {
 	savedEvery, savedTime := tuneReexplore, tuneReexploreTime
 	tuneReexplore, tuneReexploreTime = 2, 0
