@@ -50,7 +50,8 @@ size_t gotree_version(char *buf, size_t buflen) {
 
 gotree_status_t gotree_probe_handoff(size_t bytes, int rounds, double *us) {
   GUARD();
-  if (bytes > (size_t)INT64_MAX) return GOTREE_ERR_INVALID_ARGUMENT;
+  // out of range either way: Go refuses it and says why
+  if (bytes > (size_t)INT64_MAX) bytes = (size_t)INT64_MAX;
   return (gotree_status_t)gotreego_probe_handoff((int64_t)bytes, rounds, us);
 }
 

@@ -138,7 +138,6 @@ type tuneState struct {
 	score  []float64               // per candidate, the measured median that decided (tuneMedians), µs
 	since  int                     // calls run on the decision since it was made
 	after  int                     // the decision is measured again after this many calls on it (reexploreAfter)
-	ran    int                     // while exploring again, the calls the decision before ran
 	rounds int                     // explorations decided so far
 	last   *algorithms.Prediction  // while exploring again, the decision before
 }
@@ -153,14 +152,24 @@ func (st *tuneState) due() bool {
 	return st.pick != nil && st.since >= st.after
 }
 
+// explores says whether st's next call explores: before a decision, or
+// (with GOTREE_AUTOTUNE=again) once the decision is due to be measured
+// again.
+func (st *tuneState) explores(again bool) bool {
+	return len(st.cands) >= 2 && (st.pick == nil || again && st.due())
+}
+
 // reexplore says whether the call about to run on st's decision explores
 // again instead (see tuneReexplore), and if so starts that exploration.
 func (st *tuneState) reexplore(again bool) bool {
-	if !again || !st.due() {
+	if !again {
+		return false
+	}
+	if !st.due() {
 		st.since++
 		return false
 	}
-	st.last, st.ran, st.pick, st.calls, st.since = st.pick, st.since, nil, 0, 0
+	st.last, st.pick, st.calls, st.since = st.pick, nil, 0, 0
 	st.times, st.starts = make([][]float64, len(st.cands)), make([][]float64, len(st.cands))
 	return true
 }
@@ -253,7 +262,7 @@ func (c *Comm) exploring(key choiceKey) bool {
 	c.tuner.mu.Lock()
 	defer c.tuner.mu.Unlock()
 	st := c.tuner.states[key]
-	return st != nil && len(st.cands) >= 2 && (st.pick == nil || c.cfg.TuneAgain && st.due())
+	return st != nil && st.explores(c.cfg.TuneAgain)
 }
 
 // newTuneState ranks the candidates of key with the cost model
@@ -337,7 +346,7 @@ func (c *Comm) tuneRecord(ctx context.Context, slot tuneSlot, startUs float64, d
 		return c.collFailed(desc, fmt.Errorf("%w: %v", ErrInvalidArgument, err))
 	}
 	c.tuner.mu.Lock()
-	prev, ran := slot.st.last, slot.st.ran
+	prev, ran := slot.st.last, slot.st.after // a new exploration starts when the calls on the decision reach after
 	slot.st.pick = &slot.st.cands[pick]
 	slot.st.score = tuneMedians(all[c.rank].samples, len(slot.st.cands), all, oneHost)
 	slot.st.after = reexploreAfter(slot.st.exploreCalls(), all, slot.st.score[pick])

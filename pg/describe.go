@@ -221,7 +221,9 @@ func (c *Comm) describeChoice(coll algorithms.Collective, bytes int64) (DescChoi
 	}
 	dc.Explored = st.rounds
 	switch {
-	case st.pick != nil && !(c.cfg.TuneAgain && st.due()):
+	case called && st.explores(c.cfg.TuneAgain):
+		dc.By = "exploring"
+	case st.pick != nil:
 		dc.By, dc.InPlace = "autotuning", ""
 		dc.Algo, dc.Proto, dc.Channels, dc.Predicted = st.pick.Algo.String(), st.pick.Proto.String(), st.pick.Channels, st.pick.TimeUs
 		for i, p := range st.cands {
@@ -229,8 +231,6 @@ func (c *Comm) describeChoice(coll algorithms.Collective, bytes int64) (DescChoi
 				dc.Measured[p.Algo.String()] = st.score[i]
 			}
 		}
-	case called && len(st.cands) >= 2:
-		dc.By = "exploring"
 	}
 	return dc, true
 }
