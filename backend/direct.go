@@ -30,20 +30,60 @@ type memDesc struct {
 	inLen, outLen int64  // bytes
 	cookieAddr    uint64
 	cookie        uint64
+	inWin, outWin windowRef // where in and out lie in windows (window.go); zero: not in one
 }
 
 // memDescBytes is the size of an encoded memDesc.
-const memDescBytes = 56
+const memDescBytes = 120
 
 func (d memDesc) encode(b []byte) {
-	for i, v := range [...]uint64{uint64(d.pid), d.in, uint64(d.inLen), d.out, uint64(d.outLen), d.cookieAddr, d.cookie} {
+	for i, v := range [...]uint64{uint64(d.pid), d.in, uint64(d.inLen), d.out, uint64(d.outLen), d.cookieAddr, d.cookie,
+		d.inWin.id, d.inWin.fd, d.inWin.size, d.inWin.off, d.outWin.id, d.outWin.fd, d.outWin.size, d.outWin.off} {
 		binary.LittleEndian.PutUint64(b[8*i:], v)
 	}
 }
 
 func decodeMemDesc(b []byte) memDesc {
 	u := func(i int) uint64 { return binary.LittleEndian.Uint64(b[8*i:]) }
-	return memDesc{pid: int(u(0)), in: u(1), inLen: int64(u(2)), out: u(3), outLen: int64(u(4)), cookieAddr: u(5), cookie: u(6)}
+	return memDesc{pid: int(u(0)), in: u(1), inLen: int64(u(2)), out: u(3), outLen: int64(u(4)), cookieAddr: u(5), cookie: u(6),
+		inWin: windowRef{u(7), u(8), u(9), u(10)}, outWin: windowRef{u(11), u(12), u(13), u(14)}}
+}
+
+// peerBufs is a peer's memDesc as a stream received it, with the peer's
+// buffers mapped here where they lie in windows.
+type peerBufs struct {
+	memDesc
+	inMem, outMem []byte   // the peer's in and out buffers mapped; nil: through process_vm_readv/writev
+	release       []func() // gives back the window mappings (runStream, at the end)
+}
+
+// mapBuffers maps the peer's buffers that lie in windows. A window that
+// cannot be mapped leaves its buffer to process_vm_readv/writev.
+func (p *peerBufs) mapBuffers() {
+	one := func(r windowRef, addr uint64, n int64) []byte {
+		if r.id == 0 || n < 0 || r.off > r.size || uint64(n) > r.size-r.off {
+			return nil
+		}
+		mem, release, err := mapWindow(p.pid, r, addr-r.off)
+		if err != nil {
+			windowFailed(err)
+			return nil
+		}
+		windowsUsed.Add(1)
+		p.release = append(p.release, release)
+		return mem[r.off : r.off+uint64(n) : r.off+uint64(n)]
+	}
+	p.inMem, p.outMem = one(p.inWin, p.in, p.inLen), one(p.outWin, p.out, p.outLen)
+}
+
+// releaseAll gives back every window mapping of descs.
+func releaseAll(descs map[int]*peerBufs) {
+	for _, p := range descs {
+		for _, r := range p.release {
+			r()
+		}
+		p.release = nil
+	}
 }
 
 // processCookie is a random value that identifies this process to peers
@@ -57,7 +97,8 @@ var processCookie = func() *[8]byte {
 // ownDesc describes this rank's buffers.
 func (x *executor) ownDesc() memDesc {
 	return memDesc{pid: os.Getpid(), in: addrOf(x.in), inLen: int64(len(x.in)), out: addrOf(x.out), outLen: int64(len(x.out)),
-		cookieAddr: addrOf(processCookie[:]), cookie: binary.LittleEndian.Uint64(processCookie[:])}
+		cookieAddr: addrOf(processCookie[:]), cookie: binary.LittleEndian.Uint64(processCookie[:]),
+		inWin: windowOf(x.in), outWin: windowOf(x.out)}
 }
 
 // checkPeer reads the cookie a peer announced from the process its pid
@@ -119,31 +160,47 @@ func (x *executor) abortReason(ch, peer int, op string) error {
 
 func addrOf(b []byte) uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b)))) }
 
-// peerRange returns the address of r's range of count elements in the
-// peer's buffers, checked against the lengths the peer announced.
-func (x *executor) peerRange(d *memDesc, peer int, r algorithms.Ref, count int64) (uint64, error) {
-	base, size := d.in, d.inLen
+// peerRange returns where r's range of count elements lies in the peer's
+// buffers, checked against the lengths the peer announced: its address
+// there, and the mapped buffer (nil when the buffer is not in a window)
+// with the range's offset in it.
+func (x *executor) peerRange(d *peerBufs, peer int, r algorithms.Ref, count int64) (addr uint64, mem []byte, lo int64, err error) {
+	base, size, mem := d.in, d.inLen, d.inMem
 	if r.Buf == algorithms.Output {
-		base, size = d.out, d.outLen
+		base, size, mem = d.out, d.outLen, d.outMem
 	}
 	lo, hi := r.Off*x.esize, (r.Off+count)*x.esize
 	if lo < 0 || hi > size {
-		return 0, fmt.Errorf("gotree/backend: the plan touches [%d,%d) bytes of rank %d's %v buffer, which has %d", lo, hi, peer, r.Buf, size)
+		return 0, nil, 0, fmt.Errorf("gotree/backend: the plan touches [%d,%d) bytes of rank %d's %v buffer, which has %d", lo, hi, peer, r.Buf, size)
 	}
-	return base + uint64(lo), nil
+	return base + uint64(lo), mem, lo, nil
 }
 
 // peerAccess moves b to or from off bytes into the peer's range ref of a
-// step (write: writePeerMemory, else readPeerMemory), and names the peer
-// and the remedy in errors.
-func (x *executor) peerAccess(st *algorithms.Step, descs map[int]*memDesc, ch, peer int, ref algorithms.Ref, off int64, b []byte, write bool) error {
+// step, and names the peer and the remedy in errors. A read from a mapped
+// window returns the window's bytes themselves instead of copying them
+// into b; otherwise it fills b (readPeerMemory) and returns it. A write
+// copies b into the window, or through writePeerMemory.
+func (x *executor) peerAccess(st *algorithms.Step, descs map[int]*peerBufs, ch, peer int, ref algorithms.Ref, off int64, b []byte, write bool) ([]byte, error) {
 	d := descs[peer]
 	if d == nil {
-		return fmt.Errorf("gotree/backend: %v touches rank %d's memory before a Wait received where it is", st.Prim, peer)
+		return nil, fmt.Errorf("gotree/backend: %v touches rank %d's memory before a Wait received where it is", st.Prim, peer)
 	}
-	a, err := x.peerRange(d, peer, ref, st.Count)
+	a, mem, lo, err := x.peerRange(d, peer, ref, st.Count)
 	if err != nil {
-		return err
+		return nil, err
+	}
+	if mem != nil {
+		w := mem[lo+off : lo+off+int64(len(b))]
+		if !write {
+			return w, nil
+		}
+		if x.stream {
+			reduce.CopyStream(w, b)
+		} else {
+			copy(w, b)
+		}
+		return b, nil
 	}
 	move, op, what := readPeerMemory, "read", "reading"
 	if write {
@@ -151,23 +208,23 @@ func (x *executor) peerAccess(st *algorithms.Step, descs map[int]*memDesc, ch, p
 	}
 	if err := move(d.pid, a+uint64(off), b); err != nil {
 		if errors.Is(err, syscall.ESRCH) {
-			return x.peerGone(ch, peer, op, d.pid)
+			return nil, x.peerGone(ch, peer, op, d.pid)
 		}
-		return &PeerError{Peer: peer, Channel: ch, Op: op, Err: fmt.Errorf("%s %d bytes of its memory (process %d): %w; set GOTREE_CMA_DISABLE=1 (or GOTREE_ALGO=^direct) to use the FIFO plans", what, len(b), d.pid, err)}
+		return nil, &PeerError{Peer: peer, Channel: ch, Op: op, Err: fmt.Errorf("%s %d bytes of its memory (process %d): %w; set GOTREE_CMA_DISABLE=1 (or GOTREE_ALGO=^direct) to use the FIFO plans", what, len(b), d.pid, err)}
 	}
-	return nil
+	return b, nil
 }
 
 // directStep runs a Notify, Wait, Offer, ReadCopy or ReadReduceCopy step.
 // descs holds the descriptors the stream's Waits received, by peer.
-func (x *executor) directStep(ctx context.Context, ch int, st *algorithms.Step, src, dst []byte, descs map[int]*memDesc, scratch **[]byte) error {
+func (x *executor) directStep(ctx context.Context, ch int, st *algorithms.Step, src, dst []byte, descs map[int]*peerBufs, scratch **[]byte) error {
 	switch st.Prim {
 	case algorithms.Notify, algorithms.Offer:
 		var msg [memDescBytes]byte
 		d := x.ownDesc()
 		if st.Prim == algorithms.Offer {
 			// The input range offered is all the reader may touch.
-			d.in, d.inLen = addrOf(src), int64(len(src))
+			d.in, d.inLen, d.inWin = addrOf(src), int64(len(src)), windowOf(src)
 		}
 		d.encode(msg[:])
 		for _, peer := range st.SendTo {
@@ -192,13 +249,22 @@ func (x *executor) directStep(ctx context.Context, ch int, st *algorithms.Step, 
 			}
 			d := decodeMemDesc(b)
 			c.Release()
-			if prev := descs[peer]; prev != nil && *prev == d {
+			prev := descs[peer]
+			if prev != nil && prev.memDesc == d {
 				continue // a later round: the same buffers, already checked
 			}
-			if err := x.checkPeer(&d, peer, ch); err != nil {
-				return err
+			p := &peerBufs{memDesc: d}
+			p.mapBuffers()
+			if prev != nil {
+				p.release = append(p.release, prev.release...)
 			}
-			descs[peer] = &d
+			descs[peer] = p
+			if p.inMem == nil || p.outMem == nil {
+				// Some buffer moves through process_vm_readv/writev.
+				if err := x.checkPeer(&d, peer, ch); err != nil {
+					return err
+				}
+			}
 		}
 		return nil
 	}
@@ -211,27 +277,44 @@ func (x *executor) directStep(ctx context.Context, ch int, st *algorithms.Step, 
 	total := st.Count * x.esize
 	fb := x.frag * x.esize
 	// Fragment by fragment, so that the peers' data and the result stay in
-	// cache: read each peer's fragment into scratch and reduce it in, then
-	// copy the finished fragment into the peers' outputs from the cache.
-	tmp := scratchFor(scratch, min(fb, total))
+	// cache: reduce each peer's fragment in (read into scratch, or straight
+	// from its window), then copy the finished fragment into the peers'
+	// outputs from the cache. Where the output is streamed (x.stream) the
+	// fragment is reduced in scratch and streamed to every output, this
+	// rank's too.
+	n := min(fb, total)
+	var tmp, acc []byte
+	if x.stream {
+		tmp = scratchFor(scratch, 2*n)
+		tmp, acc = tmp[:n], tmp[n:]
+	} else {
+		tmp = scratchFor(scratch, n)
+	}
 	for off := int64(0); off < total; off += fb {
 		end := min(off+fb, total)
-		t := tmp[:end-off]
+		t, r := tmp[:end-off], dst[off:end]
+		if acc != nil {
+			r = acc[:end-off]
+		}
 		for k, peer := range st.ReadFrom {
-			if err := x.peerAccess(st, descs, ch, peer, st.Src, off, t, false); err != nil {
+			b, err := x.peerAccess(st, descs, ch, peer, st.Src, off, t, false)
+			if err != nil {
 				return err
 			}
 			if k == 0 {
-				reduce.Into3(dst[off:end], src[off:end], t, x.p.DType, x.p.Op)
+				reduce.Into3(r, src[off:end], b, x.p.DType, x.p.Op)
 			} else {
-				reduce.Into(dst[off:end], t, x.p.DType, x.p.Op)
+				reduce.Into(r, b, x.p.DType, x.p.Op)
 			}
+		}
+		if acc != nil {
+			reduce.CopyStream(dst[off:end], r)
 		}
 		for _, peer := range st.WriteTo {
 			if err := x.guard.beginWrite(peer, ch); err != nil {
 				return err
 			}
-			err := x.peerAccess(st, descs, ch, peer, st.Dst, off, dst[off:end], true)
+			_, err := x.peerAccess(st, descs, ch, peer, st.Dst, off, r, true)
 			x.guard.endWrite(peer)
 			if err != nil {
 				return err
@@ -243,7 +326,7 @@ func (x *executor) directStep(ctx context.Context, ch int, st *algorithms.Step, 
 
 // readOffer runs a ReadCopy: the block ReadFrom[0] offered, read from its
 // memory into dst, which must be exactly its size.
-func (x *executor) readOffer(st *algorithms.Step, descs map[int]*memDesc, ch int, dst []byte) error {
+func (x *executor) readOffer(st *algorithms.Step, descs map[int]*peerBufs, ch int, dst []byte) error {
 	peer := st.ReadFrom[0]
 	d := descs[peer]
 	if d == nil {
@@ -251,6 +334,10 @@ func (x *executor) readOffer(st *algorithms.Step, descs map[int]*memDesc, ch int
 	}
 	if d.inLen != int64(len(dst)) {
 		return &MismatchError{Peer: peer, Channel: ch, WantTag: x.tag, GotTag: x.tag, WantBytes: int64(len(dst)), GotBytes: d.inLen}
+	}
+	if d.inMem != nil {
+		copy(dst, d.inMem)
+		return nil
 	}
 	if err := readPeerMemory(d.pid, d.in, dst); err != nil {
 		if errors.Is(err, syscall.ESRCH) {

@@ -205,13 +205,14 @@ func scratchFor(s **[]byte, n int64) []byte {
 
 func (x *executor) runStream(ctx context.Context, ch int, steps algorithms.Stream) error {
 	var scratch *[]byte
-	var descs map[int]*memDesc // direct plans: the peers' buffers, from Wait steps
-	rounds := 0                // shared plans: Notify steps so far
+	var descs map[int]*peerBufs // direct plans: the peers' buffers, from Wait steps
+	rounds := 0                 // shared plans: Notify steps so far
 	var recvBuf, sendBuf [4]Conn
 	defer func() {
 		if scratch != nil {
 			scratchPool.Put(scratch)
 		}
+		releaseAll(descs)
 	}()
 	dt, op := x.p.DType, x.p.Op
 	for i := range steps {
@@ -255,7 +256,7 @@ func (x *executor) runStream(ctx context.Context, ch int, steps algorithms.Strea
 		switch st.Prim {
 		case algorithms.Notify, algorithms.Wait, algorithms.ReadReduceCopy, algorithms.Offer, algorithms.ReadCopy:
 			if descs == nil {
-				descs = map[int]*memDesc{}
+				descs = map[int]*peerBufs{}
 			}
 			if err := x.directStep(ctx, ch, st, src, dst, descs, &scratch); err != nil {
 				return err

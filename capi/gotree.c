@@ -55,6 +55,17 @@ gotree_status_t gotree_probe_handoff(size_t bytes, int rounds, double *us) {
   return (gotree_status_t)gotreego_probe_handoff((int64_t)bytes, rounds, us);
 }
 
+gotree_status_t gotree_mem_alloc(size_t bytes, void **ptr) {
+  GUARD();
+  if (bytes > (size_t)INT64_MAX) bytes = (size_t)INT64_MAX;  // Go refuses it and says why
+  return (gotree_status_t)gotreego_mem_alloc((int64_t)bytes, ptr);
+}
+
+gotree_status_t gotree_mem_free(void *ptr) {
+  GUARD();
+  return (gotree_status_t)gotreego_mem_free(ptr);
+}
+
 const char *gotree_status_string(gotree_status_t s) {
   switch (s) {
     case GOTREE_SUCCESS: return "success";

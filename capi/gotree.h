@@ -162,6 +162,26 @@ size_t gotree_error_text(int64_t handle, char *buf, size_t buflen);
  * or for a NULL us. Error text on handle 0. */
 gotree_status_t gotree_probe_handoff(size_t bytes, int rounds, double *us);
 
+/* Shared buffers (no communicator needed; the counterpart of ncclMemAlloc).
+ * gotree_mem_alloc returns `bytes` of zeroed memory, page-aligned, that the
+ * other ranks of this host can map: it lives in a memfd instead of the
+ * process's private pages. Use it like any buffer. When a direct (single-
+ * copy) plan runs on buffers that lie in such memory - an allreduce, or the
+ * single-copy blocks of all-to-all, gather and scatter - each peer maps the
+ * buffer once (through /proc/<pid>/fd, which needs the permission that
+ * process_vm_readv needs) and reads and writes it with plain loads and
+ * stores, without a system call per fragment or a copy through scratch
+ * memory. Any mix of such and ordinary buffers is allowed, across ranks and
+ * between input and output: nothing has to be agreed, each rank decides per
+ * peer buffer. gotree_mem_free releases it; a peer that mapped it keeps its
+ * mapping (up to 64 per process, the least recently used unmapped first),
+ * so the memory returns to the system once those are gone too.
+ * GOTREE_ERR_INVALID_ARGUMENT for 0 bytes, more than 64 TiB, a NULL ptr, or
+ * a pointer gotree_mem_alloc did not return; GOTREE_ERR_SYSTEM when the
+ * memory cannot be had. Error text on handle 0. */
+gotree_status_t gotree_mem_alloc(size_t bytes, void **ptr);
+gotree_status_t gotree_mem_free(void *ptr);
+
 /* Creates a unique id whose bootstrap listener lives in this process until
  * the communicator made from it on this process (normally rank 0) is
  * destroyed, or the process exits. */

@@ -121,6 +121,35 @@ func gotreego_probe_handoff(bytes C.int64_t, rounds C.int, us *C.double) (st C.i
 	return stSuccess
 }
 
+//export gotreego_mem_alloc
+func gotreego_mem_alloc(bytes C.int64_t, ptr *unsafe.Pointer) (st C.int) {
+	defer guard(0, &st)
+	if ptr == nil {
+		return fail(0, fmt.Errorf("%w: gotree_mem_alloc: ptr is NULL", pg.ErrInvalidArgument))
+	}
+	b, err := backend.AllocWindow(int64(bytes))
+	switch {
+	case errors.Is(err, backend.ErrWindowSize):
+		return fail(0, fmt.Errorf("%w: gotree_mem_alloc: %v", pg.ErrInvalidArgument, err))
+	case err != nil:
+		return fail(0, fmt.Errorf("%w: gotree_mem_alloc: %v", pg.ErrSystem, err))
+	}
+	*ptr = unsafe.Pointer(unsafe.SliceData(b))
+	return stSuccess
+}
+
+//export gotreego_mem_free
+func gotreego_mem_free(ptr unsafe.Pointer) (st C.int) {
+	defer guard(0, &st)
+	if ptr == nil {
+		return fail(0, fmt.Errorf("%w: gotree_mem_free: ptr is NULL", pg.ErrInvalidArgument))
+	}
+	if err := backend.FreeWindow(ptr); err != nil {
+		return fail(0, fmt.Errorf("%w: gotree_mem_free: %v", pg.ErrInvalidArgument, err))
+	}
+	return stSuccess
+}
+
 //export gotreego_error_text
 func gotreego_error_text(handle C.int64_t, buf *C.char, buflen C.int64_t) (n C.int64_t) {
 	defer func() {

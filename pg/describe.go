@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/gotree/gotree/algorithms"
+	"github.com/gotree/gotree/backend"
 )
 
 // Description is what a communicator runs and why, for the people who
@@ -27,6 +28,21 @@ type Description struct {
 	Choices  []DescChoice   `json:"choices"`        // CPU tensors
 	Device   []DescChoice   `json:"device_choices"` // CUDA tensors: the same sizes on the device path
 	Hosts    map[int]string `json:"hosts"`          // node → host id
+	// SharedBuffers is this process's use of gotree_mem_alloc memory
+	// (backend.WindowUsage; every communicator of the process reports the
+	// same).
+	SharedBuffers DescSharedBuffers `json:"shared_buffers"`
+}
+
+// DescSharedBuffers is backend.WindowStats for people: buffers from
+// gotree_mem_alloc (gotree.empty) that direct plans map instead of moving
+// their bytes with process_vm_readv/writev.
+type DescSharedBuffers struct {
+	Buffers   int    `json:"buffers"`              // this process's, not yet freed
+	Bytes     int64  `json:"bytes"`                // their size
+	Mapped    int64  `json:"peer_buffers_mapped"`  // peers' buffers that calls reached through a mapping
+	Unmapped  int64  `json:"peer_buffers_copied"`  // peers' shared buffers that could not be mapped (copied by the kernel instead)
+	LastError string `json:"last_error,omitempty"` // why the last of those could not be
 }
 
 // DescSettings are the settings that decide the choices.
@@ -110,6 +126,8 @@ func (c *Comm) Describe(sizes []int64) (*Description, error) {
 	for r, p := range c.peers {
 		d.Hosts[c.graph.NodeOf[r]] = p.HostID
 	}
+	ws := backend.WindowUsage()
+	d.SharedBuffers = DescSharedBuffers{Buffers: ws.Windows, Bytes: ws.Bytes, Mapped: ws.Mapped, Unmapped: ws.Unmapped, LastError: ws.LastError}
 	d.Settings = DescSettings{Algo: c.cfg.Algo, Tuning: "built-in", Autotune: !c.cfg.NoAutoTune, TuneAgain: c.cfg.TuneAgain,
 		MinChannels: c.cfg.MinChannels, MaxChannels: c.cfg.MaxChannels, FIFOBytes: c.cfg.SlotBytes * 8,
 		Direct: c.direct, Shared: c.sharedOn, Intra: "shm", Inter: "tcp", CoresOfNode: hostCores(c.peers)}

@@ -44,6 +44,7 @@ type perfOpts struct {
 	timeout  time.Duration
 	onDevice bool // CUDA buffers (else host memory): rank r on device (device+r) mod the device count
 	device   int
+	shmBufs  bool          // host buffers from backend.AllocWindow (gotree_mem_alloc)
 	hosts    int           // --nproc: give the ranks this many host ids (0: the machine's)
 	settle   time.Duration // before the first size, the ranks agree untimed until this long after Init (settleCalls)
 }
@@ -95,6 +96,7 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&coll, "coll", "allreduce", "allreduce, allgather, reducescatter, broadcast, reduce, alltoall, gather or scatter (root 0); sizes as nccl-tests: the whole buffer of allgather, reducescatter, alltoall, gather and scatter (out of place only for the last three)")
 	fs.BoolVar(&o.asJSON, "json", false, "print JSON instead of the table")
 	fs.IntVar(&o.device, "device", -1, "CUDA buffers: rank r uses device (N+r) mod the device count (-1: host memory)")
+	fs.BoolVar(&o.shmBufs, "shm-buffers", false, "host buffers from gotree_mem_alloc: shared memory that the ranks of a host map, so direct plans read and write each other's buffers with loads and stores")
 	fs.IntVar(&o.hosts, "hosts", 0, "with --nproc: split the ranks over this many host ids (rank r on host r mod K), as if on K nodes")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "communicator timeout")
 	fs.DurationVar(&o.settle, "settle", 50*time.Millisecond, "before the first size, wait (the ranks agreeing, untimed) until this long after the communicator formed (0: none; a 2-CPU VM runs the first ~15 ms 2-4x slower)")
@@ -115,6 +117,9 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 		o.coll, err = perfCollective(coll)
 	}
 	o.onDevice = o.device >= 0
+	if err == nil && o.onDevice && o.shmBufs {
+		err = errors.New("--shm-buffers is host memory; --device is a GPU's")
+	}
 	if err == nil && o.onDevice && pointToPoint(o.coll) {
 		err = fmt.Errorf("--coll %s: --device runs the collectives with device plans (allreduce, allgather, reducescatter, broadcast, reduce)", coll)
 	}
@@ -396,6 +401,14 @@ func perfRun(o perfOpts, uid pg.UniqueID, rank, n int, cfg pg.Config, stdout, st
 		}
 		defer dm.close()
 		mem = dm
+	} else if o.shmBufs {
+		hm, err := newShmMem(inCount*esize, outCount*esize)
+		if err != nil {
+			fmt.Fprintf(stderr, "gotree perf: rank %d: %v\n", rank, err)
+			return 1
+		}
+		defer hm.free()
+		mem = hm
 	} else {
 		mem = &hostMem{send: make([]byte, inCount*esize), recv: make([]byte, outCount*esize)}
 	}

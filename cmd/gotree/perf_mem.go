@@ -2,8 +2,10 @@ package main
 
 import (
 	"fmt"
+	"unsafe"
 
 	"github.com/gotree/gotree/algorithms"
+	"github.com/gotree/gotree/backend"
 	"github.com/gotree/gotree/cuda"
 	"github.com/gotree/gotree/pg"
 )
@@ -31,10 +33,41 @@ type perfRegion struct {
 	off, n int64
 }
 
-// hostMem is host memory.
-type hostMem struct{ send, recv []byte }
+// hostMem is host memory: private, or shared (newShmMem).
+type hostMem struct {
+	send, recv []byte
+	shared     bool
+}
 
-func (m *hostMem) String() string { return "host memory" }
+func (m *hostMem) String() string {
+	if m.shared {
+		return "host memory from gotree_mem_alloc"
+	}
+	return "host memory"
+}
+
+// newShmMem is host memory that the ranks of the host map
+// (backend.AllocWindow, the C ABI's gotree_mem_alloc).
+func newShmMem(send, recv int64) (*hostMem, error) {
+	m := &hostMem{shared: true}
+	var err error
+	if m.send, err = backend.AllocWindow(max(send, 1)); err == nil {
+		if m.recv, err = backend.AllocWindow(max(recv, 1)); err != nil {
+			m.free()
+		}
+	}
+	m.send, m.recv = m.send[:send], m.recv[:recv]
+	return m, err
+}
+
+// free releases shared memory.
+func (m *hostMem) free() {
+	for _, b := range [][]byte{m.send, m.recv} {
+		if m.shared && cap(b) > 0 {
+			_ = backend.FreeWindow(unsafe.Pointer(unsafe.SliceData(b)))
+		}
+	}
+}
 
 func (m *hostMem) bytes(r perfRegion) []byte {
 	b := m.send

@@ -54,9 +54,24 @@ static gotree_status_t run(gotree_request_t req) {
 /* Value rank r contributes at element i: small, exact in every dtype. */
 static int64_t val(int r, uint64_t i) { return (int64_t)((i * 7 + (uint64_t)r * 13) % 97) - 40; }
 
+/* Buffers of test_allreduce: malloc's, or shared (gotree_mem_alloc). */
+static int shm_buffers = 0;
+
+static void *alloc(size_t n) {
+  if (!shm_buffers) return malloc(n);
+  void *p = NULL;
+  OK(gotree_mem_alloc(n, &p), 0);
+  return p;
+}
+
+static void release(void *p) {
+  if (!shm_buffers) free(p);
+  else OK(gotree_mem_free(p), 0);
+}
+
 static void test_allreduce(gotree_comm_t comm, uint64_t count, int inplace) {
-  int64_t *send = malloc((count + 1) * sizeof *send), *recv = malloc((count + 1) * sizeof *recv);
-  double *ds = malloc((count + 1) * sizeof *ds), *dr = malloc((count + 1) * sizeof *dr);
+  int64_t *send = alloc((count + 1) * sizeof *send), *recv = alloc((count + 1) * sizeof *recv);
+  double *ds = alloc((count + 1) * sizeof *ds), *dr = alloc((count + 1) * sizeof *dr);
   for (uint64_t i = 0; i < count; i++) {
     send[i] = val(rank, i);
     recv[i] = -999999;
@@ -93,7 +108,7 @@ static void test_allreduce(gotree_comm_t comm, uint64_t count, int inplace) {
   }
   CHECK(bad == 0, "float64 max count %llu inplace %d: %d wrong elements", (unsigned long long)count, inplace, bad);
   /* uint32 MIN: the negative values are the largest unsigned ones */
-  uint32_t *us = malloc((count + 1) * sizeof *us), *ur = malloc((count + 1) * sizeof *ur);
+  uint32_t *us = alloc((count + 1) * sizeof *us), *ur = alloc((count + 1) * sizeof *ur);
   for (uint64_t i = 0; i < count; i++) us[i] = (uint32_t)val(rank, i);
   OK(gotree_allreduce(comm, us, inplace ? us : ur, count, GOTREE_UINT32, GOTREE_MIN, 0,
                       GOTREE_DEVICE_CPU, NULL, &req), comm);
@@ -108,7 +123,7 @@ static void test_allreduce(gotree_comm_t comm, uint64_t count, int inplace) {
   CHECK(bad == 0, "uint32 min count %llu inplace %d: %d wrong elements", (unsigned long long)count, inplace, bad);
   /* float8_e4m3fn SUM of 1.0 (0x38) from every rank: 1, 2, 3, 4 are 0x38, 0x40, 0x44, 0x48 */
   static const unsigned char f8[] = {0, 0x38, 0x40, 0x44, 0x48};
-  unsigned char *fs = malloc(count + 1), *fr = malloc(count + 1);
+  unsigned char *fs = alloc(count + 1), *fr = alloc(count + 1);
   memset(fs, 0x38, count + 1);
   OK(gotree_allreduce(comm, fs, inplace ? fs : fr, count, GOTREE_FLOAT8_E4M3, GOTREE_SUM, 0,
                       GOTREE_DEVICE_CPU, NULL, &req), comm);
@@ -117,7 +132,46 @@ static void test_allreduce(gotree_comm_t comm, uint64_t count, int inplace) {
   bad = 0;
   for (uint64_t i = 0; i < count && nranks <= 4; i++) bad += fres[i] != f8[nranks];
   CHECK(bad == 0, "float8_e4m3fn sum count %llu inplace %d: %d wrong elements", (unsigned long long)count, inplace, bad);
-  free(send); free(recv); free(ds); free(dr); free(us); free(ur); free(fs); free(fr);
+  void *bufs[] = {send, recv, ds, dr, us, ur, fs, fr};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) release(bufs[i]);
+}
+
+/* Shared buffers: the argument checks, then test_allreduce on them. Under
+ * GOTREE_ALGO=allreduce:direct (make test-abi) every rank maps its peers'
+ * buffers, which describe counts. */
+static void test_shared_buffers(gotree_comm_t comm) {
+  void *p = NULL;
+  gotree_status_t st = gotree_mem_alloc(0, &p);
+  CHECK(st == GOTREE_ERR_INVALID_ARGUMENT && strstr(errtext(0), "not 0"), "mem_alloc 0: %s / %s", gotree_status_string(st), errtext(0));
+  st = gotree_mem_alloc(16, NULL);
+  CHECK(st == GOTREE_ERR_INVALID_ARGUMENT && strstr(errtext(0), "ptr is NULL"), "mem_alloc NULL: %s / %s", gotree_status_string(st), errtext(0));
+  st = gotree_mem_free(NULL);
+  CHECK(st == GOTREE_ERR_INVALID_ARGUMENT && strstr(errtext(0), "ptr is NULL"), "mem_free NULL: %s / %s", gotree_status_string(st), errtext(0));
+  int on_stack = 0;
+  st = gotree_mem_free(&on_stack);
+  CHECK(st == GOTREE_ERR_INVALID_ARGUMENT && strstr(errtext(0), "not the start of"), "mem_free of other memory: %s / %s", gotree_status_string(st), errtext(0));
+  OK(gotree_mem_alloc(4097, &p), 0);
+  CHECK(p != NULL && ((uintptr_t)p & 4095) == 0, "mem_alloc: %p is not page-aligned", p);
+  if (p) {
+    CHECK(((unsigned char *)p)[4096] == 0, "mem_alloc: not zeroed");
+    OK(gotree_mem_free(p), 0);
+    CHECK(gotree_mem_free(p) == GOTREE_ERR_INVALID_ARGUMENT, "mem_free twice accepted");
+  }
+  shm_buffers = 1;
+  uint64_t counts[] = {1, 1000003, (1u << 20) + 3};
+  for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++)
+    for (int inplace = 0; inplace < 2; inplace++) test_allreduce(comm, counts[k], inplace);
+  shm_buffers = 0;
+  const char *algo = getenv("GOTREE_ALGO");
+  if (nranks > 1 && algo && strstr(algo, "allreduce:direct")) {
+    int64_t sizes[] = {8};
+    size_t len = 0;
+    char d[65536];
+    OK(gotree_comm_describe(comm, sizes, 1, d, sizeof d, &len), comm);
+    const char *m = strstr(d, "\"peer_buffers_mapped\":");
+    long mapped = m ? strtol(m + 22, NULL, 10) : -1;
+    CHECK(m && mapped >= (long)(nranks - 1) && strstr(d, "\"peer_buffers_copied\":0"), "direct allreduce on shared buffers mapped none: %.300s", m ? m : d);
+  }
 }
 
 static void test_broadcast_allgather(gotree_comm_t comm, uint64_t count) {
@@ -462,6 +516,7 @@ int main(int argc, char **argv) {
     int done = 0;
     OK(gotree_request_test(req, &done), req);
     OK(run(req), req);
+    test_shared_buffers(comm);
     test_bad_input(comm);
     test_describe(comm);
     if (rank == 0) test_fork_guard();

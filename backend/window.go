@@ -1,0 +1,315 @@
+//go:build linux
+
+package backend
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Windows are buffers that the ranks of a host can map: memory from
+// AllocWindow lives in a memfd (anonymous shared memory) instead of the
+// process's private pages. A direct plan (Notify, Wait, ReadReduceCopy,
+// Offer, ReadCopy) whose peer's buffer lies in a window maps that window
+// once (through /proc/<pid>/fd/<fd>, the same permission process_vm_readv
+// needs) and then reads and writes it with plain loads and stores: no
+// system call per fragment and no copy through a scratch buffer. Buffers
+// outside windows still move through process_vm_readv/writev. Nothing has
+// to be agreed: the plan is the same either way, and each rank decides per
+// peer buffer from the descriptor the peer announced.
+//
+// A window's mapping begins with one page of header (windowMagic, its id,
+// its size); the caller's memory follows it.
+
+// windowMagic begins every window's header page.
+const windowMagic = 0x776f646e69774754 // "TGwindow", little-endian
+
+// window is one of this process's windows.
+type window struct {
+	id   uint64
+	fd   int
+	mem  []byte // the whole mapping, header page first
+	user []byte // what AllocWindow returned
+}
+
+// windowRef says where a buffer lies in its owner's window: the window's
+// id, the owner's descriptor of its memfd, the mapping's size and the
+// buffer's offset in it. A zero id: not in a window.
+type windowRef struct {
+	id, fd, size, off uint64
+}
+
+var ownWindows struct {
+	sync.Mutex
+	list []*window // sorted by address
+}
+
+// ErrWindowSize is returned for a window of no bytes or more than the
+// address space allows.
+var ErrWindowSize = errors.New("a window holds 1 byte to 64 TiB")
+
+// AllocWindow returns size bytes of zeroed memory that the other ranks of
+// this host can map (see the comment above). FreeWindow releases it.
+func AllocWindow(size int64) ([]byte, error) {
+	page := int64(unix.Getpagesize())
+	if size < 1 || size > 1<<46 {
+		return nil, fmt.Errorf("%w, not %d", ErrWindowSize, size)
+	}
+	total := page + (size+page-1)/page*page
+	fd, err := unix.MemfdCreate("gotree-window", unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("gotree: creating a %d-byte window (memfd_create): %w", size, err)
+	}
+	if err := unix.Ftruncate(fd, total); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("gotree: sizing a %d-byte window: %w", size, err)
+	}
+	mem, err := unix.Mmap(fd, 0, int(total), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("gotree: mapping a %d-byte window: %w", size, err)
+	}
+	var id [8]byte
+	for binary.LittleEndian.Uint64(id[:]) == 0 {
+		_, _ = rand.Read(id[:])
+	}
+	w := &window{id: binary.LittleEndian.Uint64(id[:]), fd: fd, mem: mem, user: mem[page : page+size : page+size]}
+	binary.LittleEndian.PutUint64(mem[0:], windowMagic)
+	binary.LittleEndian.PutUint64(mem[8:], w.id)
+	binary.LittleEndian.PutUint64(mem[16:], uint64(total))
+	ownWindows.Lock()
+	i, _ := slices.BinarySearchFunc(ownWindows.list, addrOf(mem), func(v *window, a uint64) int { return cmpU64(addrOf(v.mem), a) })
+	ownWindows.list = slices.Insert(ownWindows.list, i, w)
+	ownWindows.Unlock()
+	return w.user, nil
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// FreeWindow releases the window whose memory begins at p (what
+// AllocWindow returned). Peers that mapped it keep their mapping, so a
+// call still running on it cannot fault; its memory returns to the system
+// once they unmap it too.
+func FreeWindow(p unsafe.Pointer) error {
+	ownWindows.Lock()
+	defer ownWindows.Unlock()
+	for i, w := range ownWindows.list {
+		if unsafe.Pointer(unsafe.SliceData(w.user)) == p {
+			ownWindows.list = slices.Delete(ownWindows.list, i, i+1)
+			err := unix.Munmap(w.mem)
+			unix.Close(w.fd)
+			return err
+		}
+	}
+	return fmt.Errorf("gotree: %p is not the start of a window (of gotree_mem_alloc or gotree.empty)", p)
+}
+
+// windowOf says where len bytes at b lie in one of this process's windows.
+func windowOf(b []byte) windowRef {
+	if len(b) == 0 {
+		return windowRef{}
+	}
+	a := addrOf(b)
+	ownWindows.Lock()
+	defer ownWindows.Unlock()
+	i, found := slices.BinarySearchFunc(ownWindows.list, a, func(v *window, a uint64) int { return cmpU64(addrOf(v.mem), a) })
+	if !found {
+		i-- // the last window that starts below a
+	}
+	if i < 0 {
+		return windowRef{}
+	}
+	w := ownWindows.list[i]
+	lo := addrOf(w.mem)
+	if a < lo || a+uint64(len(b)) > lo+uint64(len(w.mem)) {
+		return windowRef{}
+	}
+	return windowRef{id: w.id, fd: uint64(w.fd), size: uint64(len(w.mem)), off: a - lo}
+}
+
+// ownWindow returns this process's window with id, if any.
+func ownWindow(id uint64) []byte {
+	ownWindows.Lock()
+	defer ownWindows.Unlock()
+	for _, w := range ownWindows.list {
+		if w.id == id {
+			return w.mem
+		}
+	}
+	return nil
+}
+
+// What direct plans did with the peers' windows (WindowUsage).
+var (
+	windowsUsed, windowsUnmapped atomic.Int64
+	windowLastErr                atomic.Pointer[string]
+)
+
+// windowFailed counts a peer's window that could not be mapped.
+func windowFailed(err error) {
+	windowsUnmapped.Add(1)
+	s := err.Error()
+	windowLastErr.Store(&s)
+}
+
+// WindowStats is this process's use of windows.
+type WindowStats struct {
+	Windows   int    // this process's windows now (AllocWindow, not yet freed)
+	Bytes     int64  // their bytes
+	Mapped    int64  // peers' buffers that calls found in windows and reached through a mapping
+	Unmapped  int64  // peers' buffers in windows that could not be mapped, moved through process_vm_readv/writev instead
+	LastError string // why the last of those could not be mapped
+}
+
+// WindowUsage returns this process's use of windows so far.
+func WindowUsage() WindowStats {
+	st := WindowStats{Mapped: windowsUsed.Load(), Unmapped: windowsUnmapped.Load()}
+	if p := windowLastErr.Load(); p != nil {
+		st.LastError = *p
+	}
+	ownWindows.Lock()
+	for _, w := range ownWindows.list {
+		st.Windows++
+		st.Bytes += int64(len(w.user))
+	}
+	ownWindows.Unlock()
+	return st
+}
+
+// selfPid is this process's pid: its own windows need no mapping (ranks
+// that are goroutines of one process). Tests clear it to map their own
+// windows the way a peer process does.
+var selfPid = os.Getpid()
+
+// peerWindowMax bounds how many peers' windows a process keeps mapped; the
+// least recently used one not in use by a call is unmapped beyond it.
+const peerWindowMax = 64
+
+type peerWindowKey struct {
+	pid int
+	id  uint64
+}
+
+// peerWindow is a peer's window mapped here.
+type peerWindow struct {
+	mem  []byte
+	base uint64 // its address in the peer
+	refs int    // calls using it now
+	used uint64 // peerWindows.tick at its last use
+}
+
+var peerWindows struct {
+	sync.Mutex
+	m    map[peerWindowKey]*peerWindow
+	tick uint64
+}
+
+// mapWindow maps the window r of process pid (once, then from the cache)
+// and returns it with a reference that release gives back. base is the
+// window's address in pid: a window of pid cached here that overlaps it
+// has been freed there, and is unmapped here when no call uses it. The
+// window's header must carry r's id and size: anything else means that
+// pid or fd name another process's memory (ranks in different PID
+// namespaces).
+func mapWindow(pid int, r windowRef, base uint64) (mem []byte, release func(), err error) {
+	if pid == selfPid {
+		if mem := ownWindow(r.id); mem != nil && uint64(len(mem)) == r.size {
+			return mem, func() {}, nil
+		}
+		return nil, nil, fmt.Errorf("window %#x is not this process's", r.id)
+	}
+	k := peerWindowKey{pid, r.id}
+	peerWindows.Lock()
+	defer peerWindows.Unlock()
+	peerWindows.tick++
+	pw := peerWindows.m[k]
+	if pw != nil && uint64(len(pw.mem)) != r.size {
+		return nil, nil, fmt.Errorf("its window %#x was %d bytes, not %d", r.id, len(pw.mem), r.size)
+	}
+	if pw == nil {
+		m, err := openWindow(pid, r)
+		if err != nil {
+			return nil, nil, err
+		}
+		if peerWindows.m == nil {
+			peerWindows.m = map[peerWindowKey]*peerWindow{}
+		}
+		evictWindows(pid, base, r.size)
+		pw = &peerWindow{mem: m, base: base}
+		peerWindows.m[k] = pw
+	}
+	pw.refs++
+	pw.used = peerWindows.tick
+	return pw.mem, func() {
+		peerWindows.Lock()
+		pw.refs--
+		peerWindows.Unlock()
+	}, nil
+}
+
+// evictWindows unmaps the windows of pid that overlap [base, base+size)
+// in it (freed there), then the least recently used until there is room
+// for one more; never one in use. peerWindows is locked.
+func evictWindows(pid int, base, size uint64) {
+	for k, pw := range peerWindows.m {
+		if k.pid == pid && pw.refs == 0 && pw.base < base+size && base < pw.base+uint64(len(pw.mem)) {
+			_ = unix.Munmap(pw.mem)
+			delete(peerWindows.m, k)
+		}
+	}
+	for len(peerWindows.m) >= peerWindowMax {
+		var victim peerWindowKey
+		var old *peerWindow
+		for k, pw := range peerWindows.m {
+			if pw.refs == 0 && (old == nil || pw.used < old.used) {
+				victim, old = k, pw
+			}
+		}
+		if old == nil {
+			return // all in use: map beyond the bound
+		}
+		_ = unix.Munmap(old.mem)
+		delete(peerWindows.m, victim)
+	}
+}
+
+// openWindow maps the window r of process pid through its descriptor and
+// checks the header.
+func openWindow(pid int, r windowRef) ([]byte, error) {
+	name := fmt.Sprintf("/proc/%d/fd/%d", pid, r.fd)
+	fd, err := unix.Open(name, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("opening its window %s: %w", name, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || uint64(st.Size) != r.size {
+		return nil, fmt.Errorf("%s is not its %d-byte window", name, r.size)
+	}
+	mem, err := unix.Mmap(fd, 0, int(r.size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("mapping its %d-byte window: %w", r.size, err)
+	}
+	if binary.LittleEndian.Uint64(mem[0:]) != windowMagic || binary.LittleEndian.Uint64(mem[8:]) != r.id || binary.LittleEndian.Uint64(mem[16:]) != r.size {
+		_ = unix.Munmap(mem)
+		return nil, fmt.Errorf("%s holds another window than %#x", name, r.id)
+	}
+	return mem, nil
+}

@@ -1,0 +1,228 @@
+//go:build linux
+
+package backend
+
+import (
+	"context"
+	"encoding/binary"
+	"math"
+	"os"
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gotree/gotree/algorithms"
+)
+
+// allocWindow is AllocWindow, freed when the test ends.
+func allocWindow(t *testing.T, size int64) []byte {
+	t.Helper()
+	b, err := AllocWindow(size)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, FreeWindow(unsafe.Pointer(unsafe.SliceData(b)))) })
+	return b
+}
+
+func TestWindowAllocFree(t *testing.T) {
+	for _, size := range []int64{0, -1, 1 << 47} {
+		_, err := AllocWindow(size)
+		require.ErrorIs(t, err, ErrWindowSize, "size %d", size)
+	}
+	a, b := allocWindow(t, 1), allocWindow(t, 10007)
+	require.Len(t, a, 1)
+	require.Len(t, b, 10007)
+	for _, v := range b {
+		require.Zero(t, v)
+	}
+	b[10006] = 7
+	wa, wb := windowOf(a), windowOf(b[5:9])
+	require.NotZero(t, wa.id)
+	require.NotEqual(t, wa.id, wb.id)
+	page := uint64(os.Getpagesize())
+	require.Equal(t, page+5, wb.off)
+	require.Equal(t, page+3*page, wb.size) // the header page and 10007 bytes in pages
+	require.Zero(t, windowOf(make([]byte, 64)).id, "private memory")
+	require.Zero(t, windowOf(nil).id)
+	// The header: magic, id, size.
+	m := ownWindow(wb.id)
+	require.Equal(t, uint64(windowMagic), binary.LittleEndian.Uint64(m))
+	require.Equal(t, wb.size, binary.LittleEndian.Uint64(m[16:]))
+	require.Equal(t, byte(7), m[page+10006])
+
+	err := FreeWindow(unsafe.Pointer(&b[1]))
+	require.ErrorContains(t, err, "is not the start of a window")
+	c, err := AllocWindow(64)
+	require.NoError(t, err)
+	require.NoError(t, FreeWindow(unsafe.Pointer(&c[0])))
+	require.Error(t, FreeWindow(unsafe.Pointer(&c[0])), "freed twice")
+}
+
+// Another process's view: a window mapped through /proc/<pid>/fd, its
+// header checked, cached, and unmapped when the cache is full and nobody
+// uses it.
+func TestWindowMapAsPeer(t *testing.T) {
+	b := allocWindow(t, 4096)
+	b[0] = 42
+	r := windowOf(b)
+	base := addrOf(b) - r.off
+	pid := os.Getpid()
+	_, _, err := mapWindow(pid, windowRef{id: r.id + 1, fd: r.fd, size: r.size}, base)
+	require.ErrorContains(t, err, "not this process's")
+
+	defer func(p int) { selfPid = p }(selfPid)
+	selfPid = 0
+	mem, release, err := mapWindow(pid, r, base)
+	require.NoError(t, err)
+	require.Equal(t, byte(42), mem[r.off], "the peer's bytes")
+	mem[r.off+1] = 43
+	require.Equal(t, byte(43), b[1], "and the peer sees the writes")
+	mem2, release2, err := mapWindow(pid, r, base)
+	require.NoError(t, err)
+	require.Equal(t, unsafe.SliceData(mem), unsafe.SliceData(mem2), "mapped once")
+	release2()
+
+	wrong := r
+	wrong.id++
+	_, _, err = mapWindow(pid, wrong, 1<<40)
+	require.ErrorContains(t, err, "holds another window")
+	wrong = r
+	wrong.size += 4096
+	_, _, err = mapWindow(pid, wrong, 1<<40)
+	require.ErrorContains(t, err, "was 8192 bytes, not 12288", "the cached mapping")
+	wrong.id += 2
+	_, _, err = mapWindow(pid, wrong, 1<<40)
+	require.ErrorContains(t, err, "is not its 12288-byte window")
+	wrong = r
+	wrong.id += 3
+	wrong.fd = 1 << 20
+	_, _, err = mapWindow(pid, wrong, 1<<40)
+	require.ErrorContains(t, err, "opening its window")
+
+	cached := func(r windowRef) bool {
+		peerWindows.Lock()
+		defer peerWindows.Unlock()
+		return peerWindows.m[peerWindowKey{pid, r.id}] != nil
+	}
+	// Fill the cache with other windows: the one in use stays mapped,
+	// the released ones beyond the bound go.
+	var first windowRef
+	for i := 0; i < peerWindowMax+3; i++ {
+		w := allocWindow(t, 1)
+		wr := windowOf(w)
+		_, rel, err := mapWindow(pid, wr, addrOf(w)-wr.off)
+		require.NoError(t, err)
+		rel()
+		if i == 0 {
+			first = wr
+			require.True(t, cached(first))
+		}
+	}
+	peerWindows.Lock()
+	n := len(peerWindows.m)
+	peerWindows.Unlock()
+	require.LessOrEqual(t, n, peerWindowMax)
+	require.False(t, cached(first), "the least recently used")
+	require.True(t, cached(r), "a window in use is never unmapped")
+
+	// A window of the peer that overlaps a cached one in the peer's
+	// address space replaces it there (the old one was freed), unless a
+	// call still uses it.
+	c := allocWindow(t, 64)
+	cr := windowOf(c)
+	_, rel, err := mapWindow(pid, cr, base+4096)
+	require.NoError(t, err)
+	rel()
+	require.True(t, cached(r), "in use")
+	release()
+	d := allocWindow(t, 64)
+	dr := windowOf(d)
+	_, rel, err = mapWindow(pid, dr, base)
+	require.NoError(t, err)
+	rel()
+	require.False(t, cached(r), "overlapped by a newer window")
+	require.False(t, cached(cr), "overlapped by a newer window")
+	require.True(t, cached(dr))
+}
+
+// Direct allreduce whose buffers lie in windows: the peers' buffers are
+// read and written through the mappings (their own windows for ranks of
+// one process, or mapped through /proc as a peer process would), any mix
+// with private buffers, in place and out of place, past the size from
+// which outputs are streamed. float64 sums of integers are exact.
+func TestExecDirectWindows(t *testing.T) {
+	if ok, why := CMAUsable(); !ok {
+		t.Skip(why) // mixed cases read private buffers
+	}
+	big := int64(StreamOutputBytes/8 + 3)
+	for _, tc := range []struct {
+		name         string
+		n            int
+		count        int64
+		inWin, outWn bool
+		inPlace      bool
+		asPeer       bool
+	}{
+		{"n2_c1_both", 2, 1, true, true, false, false},
+		{"n3_c1031_both", 3, 1031, true, true, false, true},
+		{"n3_c1031_inplace", 3, 1031, true, true, true, true},
+		{"n3_c1031_in_only", 3, 1031, true, false, false, true},
+		{"n3_c1031_out_only", 3, 1031, false, true, false, false},
+		{"n5_c40009_both", 5, 40009, true, true, false, true},
+		{"n3_big_both", 3, big, true, true, false, true},
+		{"n2_big_inplace", 2, big, true, true, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.asPeer {
+				defer func(p int) { selfPid = p }(selfPid)
+				selfPid = 0
+			}
+			n, count := tc.n, tc.count
+			p := directTestPlan(t, n, count, algorithms.Float64)
+			mesh := newMemMesh(t, n)
+			buf := func(win bool) []byte {
+				if win {
+					return allocWindow(t, 8*count)
+				}
+				return make([]byte, 8*count)
+			}
+			ins, outs := make([][]byte, n), make([][]byte, n)
+			for r := 0; r < n; r++ {
+				ins[r] = buf(tc.inWin)
+				for i := int64(0); i < count; i++ {
+					binary.LittleEndian.PutUint64(ins[r][8*i:], math.Float64bits(float64((int64(r)+1)*(i%1000)-int64(r))))
+				}
+				outs[r] = ins[r]
+				if !tc.inPlace {
+					outs[r] = buf(tc.outWn)
+				}
+			}
+			used := windowsUsed.Load()
+			errs := eachRank(n, func(ctx context.Context, r int) error {
+				return Exec(ctx, p, r, rankConns{mesh, r}, ins[r], outs[r], 4096, 0xd3)
+			})
+			for r, err := range errs {
+				require.NoError(t, err, "rank %d", r)
+			}
+			// Every rank maps each peer's window buffers once.
+			wins := 0
+			for _, w := range []bool{tc.inWin, tc.inPlace && tc.inWin || !tc.inPlace && tc.outWn} {
+				if w {
+					wins++
+				}
+			}
+			require.Equal(t, int64(n*(n-1)*wins), windowsUsed.Load()-used)
+			for r := 0; r < n; r++ {
+				for i := int64(0); i < count; i++ {
+					var want float64
+					for q := 0; q < n; q++ {
+						want += float64((int64(q)+1)*(i%1000) - int64(q))
+					}
+					if got := math.Float64frombits(binary.LittleEndian.Uint64(outs[r][8*i:])); got != want {
+						t.Fatalf("rank %d elem %d: got %v want %v", r, i, got, want)
+					}
+				}
+			}
+		})
+	}
+}
