@@ -33,7 +33,7 @@ func exploreAll(t *testing.T, comms []*Comm, count int64, inPlace func(r, call i
 	t.Helper()
 	calls := 0
 	for first := true; first || comms[0].Exploring(count, algorithms.Int64); first = false {
-		require.Less(t, calls, tuneRounds*tuneMaxCands*(tuneWarmups+tuneMaxTimed), "autotuning never decided")
+		require.Less(t, calls, (1+tuneFreshRepeats)*tuneRounds*tuneMaxCands*(tuneWarmups+tuneMaxTimed), "autotuning never decided")
 		checkAllReduceInt64Each(t, comms, count, func(r int) bool { return inPlace(r, calls) })
 		calls++
 	}
@@ -556,5 +556,90 @@ func TestAutotuneSizeLimit(t *testing.T) {
 		require.Equal(t, 2, n, "rank %d", r)
 		require.True(t, c.Exploring(101, algorithms.Int64))
 		require.False(t, c.Exploring(107, algorithms.Int64), "rank %d: a size past the limit explores", r)
+	}
+}
+
+// Calls in which a rank mapped a peer's shared buffer for the first time
+// (filed with a negative time) are left out of a candidate's score, on one
+// host and across hosts, unless every call of the candidate was one.
+func TestTuneMediansLeaveOutFreshMappings(t *testing.T) {
+	rec := func(us0, us1 []float64) tuneRecord {
+		r := tuneRecord{samples: 3}
+		for j := 0; j < 3; j++ {
+			r.us[0][j], r.us[1][j] = us0[j], us1[j]
+			r.at[0][j], r.at[1][j] = float64(1000*j), float64(10000+1000*j)
+		}
+		return r
+	}
+	// Candidate 0: rank 1's first call mapped (900 µs); the others take
+	// 100-120. Candidate 1: every call of rank 0 mapped.
+	all := []tuneRecord{
+		rec([]float64{100, 110, 120}, []float64{-300, -310, -320}),
+		rec([]float64{-900, 100, 100}, []float64{200, 210, 220}),
+	}
+	for _, oneHost := range []bool{false, true} {
+		med := tuneMedians(3, 2, all, oneHost)
+		if oneHost {
+			// from the last start to the last end: the longer of the two
+			require.InDelta(t, 115, med[0], 1e-9, "calls 1 and 2: max(110,100), max(120,100)")
+			require.InDelta(t, 310, med[1], 1e-9, "all mapped: all kept, their times positive")
+		} else {
+			require.InDelta(t, 100, med[0], 1e-9, "calls 1 and 2: min(110,100), min(120,100)")
+			require.InDelta(t, 210, med[1], 1e-9, "all mapped: all kept, their times positive")
+		}
+	}
+}
+
+// An exploration in which every timed call of a candidate mapped a peer's
+// shared buffer for the first time (on some rank) is run again, up to
+// tuneFreshRepeats times, and then decides with what it has; every call
+// sums exactly and every rank answers Exploring alike throughout.
+func TestAutotuneExploresAgainAfterFirstMappings(t *testing.T) {
+	const count = 1013
+	key := tuneKey(collArgs{coll: algorithms.AllReduce, count: count, dt: algorithms.Int64})
+	for _, mappedRounds := range []int{1, 100} {
+		cfg := testConfig()
+		cfg.Algo = "ring,hd"
+		comms := startComms(t, 3, nil, cfg)
+		model := comms[0].choice(collArgs{coll: algorithms.AllReduce, count: count, dt: algorithms.Int64, inPlace: true}).Algo
+		other := algorithms.Ring
+		if model == algorithms.Ring {
+			other = algorithms.HalvingDoubling
+		}
+		fakeTuneTimes(t, map[algorithms.Algorithm]float64{model: 200, other: 100})
+		var mu sync.Mutex
+		calls := 0 // of other on rank 1
+		one := 0   // calls of other on rank 1 per exploration
+		testHookTuneMapped = func(rank int, a algorithms.Algorithm) bool {
+			if rank != 1 || a != other {
+				return false
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			calls++
+			return one == 0 || (calls-1)/one < mappedRounds
+		}
+		t.Cleanup(func() { testHookTuneMapped = nil })
+		st := comms[1].tuneView(key)
+		require.Nil(t, st)
+		// One exploration's calls of other on rank 1: known once the
+		// state exists (after the first call).
+		checkAllReduceInt64Each(t, comms, count, func(int) bool { return false })
+		st = comms[1].tuneView(key)
+		require.NotNil(t, st)
+		mu.Lock()
+		one = tuneRounds * (tuneWarmups + st.timed)
+		calls = 0
+		if st.cands[exploreCandidate(0, 2)].Algo == other {
+			calls = 1 // the call above ran other
+		}
+		mu.Unlock()
+		n := 1 + exploreAll(t, comms, count, func(r, call int) bool { return (r+call)%2 == 0 })
+		explorations := min(mappedRounds, tuneFreshRepeats) + 1
+		require.Equal(t, explorations*len(st.cands)*tuneRounds*(tuneWarmups+st.timed), n, "mapped in %d explorations", mappedRounds)
+		for r, c := range comms {
+			require.Equal(t, other, c.decidedChoice(key).Algo, "rank %d: the faster, once measured (or measured as it is)", r)
+			require.Equal(t, 1, c.tuneView(key).rounds, "one decision")
+		}
 	}
 }

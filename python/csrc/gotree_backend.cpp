@@ -137,6 +137,8 @@ struct Api {
   decltype(&gotree_status_string) status_string = nullptr;
   decltype(&gotree_error_text) error_text = nullptr;
   decltype(&gotree_probe_handoff) probe_handoff = nullptr;
+  decltype(&gotree_mem_alloc) mem_alloc = nullptr;
+  decltype(&gotree_mem_free) mem_free = nullptr;
   decltype(&gotree_get_unique_id) get_unique_id = nullptr;
   decltype(&gotree_comm_init_rank) comm_init_rank = nullptr;
   decltype(&gotree_comm_rank) comm_rank = nullptr;
@@ -235,6 +237,8 @@ const Api& loadApi(const std::string& path) {
     resolve(h, "gotree_status_string", a->status_string, path);
     resolve(h, "gotree_error_text", a->error_text, path);
     resolve(h, "gotree_probe_handoff", a->probe_handoff, path);
+    resolve(h, "gotree_mem_alloc", a->mem_alloc, path);
+    resolve(h, "gotree_mem_free", a->mem_free, path);
     resolve(h, "gotree_get_unique_id", a->get_unique_id, path);
     resolve(h, "gotree_comm_init_rank", a->comm_init_rank, path);
     resolve(h, "gotree_comm_rank", a->comm_rank, path);
@@ -3329,6 +3333,27 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       py::arg("bytes"), py::arg("rounds"),
       "The C ABI's gotree_probe_handoff: median microseconds to hand `bytes` "
       "written on one CPU to a second CPU (gotree.probe_handoff wraps it).");
+
+  m.def(
+      "shared_bytes",
+      [](int64_t bytes) {
+        const auto& a = gotree_ext::api();
+        TORCH_CHECK_VALUE(bytes > 0, "gotree: shared_bytes: bytes must be positive, got ", bytes);
+        void* p = nullptr;
+        gotree_status_t st = a.mem_alloc(static_cast<size_t>(bytes), &p);
+        if (st == GOTREE_ERR_INVALID_ARGUMENT) {
+          TORCH_CHECK_VALUE(false, gotree_ext::errorText(a, 0));
+        }
+        TORCH_CHECK(st == GOTREE_SUCCESS && p != nullptr, "gotree: gotree_mem_alloc of ", bytes, " bytes failed (",
+                    gotree_ext::statusName(a, st), "): ", gotree_ext::errorText(a, 0));
+        auto release = a.mem_free;  // the library stays loaded for the process's life
+        return torch::from_blob(
+            p, {bytes}, [release](void* q) { release(q); }, torch::TensorOptions().dtype(torch::kUInt8));
+      },
+      py::arg("bytes"),
+      "The C ABI's gotree_mem_alloc as a uint8 CPU tensor of `bytes` zeroed "
+      "bytes that the host's ranks can map; gotree_mem_free runs when its "
+      "storage is freed (gotree.empty wraps it).");
 
   m.def("loaded_library_path", []() -> py::object {
     std::lock_guard<std::mutex> g(gotree_ext::g_api_mu);

@@ -90,7 +90,7 @@ import threading
 import warnings
 
 __version__ = "0.1.0"
-__all__ = ["BACKEND_NAME", "register", "library_path", "load_library", "is_registered", "get_error", "flight_record", "describe", "probe_handoff"]
+__all__ = ["BACKEND_NAME", "register", "library_path", "load_library", "is_registered", "get_error", "flight_record", "describe", "probe_handoff", "empty"]
 
 BACKEND_NAME = "gotree"
 
@@ -295,6 +295,39 @@ def probe_handoff(nbytes=512 << 10, rounds=24):
     from gotree import _C
 
     return _C.probe_handoff(nbytes, rounds)
+
+
+def empty(*size, dtype=None):
+    """A CPU tensor of `size` (like torch.empty; zero-filled) in memory that
+    the other ranks of this host can map (the C ABI's gotree_mem_alloc).
+    Collectives that run single-copy (direct) plans on such tensors - large
+    allreduces on one host, the single-copy blocks of all_to_all, gather and
+    scatter - read and write them with plain loads and stores instead of
+    process_vm_readv/writev: fewer system calls and no copy through scratch
+    memory. Use it for buffers you reduce often (gradients you flatten
+    yourself, a parameter server's tensors); any mix of such and ordinary
+    tensors across ranks works, nothing has to be agreed. The memory
+    returns when the tensor's storage is freed. Needs no process group.
+    gotree.describe(group)["shared_buffers"] counts how many peers'
+    buffers calls reached this way.
+    """
+    import math
+
+    import torch
+
+    if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):
+        size = tuple(size[0])
+    size = tuple(int(d) for d in size)
+    if any(d < 0 for d in size):
+        raise ValueError("gotree.empty: negative dimension in {}".format(size))
+    dtype = dtype or torch.get_default_dtype()
+    nbytes = math.prod(size) * torch.empty((), dtype=dtype).element_size()
+    if nbytes == 0:
+        return torch.zeros(size, dtype=dtype)  # nothing to share
+    load_library()
+    from gotree import _C
+
+    return _C.shared_bytes(nbytes).view(dtype).view(size)
 
 
 def is_registered():

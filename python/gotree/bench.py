@@ -113,6 +113,9 @@ def parse_args(argv):
                     help="record the machine state before and after each size's timed iterations: rank 0 runs "
                          "gotree.probe_handoff (512 KiB from one CPU to another, median us) while the other ranks wait "
                          "(default on; --no-probe turns it off)")
+    ap.add_argument("--shm-buffers", action="store_true",
+                    help="gotree's tensors from gotree.empty (memory the host's ranks map: single-copy plans read and write "
+                         "each other's tensors with loads and stores); gloo's stay ordinary")
     ap.add_argument("--json", help="also write the results to this file (rank 0)")
     ap.add_argument("--no-check", action="store_true", help="skip the exact result checks")
     a = ap.parse_args(argv)
@@ -257,6 +260,7 @@ def main(argv=None):
     log(
         f"# gotree.bench: {what} {args.dtype}, {n} ranks, torch {torch.__version__}, "
         f"{gotree.load_library()}, backends {' + '.join(groups)}"
+        + (" (gotree's tensors from gotree.empty)" if args.shm_buffers else "")
     )
     log(f"# load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} ({os.cpu_count()} CPUs)")
     log(
@@ -275,7 +279,27 @@ def main(argv=None):
     if args.probe:
         cols.append("state(us)")
         widths.append(11)
+    if "gotree" in groups:
+        cols.append("gotree ran")
+        widths.append(11)
     log("  ".join(c.rjust(w) for c, w in zip(cols, widths)))
+
+    def ran(calls):
+        """The algorithms of gotree's last `calls` operations of the
+        collective, most frequent first (its flight record; "-" for
+        point-to-point plans, which have none)."""
+        ops = [o for o in gotree.flight_record(groups["gotree"])["ops"] if o["desc"].startswith(args.coll + " #")]
+        seen = {}
+        for o in ops[-calls:]:
+            a = o.get("algo") or "-"
+            seen[a] = seen.get(a, 0) + 1
+        return "/".join(sorted(seen, key=seen.get, reverse=True)) or "-"
+
+    def clone(backend, t):
+        """A copy of t, in gotree.empty memory for gotree with --shm-buffers."""
+        if not (args.shm_buffers and backend == "gotree"):
+            return t.clone()
+        return gotree.empty(t.shape, dtype=t.dtype).copy_(t)
 
     wrong = 0
     rows = []
@@ -283,8 +307,8 @@ def main(argv=None):
         count, src, want, make_out, call = case(nbytes)
         nbytes = count * esize
         batch = min(args.batch, max(1, BATCH_BYTES // nbytes))
-        bufs = {b: [src.clone() for _ in range(batch)] for b in groups}
-        outs = {b: [make_out(x) if make_out else x for x in bufs[b]] for b in groups}
+        bufs = {b: [clone(b, src) for _ in range(batch)] for b in groups}
+        outs = {b: [clone(b, make_out(x)) if make_out else x for x in bufs[b]] for b in groups}
         # warm-up, and a first estimate of the time per call for the budget:
         # whole batches as the timed iterations run them (inputs written
         # first, then the calls back to back: what autotuning measures
@@ -344,6 +368,9 @@ def main(argv=None):
         if args.probe:
             row["probe_us"] = [before, after]
             cells.append("-" if before is None or after is None else f"{before:.0f}/{after:.0f}")
+        if "gotree" in groups:
+            row["gotree_algo"] = ran(iters * batch)
+            cells.append(row["gotree_algo"])
         rows.append(row)
         log("  ".join(c.rjust(w) for c, w in zip(cells, widths)))
 

@@ -247,3 +247,18 @@ def test_perf_hosts_and_device_without_driver(built):
     rc, out = run_command([str(cli), "perf", "--nproc", "2", "--device", "0", "-b", "4", "-e", "4", "-n", "1", "-w", "0"],
                           60, env=env, cwd=REPO)
     assert rc != 0 and "no NVIDIA driver" in out, out[-4000:]
+
+
+def test_perf_shared_buffers(built):
+    """`gotree perf --shm-buffers` (buffers from gotree_mem_alloc) with direct plans forced, whose
+    ranks then map each other's buffers, and across three host ids (TCP, where nothing is
+    mapped): every size exact, out of place and in place. Needs no root."""
+    cli = _gotree_cli()
+    for extra in (["--algo", "direct"], ["--hosts", "3"]):
+        rc, out = run_command([str(cli), "perf", "--nproc", "3", "--shm-buffers", "-b", "4", "-e", "8M", "-f", "16",
+                               "-n", "3", "-w", "1", "--json", *extra], 180, env=worker_env(), cwd=REPO)
+        assert rc == 0, f"gotree perf --shm-buffers {extra} failed (rc={rc}):\n{out[-4000:]}"
+        doc = json.loads(out[out.index("{"): out.rindex("}") + 1])
+        assert len(doc["rows"]) == 6 and all(r["wrong"] == 0 and r["inplace_wrong"] == 0 for r in doc["rows"]), doc
+        if extra[0] == "--algo" and "direct (single-copy) allreduce off" not in out:
+            assert {r["plan_algo"] for r in doc["rows"]} == {"direct"}, doc

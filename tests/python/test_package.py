@@ -345,9 +345,12 @@ def test_wheel_in_fresh_venv_from_another_directory(built, tmp_path):
     assert re.search(r"^\s+1048575 B\s+ring\s.*\(auto leaves out hd at this size\)", out, re.M), out[-4000:]
     # the side-by-side sweep for every collective it measures (odd world size,
     # sizes not divisible by it): every result checked exactly
-    for coll in ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast"):
+    for coll, more in [(c, []) for c in ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast")] + [
+            ("allreduce", ["--shm-buffers"])]:
         rc, out = run_module(3, "gotree.bench", "--coll", coll, "--sizes", "4,100,65537", "--batch", "3",
-                             "--iters", "2", "--min-iters", "2", "--warmup", "1", "--budget-s", "0.2")
+                             "--iters", "2", "--min-iters", "2", "--warmup", "1", "--budget-s", "0.2", *more)
         assert rc == 0 and f"gotree.bench: {coll}" in out and "wrong results: 0" in out, out[-4000:]
-        # the machine state before and after each size (rank 0's probe_handoff)
-        assert "state(us)" in out and len(re.findall(r" \d+/\d+$", out, re.M)) == 3, out[-4000:]
+        # the machine state before and after each size (rank 0's probe_handoff),
+        # then the algorithm gotree ran (its flight record)
+        assert "state(us)" in out and len(re.findall(r" \d+/\d+ +[a-z-][a-z/-]*$", out, re.M)) == 3, out[-4000:]
+        assert ("(gotree's tensors from gotree.empty)" in out) == bool(more), out[-4000:]
