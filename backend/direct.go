@@ -279,42 +279,28 @@ func (x *executor) directStep(ctx context.Context, ch int, st *algorithms.Step, 
 	// Fragment by fragment, so that the peers' data and the result stay in
 	// cache: reduce each peer's fragment in (read into scratch, or straight
 	// from its window), then copy the finished fragment into the peers'
-	// outputs from the cache. Where the output is streamed (x.stream) the
-	// fragment is reduced in scratch and streamed to every output, this
-	// rank's too.
-	n := min(fb, total)
-	var tmp, acc []byte
-	if x.stream {
-		tmp = scratchFor(scratch, 2*n)
-		tmp, acc = tmp[:n], tmp[n:]
-	} else {
-		tmp = scratchFor(scratch, n)
-	}
+	// outputs from the cache (streamed into mapped ones where the output is
+	// streamed, x.stream).
+	tmp := scratchFor(scratch, min(fb, total))
 	for off := int64(0); off < total; off += fb {
 		end := min(off+fb, total)
-		t, r := tmp[:end-off], dst[off:end]
-		if acc != nil {
-			r = acc[:end-off]
-		}
+		t := tmp[:end-off]
 		for k, peer := range st.ReadFrom {
 			b, err := x.peerAccess(st, descs, ch, peer, st.Src, off, t, false)
 			if err != nil {
 				return err
 			}
 			if k == 0 {
-				reduce.Into3(r, src[off:end], b, x.p.DType, x.p.Op)
+				reduce.Into3(dst[off:end], src[off:end], b, x.p.DType, x.p.Op)
 			} else {
-				reduce.Into(r, b, x.p.DType, x.p.Op)
+				reduce.Into(dst[off:end], b, x.p.DType, x.p.Op)
 			}
-		}
-		if acc != nil {
-			reduce.CopyStream(dst[off:end], r)
 		}
 		for _, peer := range st.WriteTo {
 			if err := x.guard.beginWrite(peer, ch); err != nil {
 				return err
 			}
-			_, err := x.peerAccess(st, descs, ch, peer, st.Dst, off, r, true)
+			_, err := x.peerAccess(st, descs, ch, peer, st.Dst, off, dst[off:end], true)
 			x.guard.endWrite(peer)
 			if err != nil {
 				return err

@@ -175,7 +175,10 @@ gotree_status_t gotree_probe_handoff(size_t bytes, int rounds, double *us);
  * between input and output: nothing has to be agreed, each rank decides per
  * peer buffer. gotree_mem_free releases it; a peer that mapped it keeps its
  * mapping (up to 256 per process, the least recently used unmapped first),
- * so the memory returns to the system once those are gone too.
+ * so the memory returns to the system once those are gone too. Each buffer
+ * holds one file descriptor (its memfd) until it is freed: allocate a few
+ * large buffers and place tensors in them rather than thousands of small
+ * ones.
  * GOTREE_ERR_INVALID_ARGUMENT for 0 bytes, more than 64 TiB, a NULL ptr, or
  * a pointer gotree_mem_alloc did not return; GOTREE_ERR_SYSTEM when the
  * memory cannot be had. Error text on handle 0. */

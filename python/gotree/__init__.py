@@ -307,7 +307,9 @@ def empty(*size, dtype=None):
     memory. Use it for buffers you reduce often (gradients you flatten
     yourself, a parameter server's tensors); any mix of such and ordinary
     tensors across ranks works, nothing has to be agreed. The memory
-    returns when the tensor's storage is freed. Needs no process group.
+    returns when the tensor's storage is freed; until then it holds one
+    file descriptor, so allocate a few large tensors and take views of
+    them rather than thousands of small ones. Needs no process group.
     gotree.describe(group)["shared_buffers"] counts how many peers'
     buffers calls reached this way.
     """
