@@ -104,6 +104,13 @@ def format_description(d, out):
         links.setdefault(l["transport"], set()).add(l["peer"])
     print("\nRank {}'s links: {}".format(d["rank"], "; ".join(
         "{} to {}".format(t, ", ".join(map(str, sorted(p)))) for t, p in sorted(links.items())) or "none"), file=out)
+    sb = d.get("shared_buffers")
+    if sb and (sb["buffers"] or sb["peer_buffers_mapped"] or sb["peer_buffers_copied"]):
+        line = ("\nShared buffers (gotree.empty): {} in this process ({}); direct plans reached {} of the peers' "
+                "through mappings".format(sb["buffers"], _fmt_bytes(sb["bytes"]), sb["peer_buffers_mapped"]))
+        if sb["peer_buffers_copied"]:
+            line += " and copied {} they could not map (last: {})".format(sb["peer_buffers_copied"], sb.get("last_error", "?"))
+        print(line, file=out)
     print("\nCPU tensors:", file=out)
     _tables(d["choices"], "", out)
     if d.get("device_choices"):

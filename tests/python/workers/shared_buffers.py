@@ -9,6 +9,7 @@ sizes, on views at an offset, and for all_to_all_single's single-copy
 blocks; the memory returns when the tensors are freed."""
 
 import gc
+import io
 import os
 import sys
 
@@ -19,6 +20,7 @@ import torch.distributed as dist  # noqa: E402
 
 import gotree  # noqa: E402
 from _common import Checker  # noqa: E402
+from gotree.explain import format_description  # noqa: E402
 
 
 def shared_stats():
@@ -72,6 +74,10 @@ def main():
     mapped = after["peer_buffers_mapped"] - before["peer_buffers_mapped"]
     c.check(mapped >= n - 1, f"no peer buffer was mapped: {after}")
     c.check(after["peer_buffers_copied"] == before["peer_buffers_copied"], f"some could not be mapped: {after}")
+    text = io.StringIO()
+    format_description(gotree.describe(sizes=[8]), text)
+    want = f"direct plans reached {after['peer_buffers_mapped']} of the peers' through mappings"
+    c.check(want in text.getvalue(), f"explain lacks {want!r}: {text.getvalue()[:600]}")
     del inp, out, base, x
     gc.collect()
     c.check(shared_stats()["buffers"] == before["buffers"], f"buffers not freed: {shared_stats()} (before {before})")
