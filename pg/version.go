@@ -15,7 +15,7 @@ const Version = "0.1.0"
 // frames and the rank table, connection handshakes, message headers and
 // FIFO layouts, staging regions, and the rules that turn a call into a
 // plan (every rank chooses alone). Bump it with any change to those.
-const WireVersion = 1
+const WireVersion = 2 // 2: direct plans' descriptors carry shared-buffer windows; autotuning repeats explorations over first mappings
 
 // versionTag is what a rank announces in the rank table: ranks whose tags
 // differ cannot work together.
@@ -48,7 +48,7 @@ func buildTag() string {
 }
 
 // versionBanner is what rank 0 logs first, from GOTREE_DEBUG=VERSION up,
-// as NCCL logs its version: "gotree 0.1.0 (wire protocol 1, go1.26.0, built from 0123456789ab)".
+// as NCCL logs its version: "gotree 0.1.0 (wire protocol 2, go1.26.0, built from 0123456789ab)".
 func versionBanner() string {
 	b := fmt.Sprintf("gotree %s (wire protocol %d, %s", Version, WireVersion, runtime.Version())
 	if t := buildTag(); t != "" {
