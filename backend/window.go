@@ -104,9 +104,11 @@ func cmpU64(a, b uint64) int {
 }
 
 // FreeWindow releases the window whose memory begins at p (what
-// AllocWindow returned). Peers that mapped it keep their mapping, so a
-// call still running on it cannot fault; its memory returns to the system
-// once they unmap it too.
+// AllocWindow returned). Peer processes that mapped it keep their mapping,
+// so a call of theirs still running on it cannot fault; its memory returns
+// to the system once they unmap it too. (Ranks that are goroutines of this
+// process use the window itself: like any buffer, it must outlive their
+// calls.)
 func FreeWindow(p unsafe.Pointer) error {
 	ownWindows.Lock()
 	defer ownWindows.Unlock()

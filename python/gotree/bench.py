@@ -295,11 +295,15 @@ def main(argv=None):
             seen[a] = seen.get(a, 0) + 1
         return "/".join(sorted(seen, key=seen.get, reverse=True)) or "-"
 
-    def clone(backend, t):
-        """A copy of t, in gotree.empty memory for gotree with --shm-buffers."""
+    def copies(backend, t, k):
+        """k copies of t; for gotree with --shm-buffers views of one
+        gotree.empty tensor (one shared buffer, one file descriptor, for
+        up to 500 calls' tensors)."""
         if not (args.shm_buffers and backend == "gotree"):
-            return t.clone()
-        return gotree.empty(t.shape, dtype=t.dtype).copy_(t)
+            return [t.clone() for _ in range(k)]
+        m = t.numel()
+        flat = gotree.empty(k * m, dtype=t.dtype)
+        return [flat[i * m:(i + 1) * m].view(t.shape).copy_(t) for i in range(k)]
 
     wrong = 0
     rows = []
@@ -307,8 +311,8 @@ def main(argv=None):
         count, src, want, make_out, call = case(nbytes)
         nbytes = count * esize
         batch = min(args.batch, max(1, BATCH_BYTES // nbytes))
-        bufs = {b: [clone(b, src) for _ in range(batch)] for b in groups}
-        outs = {b: [clone(b, make_out(x)) if make_out else x for x in bufs[b]] for b in groups}
+        bufs = {b: copies(b, src, batch) for b in groups}
+        outs = {b: copies(b, make_out(src), batch) if make_out else bufs[b] for b in groups}
         # warm-up, and a first estimate of the time per call for the budget:
         # whole batches as the timed iterations run them (inputs written
         # first, then the calls back to back: what autotuning measures
