@@ -51,13 +51,15 @@ func (m *hostMem) String() string {
 func newShmMem(send, recv int64) (*hostMem, error) {
 	m := &hostMem{shared: true}
 	var err error
-	if m.send, err = backend.AllocWindow(max(send, 1)); err == nil {
-		if m.recv, err = backend.AllocWindow(max(recv, 1)); err != nil {
-			m.free()
-		}
+	if m.send, err = backend.AllocWindow(max(send, 1)); err != nil {
+		return nil, err
+	}
+	if m.recv, err = backend.AllocWindow(max(recv, 1)); err != nil {
+		m.free()
+		return nil, err
 	}
 	m.send, m.recv = m.send[:send], m.recv[:recv]
-	return m, err
+	return m, nil
 }
 
 // free releases shared memory.
