@@ -181,9 +181,16 @@ func (st *tuneState) reexplore(again bool) bool {
 		st.since++
 		return false
 	}
-	st.last, st.pick, st.calls, st.since = st.pick, nil, 0, 0
-	st.times, st.starts = make([][]float64, len(st.cands)), make([][]float64, len(st.cands))
+	st.last, st.pick, st.since = st.pick, nil, 0
+	st.startExploring()
 	return true
+}
+
+// startExploring starts an exploration of st from its first call, with no
+// times yet.
+func (st *tuneState) startExploring() {
+	st.calls = 0
+	st.times, st.starts = make([][]float64, len(st.cands)), make([][]float64, len(st.cands))
 }
 
 // autoTuner holds a communicator's autotuning states.
@@ -289,7 +296,7 @@ func (c *Comm) newTuneState(a collArgs, key choiceKey) *tuneState {
 		st.cands = nil
 		return st
 	}
-	st.times, st.starts = make([][]float64, len(st.cands)), make([][]float64, len(st.cands))
+	st.startExploring()
 	st.timed = tuneTimedFor(st.cands)
 	return st
 }
@@ -365,8 +372,7 @@ func (c *Comm) tuneRecord(ctx context.Context, slot tuneSlot, startUs float64, d
 		// Every rank has the same records, so every rank repeats.
 		c.tuner.mu.Lock()
 		slot.st.fresh++
-		slot.st.calls = 0
-		slot.st.times, slot.st.starts = make([][]float64, len(slot.st.cands)), make([][]float64, len(slot.st.cands))
+		slot.st.startExploring()
 		c.tuner.mu.Unlock()
 		c.log.Infof("TUNING", "%v %d bytes: every timed call of %v mapped a peer's shared buffer for the first time; exploring again (%d of %d)",
 			slot.key.coll, slot.key.bytes, slot.st.cands[i].Algo, slot.st.fresh, tuneFreshRepeats)

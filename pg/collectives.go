@@ -414,9 +414,9 @@ func (c *Comm) runColl(a collArgs, desc fmt.Stringer, byCaller bool) error {
 	call := &runningCall{seq: a.seq, tag: a.tag, desc: desc, algo: plan.Algo}
 	c.stallEnter(call)
 	defer c.stallLeave(call)
-	start, startUs, maps := time.Now(), 0.0, backend.WindowMaps()
-	if slot.cand >= 0 {
-		startUs = HostClockUs()
+	start, startUs, maps := time.Now(), 0.0, int64(0)
+	if slot.cand >= 0 { // exploring: its time counts for autotuning
+		startUs, maps = HostClockUs(), backend.WindowMaps()
 	}
 	later, err := c.ringAgree(ctx, a, placed, func(peer int) bool { return recvsOnChannel(plan, c.rank, 0, peer) })
 	if err != nil {
@@ -428,7 +428,7 @@ func (c *Comm) runColl(a collArgs, desc fmt.Stringer, byCaller bool) error {
 	if err := c.ringAgreeAfter(ctx, a, later); err != nil {
 		return c.collFailed(desc, err)
 	}
-	if err := c.tuneRecord(ctx, slot, startUs, time.Since(start), backend.WindowMaps() != maps, a.seq, desc); err != nil {
+	if err := c.tuneRecord(ctx, slot, startUs, time.Since(start), slot.cand >= 0 && backend.WindowMaps() != maps, a.seq, desc); err != nil {
 		return err
 	}
 	if a.op == algorithms.Avg && (a.coll == algorithms.AllReduce || (a.coll == algorithms.Reduce && c.rank == a.root) || a.coll == algorithms.ReduceScatter) {
