@@ -80,7 +80,7 @@ test-abi: $(BUILD)/abi_test $(BUILD)/abi_test_lsan
 	$(BUILD)/abi_test --nranks 1
 	$(BUILD)/abi_test --nranks 3
 	$(BUILD)/abi_test --nranks 4
-	GOTREE_ALGO=allreduce:direct $(BUILD)/abi_test --nranks 3
+	GOTREE_ALGO=allreduce:direct GOTREE_CPU_ALLOCATOR=shared,min_bytes:1M $(BUILD)/abi_test --nranks 3
 	$(BUILD)/abi_test_lsan --nranks 3
 
 # Compiles the torch extension against the headers of other torch releases

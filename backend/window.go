@@ -59,10 +59,24 @@ var ErrWindowSize = errors.New("a window holds 1 byte to 64 TiB")
 
 // AllocWindow returns size bytes of zeroed memory that the other ranks of
 // this host can map (see the comment above). FreeWindow releases it.
-func AllocWindow(size int64) ([]byte, error) {
+func AllocWindow(size int64) ([]byte, error) { return newWindow(size, true) }
+
+// AllocWindowUninit is AllocWindow without the zeroing of memory that a
+// freed window held (SetWindowCache): its contents are undefined, as
+// malloc's are. It serves allocators.
+func AllocWindowUninit(size int64) ([]byte, error) { return newWindow(size, false) }
+
+func newWindow(size int64, zero bool) ([]byte, error) {
 	page := int64(unix.Getpagesize())
 	if size < 1 || size > 1<<46 {
 		return nil, fmt.Errorf("%w, not %d", ErrWindowSize, size)
+	}
+	if w := reuseWindow(size, page); w != nil {
+		if zero {
+			clear(w.user)
+		}
+		addOwnWindow(w)
+		return w.user, nil
 	}
 	total := page + (size+page-1)/page*page
 	fd, err := unix.MemfdCreate("gotree-window", unix.MFD_CLOEXEC)
@@ -86,11 +100,85 @@ func AllocWindow(size int64) ([]byte, error) {
 	binary.LittleEndian.PutUint64(mem[0:], windowMagic)
 	binary.LittleEndian.PutUint64(mem[8:], w.id)
 	binary.LittleEndian.PutUint64(mem[16:], uint64(total))
+	addOwnWindow(w)
+	return w.user, nil
+}
+
+// addOwnWindow lists w among this process's windows.
+func addOwnWindow(w *window) {
 	ownWindows.Lock()
-	i, _ := slices.BinarySearchFunc(ownWindows.list, addrOf(mem), func(v *window, a uint64) int { return cmpU64(addrOf(v.mem), a) })
+	i, _ := slices.BinarySearchFunc(ownWindows.list, addrOf(w.mem), func(v *window, a uint64) int { return cmpU64(addrOf(v.mem), a) })
 	ownWindows.list = slices.Insert(ownWindows.list, i, w)
 	ownWindows.Unlock()
-	return w.user, nil
+}
+
+// Freed windows kept for AllocWindow to hand out again (SetWindowCache):
+// a window keeps its id, so the peers that mapped it reach it again
+// through their cached mapping, and its pages stay allocated - no system
+// calls, no page faults, no fresh mapping on either side.
+var windowCache struct {
+	sync.Mutex
+	limit, bytes int64
+	list         []*window // least recently freed first
+	reused       int64     // allocations served from it
+}
+
+// SetWindowCache keeps up to limit bytes of freed windows (their whole
+// mappings) for reuse; 0, the default, releases each at once. Lowering it
+// releases the least recently freed beyond the new limit.
+func SetWindowCache(limit int64) {
+	windowCache.Lock()
+	windowCache.limit = max(limit, 0)
+	drop := trimWindowCache()
+	windowCache.Unlock()
+	releaseWindows(drop)
+}
+
+// trimWindowCache takes the least recently freed windows beyond the limit
+// out of the cache. windowCache is locked.
+func trimWindowCache() (drop []*window) {
+	for windowCache.bytes > windowCache.limit {
+		w := windowCache.list[0]
+		windowCache.list = windowCache.list[1:]
+		windowCache.bytes -= int64(len(w.mem))
+		drop = append(drop, w)
+	}
+	return drop
+}
+
+func releaseWindows(ws []*window) {
+	for _, w := range ws {
+		_ = unix.Munmap(w.mem)
+		unix.Close(w.fd)
+	}
+}
+
+// reuseWindowSlack is how much more room than asked for a cached window
+// may have and still be handed out (a quarter, as size classes go).
+const reuseWindowSlack = 4
+
+// reuseWindow takes from the cache the smallest window that holds size
+// bytes with at most a quarter (rounded up to pages) to spare, or nil.
+func reuseWindow(size, page int64) *window {
+	limit := (size + size/reuseWindowSlack + page - 1) / page * page
+	windowCache.Lock()
+	defer windowCache.Unlock()
+	best := -1
+	for i, w := range windowCache.list {
+		room := int64(len(w.mem)) - page
+		if room >= size && room <= limit && (best < 0 || room < int64(len(windowCache.list[best].mem))-page) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return nil
+	}
+	w := windowCache.list[best]
+	windowCache.list = slices.Delete(windowCache.list, best, best+1)
+	windowCache.bytes -= int64(len(w.mem))
+	windowCache.reused++
+	w.user = w.mem[page : page+size : page+size]
+	return w
 }
 
 func cmpU64(a, b uint64) int {
@@ -104,23 +192,34 @@ func cmpU64(a, b uint64) int {
 }
 
 // FreeWindow releases the window whose memory begins at p (what
-// AllocWindow returned). Peer processes that mapped it keep their mapping,
-// so a call of theirs still running on it cannot fault; its memory returns
-// to the system once they unmap it too. (Ranks that are goroutines of this
-// process use the window itself: like any buffer, it must outlive their
-// calls.)
+// AllocWindow returned): into the cache when SetWindowCache made room for
+// it, else back to the system. Peer processes that mapped it keep their
+// mapping, so a call of theirs still running on it cannot fault; its
+// memory returns to the system once they unmap it too. (Ranks that are
+// goroutines of this process use the window itself: like any buffer, it
+// must outlive their calls.)
 func FreeWindow(p unsafe.Pointer) error {
 	ownWindows.Lock()
-	defer ownWindows.Unlock()
-	for i, w := range ownWindows.list {
-		if unsafe.Pointer(unsafe.SliceData(w.user)) == p {
-			ownWindows.list = slices.Delete(ownWindows.list, i, i+1)
-			err := unix.Munmap(w.mem)
-			unix.Close(w.fd)
-			return err
-		}
+	i := slices.IndexFunc(ownWindows.list, func(w *window) bool { return unsafe.Pointer(unsafe.SliceData(w.user)) == p })
+	if i < 0 {
+		ownWindows.Unlock()
+		return fmt.Errorf("gotree: %p is not the start of a window (of gotree_mem_alloc or gotree.empty)", p)
 	}
-	return fmt.Errorf("gotree: %p is not the start of a window (of gotree_mem_alloc or gotree.empty)", p)
+	w := ownWindows.list[i]
+	ownWindows.list = slices.Delete(ownWindows.list, i, i+1)
+	ownWindows.Unlock()
+	windowCache.Lock()
+	var drop []*window
+	if int64(len(w.mem)) <= windowCache.limit {
+		windowCache.list = append(windowCache.list, w)
+		windowCache.bytes += int64(len(w.mem))
+		drop = trimWindowCache()
+	} else {
+		drop = []*window{w}
+	}
+	windowCache.Unlock()
+	releaseWindows(drop)
+	return nil
 }
 
 // windowOf says where len bytes at b lie in one of this process's windows.
@@ -179,11 +278,14 @@ func windowFailed(err error) {
 
 // WindowStats is this process's use of windows.
 type WindowStats struct {
-	Windows   int    // this process's windows now (AllocWindow, not yet freed)
-	Bytes     int64  // their bytes
-	Mapped    int64  // peers' buffers that calls found in windows and reached through a mapping
-	Unmapped  int64  // peers' buffers in windows that could not be mapped, moved through process_vm_readv/writev instead
-	LastError string // why the last of those could not be mapped
+	Windows     int    // this process's windows now (AllocWindow, not yet freed)
+	Bytes       int64  // their bytes
+	Cached      int    // freed windows kept for reuse (SetWindowCache)
+	CachedBytes int64  // their mappings' bytes
+	Reused      int64  // allocations served from the cache so far
+	Mapped      int64  // peers' buffers that calls found in windows and reached through a mapping
+	Unmapped    int64  // peers' buffers in windows that could not be mapped, moved through process_vm_readv/writev instead
+	LastError   string // why the last of those could not be mapped
 }
 
 // WindowUsage returns this process's use of windows so far.
@@ -198,6 +300,9 @@ func WindowUsage() WindowStats {
 		st.Bytes += int64(len(w.user))
 	}
 	ownWindows.Unlock()
+	windowCache.Lock()
+	st.Cached, st.CachedBytes, st.Reused = len(windowCache.list), windowCache.bytes, windowCache.reused
+	windowCache.Unlock()
 	return st
 }
 

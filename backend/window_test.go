@@ -226,3 +226,77 @@ func TestExecDirectWindows(t *testing.T) {
 		})
 	}
 }
+
+// Freed windows kept for reuse: the smallest that fits with at most a
+// quarter to spare is handed out again, with its id (so a peer's cached
+// mapping still serves), zeroed by AllocWindow and as left by
+// AllocWindowUninit; the least recently freed go beyond the limit.
+func TestWindowCache(t *testing.T) {
+	free := func(b []byte) { require.NoError(t, FreeWindow(unsafe.Pointer(unsafe.SliceData(b)))) }
+	base := WindowUsage()
+	t.Cleanup(func() { SetWindowCache(0) })
+
+	a, err := AllocWindow(100000)
+	require.NoError(t, err)
+	free(a)
+	require.Equal(t, base.Cached, WindowUsage().Cached, "no cache by default")
+
+	SetWindowCache(1 << 20)
+	a, err = AllocWindow(100000)
+	require.NoError(t, err)
+	a[0], a[89999] = 5, 6
+	ra := windowOf(a)
+	// A peer maps it once; reused, its mapping serves again.
+	defer func(p int) { selfPid = p }(selfPid)
+	selfPid = 0
+	_, release, err := mapWindow(os.Getpid(), ra, addrOf(a)-ra.off)
+	require.NoError(t, err)
+	release()
+	maps := WindowMaps()
+	free(a)
+	st := WindowUsage()
+	require.Equal(t, base.Cached+1, st.Cached)
+	require.Equal(t, int64(ra.size), st.CachedBytes-base.CachedBytes)
+
+	b, err := AllocWindowUninit(90000)
+	require.NoError(t, err)
+	require.Len(t, b, 90000)
+	rb := windowOf(b)
+	require.Equal(t, ra.id, rb.id, "the cached window")
+	require.Equal(t, []byte{5, 6}, []byte{b[0], b[89999]}, "uninitialised: as it was left")
+	_, release, err = mapWindow(os.Getpid(), rb, addrOf(b)-rb.off)
+	require.NoError(t, err)
+	release()
+	require.Equal(t, maps, WindowMaps(), "the peer's mapping served again")
+	require.Equal(t, base.Reused+1, WindowUsage().Reused)
+	free(b)
+
+	c, err := AllocWindow(81921) // 20 pages hold it; the cached window's 25 are within a quarter
+	require.NoError(t, err)
+	require.Equal(t, ra.id, windowOf(c).id)
+	require.Zero(t, c[0], "AllocWindow zeroes a cached window")
+	free(c)
+	d, err := AllocWindow(50000) // a quarter more is 16 pages: too small a request for it
+	require.NoError(t, err)
+	require.NotEqual(t, ra.id, windowOf(d).id)
+	e, err := AllocWindow(200000) // too large for it
+	require.NoError(t, err)
+	re := windowOf(e)
+	require.NotEqual(t, ra.id, re.id)
+	free(d)
+	free(e)
+	st = WindowUsage()
+	require.Equal(t, base.Cached+3, st.Cached)
+
+	// Lowering the limit releases the least recently freed (a's window, then d's).
+	SetWindowCache(int64(re.size))
+	st = WindowUsage()
+	require.Equal(t, base.Cached+1, st.Cached)
+	f, err := AllocWindowUninit(200000)
+	require.NoError(t, err)
+	require.Equal(t, re.id, windowOf(f).id, "e's window reused")
+	require.Equal(t, base.Cached, WindowUsage().Cached)
+	free(f)
+	SetWindowCache(0)
+	require.Zero(t, WindowUsage().Cached)
+}

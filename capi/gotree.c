@@ -58,7 +58,30 @@ gotree_status_t gotree_probe_handoff(size_t bytes, int rounds, double *us) {
 gotree_status_t gotree_mem_alloc(size_t bytes, void **ptr) {
   GUARD();
   if (bytes > (size_t)INT64_MAX) bytes = (size_t)INT64_MAX;  // Go refuses it and says why
-  return (gotree_status_t)gotreego_mem_alloc((int64_t)bytes, ptr);
+  return (gotree_status_t)gotreego_mem_alloc((int64_t)bytes, 1, ptr);
+}
+
+gotree_status_t gotree_mem_alloc_uninit(size_t bytes, void **ptr) {
+  GUARD();
+  if (bytes > (size_t)INT64_MAX) bytes = (size_t)INT64_MAX;
+  return (gotree_status_t)gotreego_mem_alloc((int64_t)bytes, 0, ptr);
+}
+
+gotree_status_t gotree_mem_set_cache(size_t bytes) {
+  GUARD();
+  if (bytes > (size_t)INT64_MAX) bytes = (size_t)INT64_MAX;
+  return (gotree_status_t)gotreego_mem_set_cache((int64_t)bytes);
+}
+
+gotree_status_t gotree_cpu_allocator_config(size_t *min_bytes, size_t *cache_bytes) {
+  GUARD();
+  int64_t lo = 0, cache = 0;
+  gotree_status_t st = (gotree_status_t)gotreego_cpu_allocator_config(min_bytes ? &lo : NULL, cache_bytes ? &cache : NULL);
+  if (st == GOTREE_SUCCESS) {
+    *min_bytes = (size_t)lo;
+    *cache_bytes = (size_t)cache;
+  }
+  return st;
 }
 
 gotree_status_t gotree_mem_free(void *ptr) {

@@ -185,6 +185,32 @@ gotree_status_t gotree_probe_handoff(size_t bytes, int rounds, double *us);
 gotree_status_t gotree_mem_alloc(size_t bytes, void **ptr);
 gotree_status_t gotree_mem_free(void *ptr);
 
+/* gotree_mem_alloc_uninit is gotree_mem_alloc without zeroing: the
+ * contents are undefined, as malloc's are (a buffer from the cache below
+ * keeps what it held). For allocators. */
+gotree_status_t gotree_mem_alloc_uninit(size_t bytes, void **ptr);
+
+/* Keeps up to `bytes` of freed shared buffers (their whole mappings,
+ * header page included) for gotree_mem_alloc and gotree_mem_alloc_uninit
+ * to hand out again: the smallest that holds the request with at most a
+ * quarter to spare. A reused buffer keeps its identity, so the peers that
+ * mapped it reach it through their existing mapping, and its pages stay
+ * allocated: no system call or page fault on either side. Its memory and
+ * file descriptor stay with the process until the least recently freed
+ * buffers are released to make room, or the limit is lowered. 0 (the
+ * default) releases each buffer when it is freed. */
+gotree_status_t gotree_mem_set_cache(size_t bytes);
+
+/* The environment's GOTREE_CPU_ALLOCATOR: *min_bytes is the smallest CPU
+ * tensor that a framework binding should allocate with
+ * gotree_mem_alloc_uninit (0: leave its allocator alone, the default),
+ * *cache_bytes what to pass to gotree_mem_set_cache. The torch extension
+ * acts on it when a gotree process group is created. "shared" gives
+ * 256 KiB and 1 GiB; "shared,min_bytes:1M,cache_bytes:2G" sets both.
+ * GOTREE_ERR_INVALID_ARGUMENT (with text on handle 0) for NULL pointers or
+ * a malformed environment. */
+gotree_status_t gotree_cpu_allocator_config(size_t *min_bytes, size_t *cache_bytes);
+
 /* Creates a unique id whose bootstrap listener lives in this process until
  * the communicator made from it on this process (normally rank 0) is
  * destroyed, or the process exits. */

@@ -122,17 +122,21 @@ func gotreego_probe_handoff(bytes C.int64_t, rounds C.int, us *C.double) (st C.i
 }
 
 //export gotreego_mem_alloc
-func gotreego_mem_alloc(bytes C.int64_t, ptr *unsafe.Pointer) (st C.int) {
+func gotreego_mem_alloc(bytes C.int64_t, zero C.int, ptr *unsafe.Pointer) (st C.int) {
 	defer guard(0, &st)
-	if ptr == nil {
-		return fail(0, fmt.Errorf("%w: gotree_mem_alloc: ptr is NULL", pg.ErrInvalidArgument))
+	name, alloc := "gotree_mem_alloc", backend.AllocWindow
+	if zero == 0 {
+		name, alloc = "gotree_mem_alloc_uninit", backend.AllocWindowUninit
 	}
-	b, err := backend.AllocWindow(int64(bytes))
+	if ptr == nil {
+		return fail(0, fmt.Errorf("%w: %s: ptr is NULL", pg.ErrInvalidArgument, name))
+	}
+	b, err := alloc(int64(bytes))
 	switch {
 	case errors.Is(err, backend.ErrWindowSize):
-		return fail(0, fmt.Errorf("%w: gotree_mem_alloc: %v", pg.ErrInvalidArgument, err))
+		return fail(0, fmt.Errorf("%w: %s: %v", pg.ErrInvalidArgument, name, err))
 	case err != nil:
-		return fail(0, fmt.Errorf("%w: gotree_mem_alloc: %v", pg.ErrSystem, err))
+		return fail(0, fmt.Errorf("%w: %s: %v", pg.ErrSystem, name, err))
 	}
 	*ptr = unsafe.Pointer(unsafe.SliceData(b))
 	return stSuccess
@@ -147,6 +151,27 @@ func gotreego_mem_free(ptr unsafe.Pointer) (st C.int) {
 	if err := backend.FreeWindow(ptr); err != nil {
 		return fail(0, fmt.Errorf("%w: gotree_mem_free: %v", pg.ErrInvalidArgument, err))
 	}
+	return stSuccess
+}
+
+//export gotreego_mem_set_cache
+func gotreego_mem_set_cache(bytes C.int64_t) (st C.int) {
+	defer guard(0, &st)
+	backend.SetWindowCache(int64(bytes))
+	return stSuccess
+}
+
+//export gotreego_cpu_allocator_config
+func gotreego_cpu_allocator_config(minBytes, cacheBytes *C.int64_t) (st C.int) {
+	defer guard(0, &st)
+	if minBytes == nil || cacheBytes == nil {
+		return fail(0, fmt.Errorf("%w: gotree_cpu_allocator_config: min_bytes or cache_bytes is NULL", pg.ErrInvalidArgument))
+	}
+	cfg, err := pg.LoadConfig(os.Getenv)
+	if err != nil {
+		return fail(0, fmt.Errorf("%w: %v", pg.ErrInvalidArgument, err))
+	}
+	*minBytes, *cacheBytes = C.int64_t(cfg.CPUAllocator.MinBytes), C.int64_t(cfg.CPUAllocator.CacheBytes)
 	return stSuccess
 }
 

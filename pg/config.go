@@ -57,6 +57,9 @@ type Config struct {
 	// puts them on one node. No direct plans (their guard needs shared
 	// memory). Every rank must agree (choiceSettings).
 	ShmDisable bool
+	// CPUAllocator (GOTREE_CPU_ALLOCATOR) is how the torch extension
+	// allocates CPU tensors; the library itself only reports it.
+	CPUAllocator CPUAllocator
 	// NoAutoTune (GOTREE_AUTOTUNE=0) keeps the cost model's choice for
 	// every allreduce. By default the ranks time the algorithms the model
 	// ranks close to its choice on the first calls of each size and keep
@@ -106,7 +109,7 @@ type Config struct {
 // (LoadConfig); ToolVars those of the Python package, the tools and the
 // tests. A test keeps both lists equal to what the source reads.
 var (
-	LibraryVars = []string{"GOTREE_ALGO", "GOTREE_AUTOTUNE", "GOTREE_BUFFSIZE", "GOTREE_CACHE_DIR", "GOTREE_CMA_DISABLE",
+	LibraryVars = []string{"GOTREE_ALGO", "GOTREE_AUTOTUNE", "GOTREE_BUFFSIZE", "GOTREE_CACHE_DIR", "GOTREE_CMA_DISABLE", "GOTREE_CPU_ALLOCATOR",
 		"GOTREE_DEBUG", "GOTREE_DEBUG_FILE", "GOTREE_DEBUG_SUBSYS", "GOTREE_GRAPH_DUMP_FILE", "GOTREE_GRAPH_DUMP_FILE_RANK", "GOTREE_HOST_ID", "GOTREE_LIBCUDA",
 		"GOTREE_MAX_NCHANNELS", "GOTREE_MIN_NCHANNELS", "GOTREE_NSOCKS_PERTHREAD", "GOTREE_NVRTC", "GOTREE_PROTO",
 		"GOTREE_SHM_DISABLE", "GOTREE_SOCKET_FAMILY", "GOTREE_SOCKET_IFNAME", "GOTREE_SOCKET_NTHREADS", "GOTREE_TIMEOUT_MS",
@@ -341,6 +344,9 @@ func LoadConfig(getenv Getenv) (Config, error) {
 		c.SocketFamily = 6
 	default:
 		return c, fmt.Errorf("gotree: GOTREE_SOCKET_FAMILY=%q: want AF_INET or AF_INET6 (NCCL_SOCKET_FAMILY's values)", v)
+	}
+	if c.CPUAllocator, err = ParseCPUAllocator(getenv("GOTREE_CPU_ALLOCATOR")); err != nil {
+		return c, err
 	}
 	c.Unknown, c.Ignored = unknownVars(environ())
 	c.Timeout = time.Duration(timeoutMS) * time.Millisecond

@@ -38,11 +38,14 @@ type Description struct {
 // gotree_mem_alloc (gotree.empty) that direct plans map instead of moving
 // their bytes with process_vm_readv/writev.
 type DescSharedBuffers struct {
-	Buffers   int    `json:"buffers"`              // this process's, not yet freed
-	Bytes     int64  `json:"bytes"`                // their size
-	Mapped    int64  `json:"peer_buffers_mapped"`  // peers' buffers that calls reached through a mapping
-	Unmapped  int64  `json:"peer_buffers_copied"`  // peers' shared buffers that could not be mapped (copied by the kernel instead)
-	LastError string `json:"last_error,omitempty"` // why the last of those could not be
+	Buffers     int    `json:"buffers"`              // this process's, not yet freed
+	Bytes       int64  `json:"bytes"`                // their size
+	Cached      int    `json:"cached"`               // freed ones kept for reuse (gotree_mem_set_cache)
+	CachedBytes int64  `json:"cached_bytes"`         // their mappings' size
+	Reused      int64  `json:"reused"`               // allocations the cache served
+	Mapped      int64  `json:"peer_buffers_mapped"`  // peers' buffers that calls reached through a mapping
+	Unmapped    int64  `json:"peer_buffers_copied"`  // peers' shared buffers that could not be mapped (copied by the kernel instead)
+	LastError   string `json:"last_error,omitempty"` // why the last of those could not be
 }
 
 // DescSettings are the settings that decide the choices.
@@ -127,7 +130,7 @@ func (c *Comm) Describe(sizes []int64) (*Description, error) {
 		d.Hosts[c.graph.NodeOf[r]] = p.HostID
 	}
 	ws := backend.WindowUsage()
-	d.SharedBuffers = DescSharedBuffers{Buffers: ws.Windows, Bytes: ws.Bytes, Mapped: ws.Mapped, Unmapped: ws.Unmapped, LastError: ws.LastError}
+	d.SharedBuffers = DescSharedBuffers{Buffers: ws.Windows, Bytes: ws.Bytes, Cached: ws.Cached, CachedBytes: ws.CachedBytes, Reused: ws.Reused, Mapped: ws.Mapped, Unmapped: ws.Unmapped, LastError: ws.LastError}
 	d.Settings = DescSettings{Algo: c.cfg.Algo, Tuning: "built-in", Autotune: !c.cfg.NoAutoTune, TuneAgain: c.cfg.TuneAgain,
 		MinChannels: c.cfg.MinChannels, MaxChannels: c.cfg.MaxChannels, FIFOBytes: c.cfg.SlotBytes * 8,
 		Direct: c.direct, Shared: c.sharedOn, Intra: "shm", Inter: "tcp", CoresOfNode: hostCores(c.peers)}

@@ -63,7 +63,7 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	maxB, err := parseSize(*maxS)
+	maxB, err := pg.ParseSize(*maxS)
 	if err == nil && (*nranks < 1 || *nodes < 1 || *nranks%*nodes != 0) {
 		err = fmt.Errorf("--nranks %d must be a positive multiple of --nodes %d", *nranks, *nodes)
 	}

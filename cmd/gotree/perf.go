@@ -57,24 +57,6 @@ const (
 	envPerfRanks = "GOTREE_PERF_NRANKS"
 )
 
-func parseSize(s string) (int64, error) {
-	s = strings.TrimSpace(strings.ToUpper(s))
-	mult := int64(1)
-	for suf, m := range map[string]int64{"K": 1 << 10, "M": 1 << 20, "G": 1 << 30} {
-		if strings.HasSuffix(s, suf) || strings.HasSuffix(s, suf+"B") || strings.HasSuffix(s, suf+"IB") {
-			mult = m
-			s = strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(s, "IB"), "B"), suf)
-			break
-		}
-	}
-	s = strings.TrimSuffix(s, "B")
-	v, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || v < 0 {
-		return 0, fmt.Errorf("bad size %q", s)
-	}
-	return v * mult, nil
-}
-
 func runPerf(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && (args[0] == "--sweep" || args[0] == "-sweep") {
 		return runSweep(args[1:], stdout, stderr) // gotree perf --sweep [sweep flags] = gotree sweep
@@ -104,8 +86,8 @@ func runPerf(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	var err error
-	if o.minBytes, err = parseSize(minS); err == nil {
-		o.maxBytes, err = parseSize(maxS)
+	if o.minBytes, err = pg.ParseSize(minS); err == nil {
+		o.maxBytes, err = pg.ParseSize(maxS)
 	}
 	if err == nil {
 		o.dtype, err = algorithms.ParseDType(dt)

@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/gotree/gotree/pg"
 	"io"
 	"math"
 	"os"
@@ -112,10 +113,10 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	if o.nodes, err = parseInts(*nodesS); err != nil {
 		return fail(err)
 	}
-	if o.minB, err = parseSize(*minS); err != nil {
+	if o.minB, err = pg.ParseSize(*minS); err != nil {
 		return fail(err)
 	}
-	o.maxB, err = parseSize(*maxS)
+	o.maxB, err = pg.ParseSize(*maxS)
 	if err != nil || o.factor < 2 || o.minB < 1 || o.maxB < o.minB {
 		return fail(fmt.Errorf("bad sizes -b %s -e %s -f %d", *minS, *maxS, o.factor))
 	}
@@ -161,17 +162,17 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 		return fail(fmt.Errorf("--channels must be in 1..%d", algorithms.MaxSearchChannels))
 	}
 	if *chunk != "" {
-		if o.chunk, err = parseSize(*chunk); err != nil {
+		if o.chunk, err = pg.ParseSize(*chunk); err != nil {
 			return fail(err)
 		}
 	}
 	if *fragS != "" {
-		if o.frag, err = parseSize(*fragS); err != nil {
+		if o.frag, err = pg.ParseSize(*fragS); err != nil {
 			return fail(err)
 		}
 	}
 	if *windowS != "" {
-		if o.window, err = parseSize(*windowS); err != nil {
+		if o.window, err = pg.ParseSize(*windowS); err != nil {
 			return fail(err)
 		}
 	}
@@ -181,7 +182,7 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if *burst != "" {
-		b, err := parseSize(*burst)
+		b, err := pg.ParseSize(*burst)
 		if err != nil {
 			return fail(err)
 		}

@@ -89,10 +89,10 @@ func runSweep(args []string, stdout, stderr io.Writer) int {
 	}
 	var err error
 	if o.ns, err = parseInts(ns); err == nil {
-		o.minBytes, err = parseSize(minS)
+		o.minBytes, err = pg.ParseSize(minS)
 	}
 	if err == nil {
-		o.maxBytes, err = parseSize(maxS)
+		o.maxBytes, err = pg.ParseSize(maxS)
 	}
 	if err == nil {
 		_, err = algorithms.ParseDType(o.dtype)

@@ -31,6 +31,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"github.com/gotree/gotree/pg"
 	"io"
 	"math"
 	"math/bits"
@@ -101,7 +102,7 @@ func runTune(args []string, stdout, stderr io.Writer) int {
 	if *fromPerf != "" {
 		return tuneFromPerf(strings.Split(*fromPerf, ","), *start, *out, stdout, stderr)
 	}
-	maxB, err := parseSize(*maxS)
+	maxB, err := pg.ParseSize(*maxS)
 	if err != nil || maxB < 1<<20 || *cycles < 1 || *iters < 1 {
 		fmt.Fprintln(stderr, "gotree tune: need -e >= 1M, -cycles >= 1, -iters >= 1")
 		return 2

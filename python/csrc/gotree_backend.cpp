@@ -40,6 +40,7 @@
 
 #include <ATen/MemoryOverlap.h>
 #include <ATen/core/ivalue.h>
+#include <c10/core/CPUAllocator.h>
 #include <c10/core/Event.h>
 #include <c10/core/Stream.h>
 #include <c10/core/StreamGuard.h>
@@ -71,6 +72,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "gotree.h"
@@ -139,6 +141,9 @@ struct Api {
   decltype(&gotree_probe_handoff) probe_handoff = nullptr;
   decltype(&gotree_mem_alloc) mem_alloc = nullptr;
   decltype(&gotree_mem_free) mem_free = nullptr;
+  decltype(&gotree_mem_alloc_uninit) mem_alloc_uninit = nullptr;
+  decltype(&gotree_mem_set_cache) mem_set_cache = nullptr;
+  decltype(&gotree_cpu_allocator_config) cpu_allocator_config = nullptr;
   decltype(&gotree_get_unique_id) get_unique_id = nullptr;
   decltype(&gotree_comm_init_rank) comm_init_rank = nullptr;
   decltype(&gotree_comm_rank) comm_rank = nullptr;
@@ -239,6 +244,9 @@ const Api& loadApi(const std::string& path) {
     resolve(h, "gotree_probe_handoff", a->probe_handoff, path);
     resolve(h, "gotree_mem_alloc", a->mem_alloc, path);
     resolve(h, "gotree_mem_free", a->mem_free, path);
+    resolve(h, "gotree_mem_alloc_uninit", a->mem_alloc_uninit, path);
+    resolve(h, "gotree_mem_set_cache", a->mem_set_cache, path);
+    resolve(h, "gotree_cpu_allocator_config", a->cpu_allocator_config, path);
     resolve(h, "gotree_get_unique_id", a->get_unique_id, path);
     resolve(h, "gotree_comm_init_rank", a->comm_init_rank, path);
     resolve(h, "gotree_comm_rank", a->comm_rank, path);
@@ -302,6 +310,144 @@ std::string errorText(const Api& a, int64_t handle) {
 std::string statusName(const Api& a, gotree_status_t st) {
   const char* s = a.status_string(st);
   return s ? std::string(s) : std::string("status ") + std::to_string(int(st));
+}
+
+// ---------------------------------------------------------------------------
+// GOTREE_CPU_ALLOCATOR=shared (or gotree.use_shared_allocator): torch's CPU
+// allocator, for tensors of at least min_bytes, hands out shared buffers
+// (gotree_mem_alloc_uninit) so that direct plans reach the tensors torch
+// allocates - DDP's buckets, FSDP's gradients - through mappings, as they
+// reach gotree.empty's. Smaller tensors, a failed allocation and a forked
+// child (whose Go runtime is gone) get the allocator it replaced. It stays
+// installed for the process's life (tensors it made must find their
+// deleter); min_bytes 0 turns it into a pass-through.
+
+class SharedCPUAllocator final : public c10::Allocator {
+ public:
+  SharedCPUAllocator(c10::Allocator* fallback, const Api& a)
+      : fallback_(fallback), api_(a) {}
+
+  void setMinBytes(size_t n) { min_bytes_.store(n, std::memory_order_relaxed); }
+  size_t minBytes() const { return min_bytes_.load(std::memory_order_relaxed); }
+  c10::Allocator* fallback() const { return fallback_; }
+  int64_t fallbacks() const { return failed_.load(std::memory_order_relaxed); }
+
+  c10::DataPtr allocate(size_t n) override {
+    size_t lo = minBytes();
+    if (lo == 0 || n < lo || currentPid() != api_.pid) {
+      return fallback_->allocate(n);
+    }
+    void* p = nullptr;
+    if (api_.mem_alloc_uninit(n, &p) != GOTREE_SUCCESS || p == nullptr) {
+      if (failed_.fetch_add(1, std::memory_order_relaxed) == 0) {
+        TORCH_WARN("gotree: GOTREE_CPU_ALLOCATOR=shared could not allocate a shared buffer of ", n,
+                   " bytes (", errorText(api_, 0), "); this and later such tensors use torch's "
+                   "allocator (gotree.describe's shared_buffers counts them)");
+      }
+      return fallback_->allocate(n);
+    }
+    {
+      std::lock_guard<std::mutex> g(mu());
+      ours().insert(p);
+    }
+    return {p, p, &freeShared, c10::Device(c10::DeviceType::CPU)};
+  }
+
+  // raw_deallocate receives pointers of either kind.
+  c10::DeleterFnPtr raw_deleter() const override { return &rawFree; }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+
+  static SharedCPUAllocator* installed;  // set once, never freed
+
+ private:
+  // The set of this allocator's buffers, for raw_deleter. Its mutex is
+  // held across fork() (pthread_atfork, registered when the module loads)
+  // so that a child never inherits it locked.
+  static std::mutex& mu() {
+    static std::mutex m;
+    return m;
+  }
+  static std::unordered_set<void*>& ours() {
+    static std::unordered_set<void*> s;
+    return s;
+  }
+
+ public:
+  static void lockForFork() { mu().lock(); }
+  static void unlockAfterFork() { mu().unlock(); }
+
+ private:
+  static void freeShared(void* p) {
+    {
+      std::lock_guard<std::mutex> g(mu());
+      ours().erase(p);
+    }
+    // In a forked child the buffer stays mapped (it is the parent's
+    // memory, shared; the Go runtime that would free it is gone there).
+    if (installed != nullptr && currentPid() == installed->api_.pid) {
+      installed->api_.mem_free(p);
+    }
+  }
+
+  static void rawFree(void* p) {
+    bool mine;
+    {
+      std::lock_guard<std::mutex> g(mu());
+      mine = ours().count(p) > 0;
+    }
+    if (mine) {
+      freeShared(p);
+    } else if (auto d = installed->fallback_->raw_deleter()) {
+      d(p);
+    }
+  }
+
+  c10::Allocator* fallback_;
+  const Api& api_;
+  std::atomic<size_t> min_bytes_{0};
+  std::atomic<int64_t> failed_{0};
+};
+
+SharedCPUAllocator* SharedCPUAllocator::installed = nullptr;
+
+// useSharedAllocator installs the allocator (once) or changes its
+// threshold; cache_bytes goes to gotree_mem_set_cache.
+void useSharedAllocator(size_t min_bytes, size_t cache_bytes) {
+  const Api& a = api();
+  checkNotForked(a.pid, "the shared CPU allocator was set up");
+  gotree_status_t st = a.mem_set_cache(cache_bytes);
+  TORCH_CHECK(st == GOTREE_SUCCESS, "gotree: gotree_mem_set_cache: ", errorText(a, 0));
+  static std::mutex install_mu;
+  std::lock_guard<std::mutex> g(install_mu);
+  if (SharedCPUAllocator::installed == nullptr) {
+    if (min_bytes == 0) {
+      return;
+    }
+    auto* s = new SharedCPUAllocator(c10::GetCPUAllocator(), a);
+    s->setMinBytes(min_bytes);
+    SharedCPUAllocator::installed = s;
+    c10::SetCPUAllocator(s, /*priority=*/0);
+    TORCH_CHECK(c10::GetCPUAllocator() == s,
+                "gotree: the shared CPU allocator could not replace torch's CPU allocator "
+                "(another one was registered with a higher priority)");
+    return;
+  }
+  SharedCPUAllocator::installed->setMinBytes(min_bytes);
+}
+
+// useSharedAllocatorFromEnv acts on GOTREE_CPU_ALLOCATOR (when set: unset
+// leaves an allocator installed by gotree.use_shared_allocator alone).
+void useSharedAllocatorFromEnv() {
+  const Api& a = api();
+  size_t lo = 0, cache = 0;
+  gotree_status_t st = a.cpu_allocator_config(&lo, &cache);
+  TORCH_CHECK_VALUE(st == GOTREE_SUCCESS, errorText(a, 0));
+  if (lo > 0) {
+    useSharedAllocator(lo, cache);
+  }
 }
 
 // Future callbacks running on this thread (GotreeWork::finish), and whether
@@ -1050,6 +1196,7 @@ class GotreeBackend : public c10d::Backend {
     init();
     const Api& a = api();
     checkNotForked(a.pid, "a gotree process group was created");
+    useSharedAllocatorFromEnv();
     TORCH_CHECK_VALUE(
         size >= 1 && rank >= 0 && rank < size, "gotree: invalid rank ", rank,
         " for group size ", size);
@@ -3280,6 +3427,8 @@ namespace py = pybind11;
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   gotree_ext::refreshPid();
   pthread_atfork(nullptr, nullptr, gotree_ext::refreshPid);
+  pthread_atfork(gotree_ext::SharedCPUAllocator::lockForFork, gotree_ext::SharedCPUAllocator::unlockAfterFork,
+                 gotree_ext::SharedCPUAllocator::unlockAfterFork);
   using gotree_ext::GotreeBackend;
   m.doc() = "gotree's torch.distributed backend (loads libgotree.so at run time)";
   m.attr("ABI_VERSION") = GOTREE_ABI_VERSION;
@@ -3354,6 +3503,29 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       "The C ABI's gotree_mem_alloc as a uint8 CPU tensor of `bytes` zeroed "
       "bytes that the host's ranks can map; gotree_mem_free runs when its "
       "storage is freed (gotree.empty wraps it).");
+
+  m.def(
+      "use_shared_allocator",
+      [](int64_t min_bytes, int64_t cache_bytes) {
+        TORCH_CHECK_VALUE(min_bytes >= 0 && cache_bytes >= 0,
+                          "gotree: use_shared_allocator: min_bytes and cache_bytes must not be negative, got ",
+                          min_bytes, " and ", cache_bytes);
+        gotree_ext::useSharedAllocator(static_cast<size_t>(min_bytes), static_cast<size_t>(cache_bytes));
+      },
+      py::arg("min_bytes"), py::arg("cache_bytes"),
+      "Makes torch's CPU allocator put tensors of at least min_bytes in shared "
+      "buffers (0: none), keeping up to cache_bytes of freed ones for reuse "
+      "(gotree.use_shared_allocator wraps it).");
+
+  m.def("shared_allocator", []() -> py::object {
+    auto* s = gotree_ext::SharedCPUAllocator::installed;
+    py::dict d;
+    d["installed"] = s != nullptr;
+    d["active"] = s != nullptr && c10::GetCPUAllocator() == s;
+    d["min_bytes"] = s ? s->minBytes() : 0;
+    d["fallbacks"] = s ? s->fallbacks() : 0;
+    return d;
+  });
 
   m.def("loaded_library_path", []() -> py::object {
     std::lock_guard<std::mutex> g(gotree_ext::g_api_mu);

@@ -273,7 +273,11 @@ def describe(group=None, sizes=None):
         for b in sizes:
             if b < 0:
                 raise ValueError("gotree.describe: size {} bytes is negative".format(b))
-    return json.loads(_backend_of(group, "describe").describe(sizes))
+    d = json.loads(_backend_of(group, "describe").describe(sizes))
+    from gotree import _C
+
+    d["shared_buffers"]["allocator"] = _C.shared_allocator()
+    return d
 
 
 def probe_handoff(nbytes=512 << 10, rounds=24):
@@ -330,6 +334,35 @@ def empty(*size, dtype=None):
     from gotree import _C
 
     return _C.shared_bytes(nbytes).view(dtype).view(size)
+
+
+def use_shared_allocator(min_bytes=256 << 10, cache_bytes=1 << 30):
+    """From now on, CPU tensors of at least min_bytes that torch allocates in
+    this process live in shared buffers (as gotree.empty's do), so that
+    direct plans reach them through mappings: DDP's gradient buckets,
+    FSDP's gradients, any tensor a model makes. Freed ones, up to
+    cache_bytes, are kept for reuse: the peers' mappings of them stay
+    valid. min_bytes=0 turns it off for later tensors (those already made
+    keep their memory). GOTREE_CPU_ALLOCATOR=shared does the same when a
+    gotree process group is created ("shared,min_bytes:1M,cache_bytes:2G"
+    sets both). Each such tensor holds a file descriptor until it is freed,
+    and memory shared this way stays shared in a fork()ed child (a
+    DataLoader worker writing into a tensor its parent allocated changes
+    the parent's tensor too): keep min_bytes above the sizes such workers
+    write. gotree.describe(group)["shared_buffers"]["allocator"] says
+    whether it is installed.
+    """
+    min_bytes, cache_bytes = int(min_bytes), int(cache_bytes)
+    if min_bytes < 0 or cache_bytes < 0:
+        raise ValueError(
+            "gotree.use_shared_allocator: min_bytes and cache_bytes must not be negative, got {} and {}".format(
+                min_bytes, cache_bytes
+            )
+        )
+    load_library()
+    from gotree import _C
+
+    _C.use_shared_allocator(min_bytes, cache_bytes)
 
 
 def is_registered():

@@ -157,6 +157,34 @@ static void test_shared_buffers(gotree_comm_t comm) {
     OK(gotree_mem_free(p), 0);
     CHECK(gotree_mem_free(p) == GOTREE_ERR_INVALID_ARGUMENT, "mem_free twice accepted");
   }
+  /* The cache: a freed buffer comes back (same address) for a request it
+   * holds with at most a quarter to spare, uninitialised or zeroed. */
+  st = gotree_mem_alloc_uninit(16, NULL);
+  CHECK(st == GOTREE_ERR_INVALID_ARGUMENT && strstr(errtext(0), "gotree_mem_alloc_uninit: ptr is NULL"), "mem_alloc_uninit NULL: %s / %s", gotree_status_string(st), errtext(0));
+  OK(gotree_mem_set_cache(1 << 20), 0);
+  void *q = NULL, *r = NULL;
+  OK(gotree_mem_alloc_uninit(100000, &q), 0);
+  if (q) {
+    memset(q, 0x5a, 100000);
+    OK(gotree_mem_free(q), 0);
+    OK(gotree_mem_alloc_uninit(90001, &r), 0);
+    CHECK(r == q && ((unsigned char *)r)[90000] == 0x5a, "mem_alloc_uninit: %p is not the cached %p (or its bytes changed)", r, q);
+    OK(gotree_mem_free(r), 0);
+    OK(gotree_mem_alloc(99999, &r), 0);
+    CHECK(r == q && ((unsigned char *)r)[99998] == 0, "mem_alloc from the cache: %p, %p, not zeroed?", r, q);
+    OK(gotree_mem_free(r), 0);
+  }
+  OK(gotree_mem_set_cache(0), 0);
+  /* GOTREE_CPU_ALLOCATOR as the environment gave it when the library
+   * loaded (Go reads its own copy: a later setenv does not reach it):
+   * unset, or make test-abi's "shared,min_bytes:1M". */
+  size_t lo = 1, cache = 1;
+  const char *ca = getenv("GOTREE_CPU_ALLOCATOR");
+  OK(gotree_cpu_allocator_config(&lo, &cache), 0);
+  if (ca == NULL) CHECK(lo == 0 && cache == 0, "cpu_allocator_config unset: %zu %zu", lo, cache);
+  else if (strcmp(ca, "shared,min_bytes:1M") == 0) CHECK(lo == (1u << 20) && cache == (1u << 30), "cpu_allocator_config %s: %zu %zu", ca, lo, cache);
+  st = gotree_cpu_allocator_config(NULL, &cache);
+  CHECK(st == GOTREE_ERR_INVALID_ARGUMENT && strstr(errtext(0), "NULL"), "cpu_allocator_config NULL: %s / %s", gotree_status_string(st), errtext(0));
   shm_buffers = 1;
   uint64_t counts[] = {1, 1000003, (1u << 20) + 3};
   for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++)

@@ -141,3 +141,21 @@ def test_shared_buffers(built):
     if "direct (single-copy) allreduce off" in out:
         pytest.skip("this machine forbids reading another process's memory: direct plans do not run")
     assert_checks(rc, out, 3, min_passed=40)
+
+
+def test_shared_allocator(built):
+    # GOTREE_CPU_ALLOCATOR=shared: torch's own tensors (the model's weights,
+    # DDP's buckets) in shared buffers; DDP's gradients against a float64
+    # reference, the peers' buckets mapped, the cache, a fork()ed child.
+    env = worker_env(
+        {
+            "GOTREE_ALGO": "allreduce:direct",
+            "GOTREE_CPU_ALLOCATOR": "shared,min_bytes:64K,cache_bytes:64M",
+            "GOTREE_DEBUG": "INFO",
+            "GOTREE_DEBUG_SUBSYS": "INIT",
+        }
+    )
+    rc, out = torchrun("shared_allocator.py", 3, timeout=300, env=env)
+    if "direct (single-copy) allreduce off" in out:
+        pytest.skip("this machine forbids reading another process's memory: direct plans do not run")
+    assert_checks(rc, out, 3, min_passed=25)
