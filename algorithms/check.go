@@ -40,7 +40,7 @@ func CheckPlan(p *Plan) error {
 	// output buffers and in place.
 	for _, inPlace := range []bool{false, true} {
 		s := newSim(p, nil)
-		s.race = &raceCheck{inPlace: inPlace}
+		s.race = &raceCheck{inPlace: inPlace, coll: p.Coll, count: p.Count}
 		if err := s.run(); err != nil {
 			return err
 		}
@@ -143,8 +143,8 @@ func checkStepStaged(s *Step, rank, n int, inN, outN, stageElems int64) error {
 	}
 	switch s.Prim {
 	case ReadReduceCopy:
-		if len(s.ReadFrom) < 1 {
-			return fmt.Errorf("reads from %d peers", len(s.ReadFrom))
+		if len(s.ReadFrom) < 1 && len(s.WriteTo) < 1 {
+			return fmt.Errorf("reads from no peer and writes to none")
 		}
 	case ReadCopy:
 		if len(s.ReadFrom) != 1 {

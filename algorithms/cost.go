@@ -476,7 +476,7 @@ type Shape struct {
 //   - direct: two rounds of notifications (direct.go), each one hop;
 //     a rank reads (n−1)/n of the message from its peers and writes
 //     (n−1)/n into theirs: the ring's ratio, at the transport's direct
-//     bandwidth.
+//     bandwidth. Allgather writes and reduce-scatter reads only: n/(n−1).
 //   - one-shot: one hop; a rank sends its whole message to each of the
 //     n−1 others, ratio 1/(n−1).
 //   - shared: two rounds per chunk (shared.go), counted as two hops (the
@@ -503,6 +503,9 @@ func ShapeOf(coll Collective, a Algorithm, topo CostTopo) Shape {
 		}
 		return Shape{IntraHops: hops, Ratio: 1 / moved}
 	case Direct:
+		if coll == AllGather || coll == ReduceScatter { // one half of the allreduce
+			return Shape{IntraHops: directRounds, Ratio: float64(n) / float64(n-1)}
+		}
 		return Shape{IntraHops: directRounds, Ratio: float64(n) / float64(2*(n-1))}
 	case OneShot:
 		return Shape{IntraHops: 1, Ratio: 1 / float64(n-1)}

@@ -41,6 +41,37 @@ func directSlice(count int64, n, r int) (off, cnt int64) {
 	return off, cnt
 }
 
+// Direct allgather and reduce-scatter are the two halves of it, with the
+// same two rounds: in an allgather each rank copies its input into its
+// block of its own output and of every peer's (a ReadReduceCopy that
+// reads no peer: n−1 blocks written per rank, once each, no FIFO); in a
+// reduce-scatter each rank reduces its block of every peer's input, read
+// in place, with its own into its output (n−1 blocks read). In place
+// (the input is the own block of the output, or the output the own block
+// of the input) nothing that one rank writes is read by another.
+
+// directAllGather adds every rank's direct allgather steps (n ≥ 2): count
+// elements per rank.
+func (b *planBuilder) directAllGather(n int, count int64) {
+	for r := 0; r < n; r++ {
+		peers, round := b.roundsOf(r, n)
+		round()
+		b.add(r, 0, 0, Step{Prim: ReadReduceCopy, WriteTo: peers, Src: Ref{Input, 0}, Dst: Ref{Output, int64(r) * count}, Count: count})
+		round()
+	}
+}
+
+// directReduceScatter adds every rank's direct reduce-scatter steps (n ≥
+// 2): count elements per rank's output.
+func (b *planBuilder) directReduceScatter(n int, count int64) {
+	for r := 0; r < n; r++ {
+		peers, round := b.roundsOf(r, n)
+		round()
+		b.add(r, 0, 0, Step{Prim: ReadReduceCopy, ReadFrom: peers, Src: Ref{Input, int64(r) * count}, Dst: Ref{Output, 0}, Count: count})
+		round()
+	}
+}
+
 // directAllReduce adds every rank's direct allreduce steps (n ≥ 2).
 func (b *planBuilder) directAllReduce(n int, count int64) {
 	for r := 0; r < n; r++ {

@@ -91,12 +91,18 @@ func dropRound(p *Plan, round int) {
 // Without either round a rank reads or writes memory that its owner's
 // caller may be writing: the race check says so.
 func TestDirectRoundsAreNeeded(t *testing.T) {
-	for round := 0; round < directRounds; round++ {
-		p := directPlan(t, 3, 10)
-		dropRound(p, round)
-		err := CheckPlan(p)
-		if err == nil || !strings.Contains(err.Error(), "race") {
-			t.Errorf("without round %d: CheckPlan = %v, want a race", round+1, err)
+	g := mustGraph(t, UniformLayout(1, 3, 2, BalancedTree))
+	for _, coll := range []Collective{AllReduce, AllGather, ReduceScatter} {
+		for round := 0; round < directRounds; round++ {
+			p, err := BuildPlan(g, PlanRequest{Coll: coll, Algo: Direct, Proto: Simple, Count: 10, DType: Float32, Op: Sum})
+			if err != nil {
+				t.Fatal(err)
+			}
+			dropRound(p, round)
+			err = CheckPlan(p)
+			if err == nil || !strings.Contains(err.Error(), "race") {
+				t.Errorf("%v without round %d: CheckPlan = %v, want a race", coll, round+1, err)
+			}
 		}
 	}
 }
@@ -107,8 +113,11 @@ func TestDirectRefusals(t *testing.T) {
 		t.Errorf("direct across 2 nodes: %v", err)
 	}
 	g1 := mustGraph(t, UniformLayout(1, 3, 1, BalancedTree))
-	if _, err := BuildPlan(g1, PlanRequest{Coll: AllGather, Algo: Direct, Proto: Simple, Count: 8, DType: Int32}); !errors.Is(err, ErrAlgoNotSupported) {
-		t.Errorf("direct allgather: %v", err)
+	if _, err := BuildPlan(g1, PlanRequest{Coll: Broadcast, Algo: Direct, Proto: Simple, Count: 8, DType: Int32}); !errors.Is(err, ErrAlgoNotSupported) {
+		t.Errorf("direct broadcast: %v", err)
+	}
+	if _, err := BuildPlan(g, PlanRequest{Coll: AllGather, Algo: Direct, Proto: Simple, Count: 8, DType: Int32}); !errors.Is(err, ErrAlgoNotSupported) {
+		t.Errorf("direct allgather across 2 nodes: %v", err)
 	}
 	tu := DefaultTuning()
 	if _, err := tu.Predict(AllReduce, Direct, Simple, CostTopo{NRanks: 4, NNodes: 2, RanksPerNode: 2, Intra: Shm, Inter: TCP, Channels: 1}, 1<<20, 1); !errors.Is(err, ErrAlgoNotSupported) {
@@ -145,4 +154,38 @@ func TestDirectRefusals(t *testing.T) {
 		}
 	})
 	bad("notify of two", func(st Stream) { st[0].Count = 2 })
+}
+
+// Direct allgather: each rank writes its block into its own output and
+// every peer's, reading none; reduce-scatter: each rank reads its block of
+// every peer's input, writing none. Both race-free in and out of place
+// (CheckPlan), every block covered once; the oracle tests check values.
+func TestDirectAllGatherReduceScatterShape(t *testing.T) {
+	for _, n := range []int{2, 3, 4, 7} {
+		g := mustGraph(t, UniformLayout(1, n, 2, BalancedTree))
+		for _, coll := range []Collective{AllGather, ReduceScatter} {
+			for _, count := range []int64{1, 13, 1031} {
+				p, err := BuildPlan(g, PlanRequest{Coll: coll, Algo: Direct, Proto: Simple, Count: count, DType: Float32, Op: Sum})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := CheckPlan(p); err != nil {
+					t.Fatalf("%v n=%d count=%d: %v", coll, n, count, err)
+				}
+				for r := 0; r < n; r++ {
+					s := p.Stats(r)
+					read, wrote := int64(0), int64(n-1)*count
+					if coll == ReduceScatter {
+						read, wrote = wrote, 0
+					}
+					if s.ReadPeer != read || s.WritePeer != wrote {
+						t.Errorf("%v n=%d count=%d rank %d: reads %d and writes %d peer elements, want %d and %d", coll, n, count, r, s.ReadPeer, s.WritePeer, read, wrote)
+					}
+				}
+			}
+		}
+	}
+	if sh := ShapeOf(AllGather, Direct, CostTopo{NRanks: 4, NNodes: 1, RanksPerNode: 4, Channels: 1}); sh.IntraHops != directRounds || sh.Ratio != 4.0/3 {
+		t.Errorf("allgather shape %+v", sh)
+	}
 }

@@ -154,7 +154,7 @@ func RunOracle(p *Plan, inputs [][]byte, inPlace bool) ([][]byte, error) {
 	}
 	sim := newSim(p, exec)
 	if touchesPeers(p) {
-		sim.race = &raceCheck{inPlace: inPlace}
+		sim.race = &raceCheck{inPlace: inPlace, coll: p.Coll, count: p.Count}
 	}
 	if err := sim.run(); err != nil {
 		return nil, err

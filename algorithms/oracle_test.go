@@ -233,6 +233,9 @@ func TestOracleSmallCases(t *testing.T) {
 				if HasPlan(coll, HalvingDoubling, n) == nil && coll != AllReduce {
 					algos = append(algos, HalvingDoubling)
 				}
+				if coll == AllGather || coll == ReduceScatter {
+					algos = append(algos, Direct)
+				}
 				if coll == AllReduce {
 					algos = append(algos, Tree, HalvingDoubling, Direct)
 					if SharedUsable(n, 1) {

@@ -29,6 +29,8 @@ type memEvent struct {
 
 type raceCheck struct {
 	inPlace bool
+	coll    Collective // in place, an allgather's input is its block of the output,
+	count   int64      // and a reduce-scatter's output its block of the input
 	reads   []memEvent
 	writes  []memEvent
 }
@@ -55,7 +57,21 @@ func (rc *raceCheck) overlap(a, b *memEvent) bool {
 	if a.rank != b.rank || (a.buf != b.buf && (!rc.inPlace || a.buf == Stage || b.buf == Stage)) {
 		return false
 	}
-	return a.off < b.off+b.count && b.off < a.off+a.count
+	ao, bo := rc.placed(a), rc.placed(b)
+	return ao < bo+b.count && bo < ao+a.count
+}
+
+// placed is e's offset in its rank's memory as the call lays it out: in
+// place, an allgather's input is the rank's block of its output, and a
+// reduce-scatter's output the rank's block of its input (offsets in the
+// larger buffer); otherwise the buffer's own offset.
+func (rc *raceCheck) placed(e *memEvent) int64 {
+	switch {
+	case !rc.inPlace:
+	case rc.coll == AllGather && e.buf == Input, rc.coll == ReduceScatter && e.buf == Output:
+		return int64(e.rank)*rc.count + e.off
+	}
+	return e.off
 }
 
 // before reports whether a happens before b.

@@ -56,7 +56,7 @@ func HasPlan(coll Collective, a Algorithm, n int) error {
 	switch {
 	case a == Ring || coll == AllReduce:
 		return nil
-	case a == HalvingDoubling && (coll == AllGather || coll == ReduceScatter):
+	case (a == HalvingDoubling || a == Direct) && (coll == AllGather || coll == ReduceScatter):
 		return nil
 	}
 	return fmt.Errorf("%w: %v has no %v plan", ErrAlgoNotSupported, coll, a)
@@ -177,7 +177,14 @@ func BuildPlan(g *Graph, req PlanRequest) (*Plan, error) {
 		if g.NNodes > 1 {
 			return nil, fmt.Errorf("%w: %v runs within one host (the graph has %d)", ErrAlgoNotSupported, req.Algo, g.NNodes)
 		}
-		b.directAllReduce(n, req.Count)
+		switch req.Coll {
+		case AllGather:
+			b.directAllGather(n, req.Count)
+		case ReduceScatter:
+			b.directReduceScatter(n, req.Count)
+		default:
+			b.directAllReduce(n, req.Count)
+		}
 		return b.finish(1), nil
 	}
 	if req.Algo == Shared {

@@ -285,6 +285,9 @@ func (x *executor) directStep(ctx context.Context, ch int, st *algorithms.Step, 
 	for off := int64(0); off < total; off += fb {
 		end := min(off+fb, total)
 		t := tmp[:end-off]
+		if len(st.ReadFrom) == 0 && addrOf(dst[off:end]) != addrOf(src[off:end]) {
+			copy(dst[off:end], src[off:end]) // an allgather's block: nothing to reduce
+		}
 		for k, peer := range st.ReadFrom {
 			b, err := x.peerAccess(st, descs, ch, peer, st.Src, off, t, false)
 			if err != nil {

@@ -266,7 +266,8 @@ func Init(id UniqueID, rank, nranks int, cfg Config) (*Comm, error) {
 }
 
 // choiceSettings says in words what, besides the call itself, decides the
-// algorithm, protocol, channels and so the plan a rank runs, and the size
+// algorithm (GOTREE_CPU_ALLOCATOR's threshold: direct allgather and
+// reduce-scatter), protocol, channels and so the plan a rank runs, and the size
 // of the messages it sends (GOTREE_BUFFSIZE: chunks of half a FIFO, in
 // slots of an eighth). Every rank must have the same: each chooses alone,
 // plans that do not fit each other leave ranks waiting on links their
@@ -288,8 +289,8 @@ func choiceSettings(cfg Config) string {
 	case cfg.TuneAgain:
 		autotune = "again"
 	}
-	return fmt.Sprintf("GOTREE_ALGO=%q GOTREE_PROTO=%q GOTREE_MIN_NCHANNELS=%d GOTREE_MAX_NCHANNELS=%d GOTREE_SHM_DISABLE=%d GOTREE_AUTOTUNE=%s GOTREE_BUFFSIZE=%d tuning=%s",
-		cfg.Algo, cfg.Proto, cfg.MinChannels, cfg.MaxChannels, map[bool]int{true: 1}[cfg.ShmDisable], autotune, backend.DefaultSlots*cfg.SlotBytes, tuning)
+	return fmt.Sprintf("GOTREE_ALGO=%q GOTREE_PROTO=%q GOTREE_MIN_NCHANNELS=%d GOTREE_MAX_NCHANNELS=%d GOTREE_SHM_DISABLE=%d GOTREE_AUTOTUNE=%s GOTREE_BUFFSIZE=%d GOTREE_CPU_ALLOCATOR=min_bytes:%d tuning=%s",
+		cfg.Algo, cfg.Proto, cfg.MinChannels, cfg.MaxChannels, map[bool]int{true: 1}[cfg.ShmDisable], autotune, backend.DefaultSlots*cfg.SlotBytes, cfg.CPUAllocator.MinBytes, tuning)
 }
 
 // settingFields splits choiceSettings' text into its NAME=VALUE fields
@@ -468,11 +469,12 @@ func (c *Comm) neighbours() []linkKey {
 	algos, _ := algorithms.ParseAlgoSpec(c.cfg.Algo, algorithms.AllReduce)
 	hd := c.graph.NNodes == 1 && algos.Has(algorithms.HalvingDoubling)
 	hdGS := false // halving-doubling (or Bruck's) allgather or reduce-scatter
+	direct := c.direct && algos.Has(algorithms.Direct)
 	for _, coll := range []algorithms.Collective{algorithms.AllGather, algorithms.ReduceScatter} {
 		as, _ := algorithms.ParseAlgoSpec(c.cfg.Algo, coll)
 		hdGS = hdGS || (c.graph.NNodes == 1 && as.Has(algorithms.HalvingDoubling))
+		direct = direct || (c.direct && as.Has(algorithms.Direct))
 	}
-	direct := c.direct && algos.Has(algorithms.Direct)
 	oneShot := algos.Has(algorithms.OneShot) && algorithms.OneShotUsable(c.nranks, c.graph.NNodes, 1)
 	shared := c.staged && algos.Has(algorithms.Shared) // and the staging regions' reports at init
 	seen := map[linkKey]bool{}

@@ -89,13 +89,15 @@ func TestHalvingDoublingGatherScatter(t *testing.T) {
 
 // Ranks that disagree on an allgather's or reduce-scatter's count, or on
 // which of the two they issue, fail in that call on every rank (by the
-// check before the data, not a deadline) when they run halving-doubling.
+// check before the data, not a deadline) when they run halving-doubling
+// or direct plans.
 func TestHalvingDoublingMismatchFails(t *testing.T) {
 	for _, n := range []int{4, 5} {
-		for _, odd := range []string{"count", "collective"} {
-			t.Run(fmt.Sprintf("%s/%d", odd, n), func(t *testing.T) {
+		for _, run := range []struct{ odd, algo string }{{"count", "hd"}, {"collective", "hd"}, {"count", "direct"}, {"collective", "direct"}} {
+			odd := run.odd
+			t.Run(fmt.Sprintf("%s/%s/%d", odd, run.algo, n), func(t *testing.T) {
 				cfg := mismatchConfig()
-				cfg.Algo = "allgather:hd;reducescatter:hd"
+				cfg.Algo = fmt.Sprintf("allgather:%s;reducescatter:%s", run.algo, run.algo)
 				errs := issueAll(t, n, nil, cfg, func(r int, c *Comm) (*Request, error) {
 					count := int64(1000)
 					if odd == "count" && r == 2 {
@@ -112,4 +114,55 @@ func TestHalvingDoublingMismatchFails(t *testing.T) {
 			})
 		}
 	}
+}
+
+// Direct allgather and reduce-scatter: forced with GOTREE_ALGO, exact at
+// awkward sizes in place and not (the ranks write each other's outputs or
+// read each other's inputs); chosen alone by GOTREE_CPU_ALLOCATOR=shared
+// for blocks of its min_bytes and more, never by the model otherwise.
+func TestDirectGatherScatter(t *testing.T) {
+	for _, n := range []int{2, 3, 5} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			cfg := testConfig()
+			cfg.Algo = "allgather:direct;reducescatter:direct"
+			comms := startComms(t, n, nil, cfg)
+			for _, coll := range []algorithms.Collective{algorithms.AllGather, algorithms.ReduceScatter} {
+				p, err := comms[0].PlanOf(coll, 1031, algorithms.Int64, algorithms.Sum, 0, false)
+				require.NoError(t, err)
+				require.Equal(t, algorithms.Direct, p.Algo, "%v", coll)
+			}
+			for _, count := range []int64{0, 1, 7, 1031, 100003} {
+				for _, inPlace := range []bool{false, true} {
+					checkGatherScatter(t, comms, count, inPlace)
+				}
+			}
+		})
+	}
+	t.Run("by GOTREE_CPU_ALLOCATOR", func(t *testing.T) {
+		cfg := testConfig()
+		cfg.CPUAllocator = CPUAllocator{MinBytes: 64 << 10}
+		comms := startComms(t, 3, nil, cfg)
+		if !comms[0].direct {
+			t.Skip("direct plans do not run here")
+		}
+		for _, coll := range []algorithms.Collective{algorithms.AllGather, algorithms.ReduceScatter} {
+			for count, want := range map[int64]bool{8 << 10: true, 100003: true, 8<<10 - 1: false, 1000: false} {
+				p, err := comms[0].PlanOf(coll, count, algorithms.Int64, algorithms.Sum, 0, false)
+				require.NoError(t, err)
+				require.Equal(t, want, p.Algo == algorithms.Direct, "%v of %d int64 per rank: %v", coll, count, p.Algo)
+			}
+		}
+		checkGatherScatter(t, comms, 100003, false)
+		checkGatherScatter(t, comms, 100003, true)
+	})
+	t.Run("not by the model", func(t *testing.T) {
+		comms := startComms(t, 3, nil, testConfig())
+		for _, coll := range []algorithms.Collective{algorithms.AllGather, algorithms.ReduceScatter} {
+			for _, count := range []int64{1, 1 << 10, 1 << 20, 1 << 24} {
+				p, err := comms[0].PlanOf(coll, count, algorithms.Int64, algorithms.Sum, 0, false)
+				require.NoError(t, err)
+				require.NotEqual(t, algorithms.Direct, p.Algo, "%v of %d int64 per rank", coll, count)
+			}
+		}
+	})
 }

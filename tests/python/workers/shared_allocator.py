@@ -7,7 +7,9 @@ each other's buckets through mappings. DDP's gradients are checked against
 a float64 reference that each rank computes for every rank's data itself;
 freed buffers come back from the cache; a fork()ed child allocates without
 the Go runtime (torch's allocator) and sees its parent's shared tensors;
-use_shared_allocator(0) turns it off for later tensors."""
+use_shared_allocator(0) turns it off for later tensors. all_gather_into_tensor
+and reduce_scatter_tensor of 64 KiB blocks and more run direct (the
+variable's rule), through mappings and then through process_vm_readv/writev."""
 
 import gc
 import os
@@ -53,6 +55,32 @@ def reference_grads(step, n):
         for t, p in zip(total, model.parameters()):
             t += p.grad
     return [t / n for t in total]
+
+
+def gather_scatter(c, rank, n, what):
+    """all_gather_into_tensor and reduce_scatter_tensor of int64 blocks of
+    64 KiB, 64 KiB + 40 B and 192 KiB + 8 B per rank, in place and not,
+    against values computed here."""
+
+    def mine(r, count):
+        return (torch.arange(count, dtype=torch.int64) * 7 + r * 13) % 1000 - 500
+
+    def whole(r, count):
+        return torch.arange(n * count, dtype=torch.int64) * 3 + r * 100003
+
+    for count in (MIN // 8, MIN // 8 + 5, 3 * MIN // 8 + 1):
+        for in_place in (False, True):
+            out = torch.empty(n * count, dtype=torch.int64)
+            inp = out[rank * count:(rank + 1) * count] if in_place else torch.empty(count, dtype=torch.int64)
+            inp.copy_(mine(rank, count))
+            dist.all_gather_into_tensor(out, inp)
+            want = torch.cat([mine(q, count) for q in range(n)])
+            c.check(torch.equal(out, want), f"{what}: all_gather_into_tensor of {count} int64 per rank, in place {in_place}")
+            full = whole(rank, count).clone()
+            o = full[rank * count:(rank + 1) * count] if in_place else torch.empty(count, dtype=torch.int64)
+            dist.reduce_scatter_tensor(o, full)
+            want = sum(whole(q, count) for q in range(n))[rank * count:(rank + 1) * count]
+            c.check(torch.equal(o, want), f"{what}: reduce_scatter_tensor of {count} int64 per rank, in place {in_place}")
 
 
 def wait_child(pid, seconds):
@@ -115,6 +143,17 @@ def main():
     c.check(after["peer_buffers_mapped"] >= before["peer_buffers_mapped"] + n - 1, f"the peers' buckets were mapped: {before} -> {after}")
     c.check(after["peer_buffers_copied"] == before["peer_buffers_copied"], f"none had to be copied: {after}")
 
+    # FSDP's collectives: all_gather_into_tensor and reduce_scatter_tensor
+    # of blocks of 64 KiB and more run direct (GOTREE_CPU_ALLOCATOR's rule),
+    # writing into and reading from the peers' tensors through mappings.
+    gather_scatter(c, rank, n, "shared")
+    after2 = stats()
+    c.check(after2["peer_buffers_mapped"] > after["peer_buffers_mapped"], f"allgather/reduce_scatter mapped the peers' tensors: {after} -> {after2}")
+    c.check(after2["peer_buffers_copied"] == before["peer_buffers_copied"], f"none had to be copied: {after2}")
+    ops = [o for o in gotree.flight_record()["ops"] if o["desc"].split(" #")[0] in ("allgather", "reducescatter")]
+    ran = {o.get("algo") for o in ops[-12:]}  # gather_scatter's 12 (DDP's construction gathered small tensors before)
+    c.check(ran == {"direct"}, f"allgather and reduce_scatter ran {ran}, want direct")
+
     # A fork()ed child: its allocations use torch's allocator (the Go runtime
     # is gone there), freeing an inherited shared tensor does nothing, and
     # its writes into one reach the parent (shared memory stays shared).
@@ -147,6 +186,8 @@ def main():
     dist.all_reduce(later)
     c.check(torch.equal(later, torch.full_like(later, n)), "allreduce after turning it off")
     c.check(stats()["allocator"]["min_bytes"] == 0, f"describe: {stats()['allocator']}")
+    # Still direct (the rule is the environment's), now through process_vm_readv/writev.
+    gather_scatter(c, rank, n, "ordinary")
     c.expect_raises(lambda: gotree.use_shared_allocator(-1), "must not be negative", "negative min_bytes", (ValueError,))
     c.finish()
 
