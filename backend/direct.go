@@ -59,7 +59,26 @@ type peerBufs struct {
 
 // mapBuffers maps the peer's buffers that lie in windows. A window that
 // cannot be mapped leaves its buffer to process_vm_readv/writev.
-func (p *peerBufs) mapBuffers() {
+// peerUse says which of the peers' buffers a stream's direct steps touch:
+// their inputs (read by a ReadReduceCopy or ReadCopy) and their outputs
+// (written by a ReadReduceCopy's WriteTo). Only those are mapped (an
+// allgather's 64 inputs per peer would otherwise push its outputs out of
+// the cache of mappings) and, where they cannot be, checked for
+// process_vm_readv/writev.
+type peerUse struct{ in, out bool }
+
+func peerUseOf(steps algorithms.Stream) peerUse {
+	var u peerUse
+	for i := range steps {
+		st := &steps[i]
+		u.in = u.in || (st.Prim == algorithms.ReadReduceCopy && len(st.ReadFrom) > 0) || st.Prim == algorithms.ReadCopy
+		u.out = u.out || len(st.WriteTo) > 0
+	}
+	return u
+}
+
+// mapBuffers maps the peer's buffers that use names and lie in windows.
+func (p *peerBufs) mapBuffers(use peerUse) {
 	one := func(r windowRef, addr uint64, n int64) []byte {
 		if r.id == 0 || n < 0 || r.off > r.size || uint64(n) > r.size-r.off {
 			return nil
@@ -73,7 +92,12 @@ func (p *peerBufs) mapBuffers() {
 		p.release = append(p.release, release)
 		return mem[r.off : r.off+uint64(n) : r.off+uint64(n)]
 	}
-	p.inMem, p.outMem = one(p.inWin, p.in, p.inLen), one(p.outWin, p.out, p.outLen)
+	if use.in {
+		p.inMem = one(p.inWin, p.in, p.inLen)
+	}
+	if use.out {
+		p.outMem = one(p.outWin, p.out, p.outLen)
+	}
 }
 
 // releaseAll gives back every window mapping of descs.
@@ -217,7 +241,7 @@ func (x *executor) peerAccess(st *algorithms.Step, descs map[int]*peerBufs, ch, 
 
 // directStep runs a Notify, Wait, Offer, ReadCopy or ReadReduceCopy step.
 // descs holds the descriptors the stream's Waits received, by peer.
-func (x *executor) directStep(ctx context.Context, ch int, st *algorithms.Step, src, dst []byte, descs map[int]*peerBufs, scratch **[]byte) error {
+func (x *executor) directStep(ctx context.Context, ch int, st *algorithms.Step, src, dst []byte, descs map[int]*peerBufs, use peerUse, scratch **[]byte) error {
 	switch st.Prim {
 	case algorithms.Notify, algorithms.Offer:
 		var msg [memDescBytes]byte
@@ -254,12 +278,12 @@ func (x *executor) directStep(ctx context.Context, ch int, st *algorithms.Step, 
 				continue // a later round: the same buffers, already checked
 			}
 			p := &peerBufs{memDesc: d}
-			p.mapBuffers()
+			p.mapBuffers(use)
 			if prev != nil {
 				p.release = append(p.release, prev.release...)
 			}
 			descs[peer] = p
-			if p.inMem == nil || p.outMem == nil {
+			if (use.in && p.inMem == nil) || (use.out && p.outMem == nil) {
 				// Some buffer moves through process_vm_readv/writev.
 				if err := x.checkPeer(&d, peer, ch); err != nil {
 					return err

@@ -206,6 +206,7 @@ func scratchFor(s **[]byte, n int64) []byte {
 func (x *executor) runStream(ctx context.Context, ch int, steps algorithms.Stream) error {
 	var scratch *[]byte
 	var descs map[int]*peerBufs // direct plans: the peers' buffers, from Wait steps
+	var use peerUse             // and which of them the stream touches
 	rounds := 0                 // shared plans: Notify steps so far
 	var recvBuf, sendBuf [4]Conn
 	defer func() {
@@ -256,9 +257,9 @@ func (x *executor) runStream(ctx context.Context, ch int, steps algorithms.Strea
 		switch st.Prim {
 		case algorithms.Notify, algorithms.Wait, algorithms.ReadReduceCopy, algorithms.Offer, algorithms.ReadCopy:
 			if descs == nil {
-				descs = map[int]*peerBufs{}
+				descs, use = map[int]*peerBufs{}, peerUseOf(steps)
 			}
-			if err := x.directStep(ctx, ch, st, src, dst, descs, &scratch); err != nil {
+			if err := x.directStep(ctx, ch, st, src, dst, descs, use, &scratch); err != nil {
 				return err
 			}
 			continue

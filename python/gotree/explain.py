@@ -106,10 +106,22 @@ def format_description(d, out):
         "{} to {}".format(t, ", ".join(map(str, sorted(p)))) for t, p in sorted(links.items())) or "none"), file=out)
     sb = d.get("shared_buffers")
     if sb and (sb["buffers"] or sb["peer_buffers_mapped"] or sb["peer_buffers_copied"]):
-        line = ("\nShared buffers (gotree.empty): {} in this process ({}); direct plans reached {} of the peers' "
+        line = ("\nShared buffers (gotree.empty, the shared CPU allocator): {} in this process ({}); direct plans reached {} of the peers' "
                 "through mappings".format(sb["buffers"], _fmt_bytes(sb["bytes"]), sb["peer_buffers_mapped"]))
         if sb["peer_buffers_copied"]:
             line += " and copied {} they could not map (last: {})".format(sb["peer_buffers_copied"], sb.get("last_error", "?"))
+        if sb.get("cached") or sb.get("reused"):
+            line += "; {} freed ones ({}) kept for reuse, {} allocations served from them".format(
+                sb["cached"], _fmt_bytes(sb["cached_bytes"]), sb["reused"])
+        print(line, file=out)
+    alloc = (sb or {}).get("allocator") or {}
+    if alloc.get("installed") and alloc.get("min_bytes"):
+        line = "Shared CPU allocator: torch's CPU tensors of {} and more are allocated as shared buffers".format(
+            _fmt_bytes(alloc["min_bytes"]))
+        if not alloc.get("active"):
+            line += " (but another allocator has replaced it since)"
+        if alloc.get("fallbacks"):
+            line += "; {} could not be and use torch's allocator".format(alloc["fallbacks"])
         print(line, file=out)
     print("\nCPU tensors:", file=out)
     _tables(d["choices"], "", out)

@@ -12,6 +12,7 @@ and reduce_scatter_tensor of 64 KiB blocks and more run direct (the
 variable's rule), through mappings and then through process_vm_readv/writev."""
 
 import gc
+import io
 import os
 import sys
 import time
@@ -24,6 +25,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 import gotree  # noqa: E402
 from _common import Checker, gen  # noqa: E402
+from gotree.explain import format_description  # noqa: E402
 
 MIN = 64 << 10
 STEPS = 3
@@ -103,6 +105,9 @@ def main():
     st = stats()
     alloc = st["allocator"]
     c.check(alloc["installed"] and alloc["active"] and alloc["min_bytes"] == MIN, f"allocator after init: {alloc}")
+    text = io.StringIO()
+    format_description(gotree.describe(sizes=[8]), text)
+    c.check("Shared CPU allocator: torch's CPU tensors of" in text.getvalue(), f"explain: {text.getvalue()[:800]}")
 
     # torch's tensors: 64 KiB and more in shared buffers, smaller not.
     b0 = stats()["buffers"]
