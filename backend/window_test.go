@@ -125,6 +125,27 @@ func TestWindowMapAsPeer(t *testing.T) {
 	require.False(t, cached(first), "the least recently used")
 	require.True(t, cached(r), "a window in use is never unmapped")
 
+	// The bound on bytes: with room for three more 2-page windows beside
+	// the cached ones, a fourth unmaps the least recently used window.
+	peerWindows.Lock()
+	held := peerWindows.bytes
+	peerWindows.Unlock()
+	defer func(b int64) { peerWindowBytes = b }(peerWindowBytes)
+	peerWindowBytes = held + 3*2*4096
+	var three []windowRef
+	for i := 0; i < 4; i++ {
+		w := allocWindow(t, 1)
+		wr := windowOf(w)
+		_, rel, err := mapWindow(pid, wr, addrOf(w)-wr.off)
+		require.NoError(t, err)
+		rel()
+		three = append(three, wr)
+	}
+	peerWindows.Lock()
+	require.LessOrEqual(t, peerWindows.bytes, peerWindowBytes)
+	peerWindows.Unlock()
+	require.True(t, cached(three[3]) && cached(three[2]), "the newest stay")
+
 	// A window of the peer that overlaps a cached one in the peer's
 	// address space replaces it there (the old one was freed), unless a
 	// call still uses it.

@@ -166,15 +166,17 @@ gotree_status_t gotree_probe_handoff(size_t bytes, int rounds, double *us);
  * gotree_mem_alloc returns `bytes` of zeroed memory, page-aligned, that the
  * other ranks of this host can map: it lives in a memfd instead of the
  * process's private pages. Use it like any buffer. When a direct (single-
- * copy) plan runs on buffers that lie in such memory - an allreduce, or the
- * single-copy blocks of all-to-all, gather and scatter - each peer maps the
+ * copy) plan runs on buffers that lie in such memory - an allreduce, an
+ * allgather or reduce-scatter run direct (GOTREE_ALGO, GOTREE_CPU_ALLOCATOR),
+ * or the single-copy blocks of all-to-all, gather and scatter - each peer maps the
  * buffer once (through /proc/<pid>/fd, which needs the permission that
  * process_vm_readv needs) and reads and writes it with plain loads and
  * stores, without a system call per fragment or a copy through scratch
  * memory. Any mix of such and ordinary buffers is allowed, across ranks and
  * between input and output: nothing has to be agreed, each rank decides per
  * peer buffer. gotree_mem_free releases it; a peer that mapped it keeps its
- * mapping (up to 256 per process, the least recently used unmapped first),
+ * mapping (up to 1024 buffers and 4 GiB per process, the least recently
+ * used unmapped first),
  * so the memory returns to the system once those are gone too. Each buffer
  * holds one file descriptor (its memfd) until it is freed: allocate a few
  * large buffers and place tensors in them rather than thousands of small
