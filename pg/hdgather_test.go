@@ -68,15 +68,22 @@ func checkGatherScatter(t *testing.T, comms []*Comm, count int64, inPlace bool) 
 // sizes, in place and not, on a power of two ranks (recursive halving and
 // doubling) and on others (Bruck's order).
 func TestHalvingDoublingGatherScatter(t *testing.T) {
-	for _, n := range []int{2, 3, 4, 5, 6, 8} {
+	forcedGatherScatter(t, []int{2, 3, 4, 5, 6, 8}, algorithms.HalvingDoubling, "hd")
+}
+
+// forcedGatherScatter forces algo (GOTREE_ALGO's name for it) on allgather
+// and reduce-scatter of n ranks for each n in ns, and checks both at
+// awkward sizes, in place and not.
+func forcedGatherScatter(t *testing.T, ns []int, algo algorithms.Algorithm, name string) {
+	for _, n := range ns {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			cfg := testConfig()
-			cfg.Algo = "allgather:hd;reducescatter:hd"
+			cfg.Algo = fmt.Sprintf("allgather:%s;reducescatter:%s", name, name)
 			comms := startComms(t, n, nil, cfg)
 			for _, coll := range []algorithms.Collective{algorithms.AllGather, algorithms.ReduceScatter} {
 				p, err := comms[0].PlanOf(coll, 1031, algorithms.Int64, algorithms.Sum, 0, false)
 				require.NoError(t, err)
-				require.Equal(t, algorithms.HalvingDoubling, p.Algo, "%v", coll)
+				require.Equal(t, algo, p.Algo, "%v", coll)
 			}
 			for _, count := range []int64{0, 1, 7, 1031, 100003} {
 				for _, inPlace := range []bool{false, true} {
@@ -121,23 +128,7 @@ func TestHalvingDoublingMismatchFails(t *testing.T) {
 // read each other's inputs); chosen alone by GOTREE_CPU_ALLOCATOR=shared
 // for blocks of its min_bytes and more, never by the model otherwise.
 func TestDirectGatherScatter(t *testing.T) {
-	for _, n := range []int{2, 3, 5} {
-		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			cfg := testConfig()
-			cfg.Algo = "allgather:direct;reducescatter:direct"
-			comms := startComms(t, n, nil, cfg)
-			for _, coll := range []algorithms.Collective{algorithms.AllGather, algorithms.ReduceScatter} {
-				p, err := comms[0].PlanOf(coll, 1031, algorithms.Int64, algorithms.Sum, 0, false)
-				require.NoError(t, err)
-				require.Equal(t, algorithms.Direct, p.Algo, "%v", coll)
-			}
-			for _, count := range []int64{0, 1, 7, 1031, 100003} {
-				for _, inPlace := range []bool{false, true} {
-					checkGatherScatter(t, comms, count, inPlace)
-				}
-			}
-		})
-	}
+	forcedGatherScatter(t, []int{2, 3, 5}, algorithms.Direct, "direct")
 	t.Run("by GOTREE_CPU_ALLOCATOR", func(t *testing.T) {
 		cfg := testConfig()
 		cfg.CPUAllocator = CPUAllocator{MinBytes: 64 << 10}
