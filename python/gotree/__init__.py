@@ -365,6 +365,19 @@ def use_shared_allocator(min_bytes=256 << 10, cache_bytes=1 << 30):
     _C.use_shared_allocator(min_bytes, cache_bytes)
 
 
+def shared_allocator_note():
+    """A bench header's words for the shared CPU allocator: "" when it is
+    not installed, else which of torch's CPU tensors it shares."""
+    load_library()
+    from gotree import _C
+
+    a = _C.shared_allocator()
+    if not (a["installed"] and a["min_bytes"]):
+        return ""
+    return " (shared CPU allocator: every backend's CPU tensors of {} bytes and more in shared buffers{})".format(
+        a["min_bytes"], "" if a["active"] else ", but replaced since")
+
+
 def is_registered():
     import torch.distributed as dist
 

@@ -261,6 +261,7 @@ def main(argv=None):
         f"# gotree.bench: {what} {args.dtype}, {n} ranks, torch {torch.__version__}, "
         f"{gotree.load_library()}, backends {' + '.join(groups)}"
         + (" (gotree's tensors from gotree.empty)" if args.shm_buffers else "")
+        + gotree.shared_allocator_note()
     )
     log(f"# load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} ({os.cpu_count()} CPUs)")
     log(

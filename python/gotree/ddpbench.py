@@ -53,7 +53,7 @@ def main(argv=None):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    import gotree  # noqa: F401  (registers the backend)
+    import gotree  # registers the backend
 
     dist.init_process_group(backend="gotree")
     rank, n = dist.get_rank(), dist.get_world_size()
@@ -94,7 +94,8 @@ def main(argv=None):
     nparams = sum(p.numel() for p in nets["gotree"].parameters())
     log(f"# gotree.ddpbench: {n} ranks, torch {torch.__version__}, MLP {args.depth} x {args.width} "
         f"({nparams / 1e6:.2f} M parameters, {nparams * 4 / 2**20:.1f} MiB of gradients per step), "
-        f"batch {args.batch} per rank, {wrap}, {args.steps} timed steps after {args.warmup}")
+        f"batch {args.batch} per rank, {wrap}, {args.steps} timed steps after {args.warmup}"
+        + gotree.shared_allocator_note())
     load = os.getloadavg()
     log(f"# load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} ({os.cpu_count()} CPUs)")
 
