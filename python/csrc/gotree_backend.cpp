@@ -365,14 +365,16 @@ class SharedCPUAllocator final : public c10::Allocator {
  private:
   // The set of this allocator's buffers, for raw_deleter. Its mutex is
   // held across fork() (pthread_atfork, registered when the module loads)
-  // so that a child never inherits it locked.
+  // so that a child never inherits it locked. Both are never destroyed: a
+  // tensor that some static object holds may be freed during the exit's
+  // static destruction, after a static set would be gone.
   static std::mutex& mu() {
-    static std::mutex m;
-    return m;
+    static auto* m = new std::mutex();
+    return *m;
   }
   static std::unordered_set<void*>& ours() {
-    static std::unordered_set<void*> s;
-    return s;
+    static auto* s = new std::unordered_set<void*>();
+    return *s;
   }
 
  public:
