@@ -200,8 +200,10 @@ func cmpU64(a, b uint64) int {
 // must outlive their calls.)
 func FreeWindow(p unsafe.Pointer) error {
 	ownWindows.Lock()
-	i := slices.IndexFunc(ownWindows.list, func(w *window) bool { return unsafe.Pointer(unsafe.SliceData(w.user)) == p })
-	if i < 0 {
+	// The window's mapping begins a page before p (the header).
+	start := uint64(uintptr(p)) - uint64(unix.Getpagesize())
+	i, found := slices.BinarySearchFunc(ownWindows.list, start, func(v *window, a uint64) int { return cmpU64(addrOf(v.mem), a) })
+	if !found || unsafe.Pointer(unsafe.SliceData(ownWindows.list[i].user)) != p {
 		ownWindows.Unlock()
 		return fmt.Errorf("gotree: %p is not the start of a window (of gotree_mem_alloc or gotree.empty)", p)
 	}
