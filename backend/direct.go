@@ -57,8 +57,6 @@ type peerBufs struct {
 	release       []func() // gives back the window mappings (runStream, at the end)
 }
 
-// mapBuffers maps the peer's buffers that lie in windows. A window that
-// cannot be mapped leaves its buffer to process_vm_readv/writev.
 // peerUse says which of the peers' buffers a stream's direct steps touch:
 // their inputs (read by a ReadReduceCopy or ReadCopy) and their outputs
 // (written by a ReadReduceCopy's WriteTo). Only those are mapped (an
@@ -77,7 +75,9 @@ func peerUseOf(steps algorithms.Stream) peerUse {
 	return u
 }
 
-// mapBuffers maps the peer's buffers that use names and lie in windows.
+// mapBuffers maps the peer's buffers that use names and that lie in
+// windows. A window that cannot be mapped leaves its buffer to
+// process_vm_readv/writev.
 func (p *peerBufs) mapBuffers(use peerUse) {
 	one := func(r windowRef, addr uint64, n int64) []byte {
 		if r.id == 0 || n < 0 || r.off > r.size || uint64(n) > r.size-r.off {
