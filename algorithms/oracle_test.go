@@ -289,8 +289,15 @@ func TestOracleProperties(t *testing.T) {
 			if algo == Shared && !SharedUsable(n, g.NNodes) {
 				algo = Ring // staging regions: one host
 			}
-		} else if coll != Broadcast && coll != Reduce && HasPlan(coll, HalvingDoubling, n) == nil && rng.IntN(2) == 0 {
-			algo = HalvingDoubling
+		} else if coll != Broadcast && coll != Reduce && HasPlan(coll, HalvingDoubling, n) == nil {
+			switch rng.IntN(3) {
+			case 0:
+				algo = HalvingDoubling
+			case 1:
+				if g.NNodes == 1 {
+					algo = Direct // one host only
+				}
+			}
 		}
 		ty := orTypes[rng.IntN(len(orTypes))]
 		ops := orIntOps
