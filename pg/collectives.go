@@ -328,12 +328,7 @@ func (c *Comm) choiceInputs(coll algorithms.Collective, bytes int64, inPlace boo
 	case algorithms.AllReduce:
 	case algorithms.AllGather, algorithms.ReduceScatter:
 		algos &= 1<<algorithms.Ring | 1<<algorithms.HalvingDoubling | 1<<algorithms.Direct
-		if lo := c.cfg.CPUAllocator.MinBytes; c.direct && algos.Has(algorithms.Direct) && lo > 0 && bytes/int64(c.nranks) >= lo {
-			// GOTREE_CPU_ALLOCATOR=shared puts blocks this large in shared
-			// buffers, which direct plans reach through mappings: 1.4-2.8x
-			// the ring's and hd's speed at 1-64 MiB on 4 ranks here, where
-			// through process_vm_readv/writev it is slower than them, and
-			// the model (calibrated on the latter) never picks it.
+		if algos.Has(algorithms.Direct) && c.sharedBlocks(bytes) {
 			algos = 1 << algorithms.Direct
 		} else if algos != 1<<algorithms.Direct {
 			algos &^= 1 << algorithms.Direct // only where GOTREE_ALGO asks for it alone
@@ -357,6 +352,17 @@ func (c *Comm) choiceInputs(coll algorithms.Collective, bytes int64, inPlace boo
 	topo := algorithms.TopoOfGraph(c.graph, intra, algorithms.TCP)
 	return topo, algorithms.Constraints{Algos: algos, Protos: 1 << algorithms.Simple,
 		MinChannels: c.cfg.MinChannels, MaxChannels: c.cfg.MaxChannels, InPlace: inPlace}, nil
+}
+
+// sharedBlocks reports whether GOTREE_CPU_ALLOCATOR=shared puts each
+// rank's block of an allgather or reduce-scatter moving bytes in a shared
+// buffer, where direct plans may run: through mappings they ran 1.4-2.8x
+// the ring's and hd's speed at 1-64 MiB on 4 ranks here, through
+// process_vm_readv/writev slower than them, and the model (calibrated on
+// the latter) never picks them.
+func (c *Comm) sharedBlocks(bytes int64) bool {
+	lo := c.cfg.CPUAllocator.MinBytes
+	return c.direct && lo > 0 && bytes/int64(c.nranks) >= lo
 }
 
 // runColl runs a collective; byCaller says it runs on the goroutine of a

@@ -90,7 +90,7 @@ type DescChoice struct {
 	Channels  int                `json:"channels"`
 	Predicted float64            `json:"predicted_us"`         // the model's time of Algo
 	InPlace   string             `json:"in_place_algo"`        // allreduce in place, where the model picks otherwise; "" the same
-	By        string             `json:"by"`                   // "model", "autotuning" (measured), "exploring" (autotuning is measuring it now)
+	By        string             `json:"by"`                   // "model", "autotuning" (measured), "exploring" (autotuning is measuring it now), "GOTREE_CPU_ALLOCATOR" (allgather and reduce-scatter of blocks in shared buffers: direct)
 	Models    map[string]float64 `json:"model_us"`             // every algorithm it may run here, the model's time
 	Unknown   []string           `json:"model_cannot_predict"` // allowed here but not calibrated for this many ranks per CPU: the model leaves them out, autotuning may measure them
 	LeftOut   []string           `json:"left_out_above_size"`  // allowed here but left out of the automatic choice at this size (hd in Bruck's order above algorithms.BruckAutoMaxBytes); forced, they run
@@ -222,6 +222,9 @@ func (c *Comm) describeChoice(coll algorithms.Collective, bytes int64) (DescChoi
 		dc.Models = c.modelTimes(coll, topo, bytes, cons)
 	}
 	if coll != algorithms.AllReduce {
+		if pr.Algo == algorithms.Direct && c.sharedBlocks(bytes) {
+			dc.By = "GOTREE_CPU_ALLOCATOR" // blocks in shared buffers: direct, whatever the model says
+		}
 		return dc, true
 	}
 	if ip, err := c.predictChoice(coll, bytes, true); err == nil && ip.Algo != pr.Algo {

@@ -145,6 +145,24 @@ func TestDirectGatherScatter(t *testing.T) {
 		}
 		checkGatherScatter(t, comms, 100003, false)
 		checkGatherScatter(t, comms, 100003, true)
+		// describe says why: 3 blocks of 64 KiB run direct by the variable,
+		// 3 of 1 KiB by the model (not direct).
+		d, err := comms[0].Describe([]int64{3 * 64 << 10, 3 << 10})
+		require.NoError(t, err)
+		seen := 0
+		for _, ch := range d.Choices {
+			if ch.Coll != "allgather" && ch.Coll != "reducescatter" {
+				continue
+			}
+			seen++
+			if ch.Bytes == 3*64<<10 {
+				require.Equal(t, []string{"direct", "GOTREE_CPU_ALLOCATOR"}, []string{ch.Algo, ch.By}, "%+v", ch)
+			} else {
+				require.NotEqual(t, "direct", ch.Algo, "%+v", ch)
+				require.Equal(t, "model", ch.By, "%+v", ch)
+			}
+		}
+		require.Equal(t, 4, seen)
 	})
 	t.Run("not by the model", func(t *testing.T) {
 		comms := startComms(t, 3, nil, testConfig())
