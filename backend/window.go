@@ -139,6 +139,7 @@ func SetWindowCache(limit int64) {
 func trimWindowCache() (drop []*window) {
 	for windowCache.bytes > windowCache.limit {
 		w := windowCache.list[0]
+		windowCache.list[0] = nil // the array keeps no released window
 		windowCache.list = windowCache.list[1:]
 		windowCache.bytes -= int64(len(w.mem))
 		drop = append(drop, w)

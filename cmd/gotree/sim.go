@@ -16,7 +16,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"github.com/gotree/gotree/pg"
 	"io"
 	"math"
 	"os"
@@ -26,6 +25,7 @@ import (
 	"time"
 
 	"github.com/gotree/gotree/algorithms"
+	"github.com/gotree/gotree/pg"
 )
 
 func init() {

@@ -31,7 +31,6 @@ package main
 import (
 	"flag"
 	"fmt"
-	"github.com/gotree/gotree/pg"
 	"io"
 	"math"
 	"math/bits"
@@ -44,6 +43,7 @@ import (
 
 	"github.com/gotree/gotree/algorithms"
 	"github.com/gotree/gotree/backend"
+	"github.com/gotree/gotree/pg"
 )
 
 func init() {

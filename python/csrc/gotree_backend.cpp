@@ -329,7 +329,6 @@ class SharedCPUAllocator final : public c10::Allocator {
 
   void setMinBytes(size_t n) { min_bytes_.store(n, std::memory_order_relaxed); }
   size_t minBytes() const { return min_bytes_.load(std::memory_order_relaxed); }
-  c10::Allocator* fallback() const { return fallback_; }
   int64_t fallbacks() const { return failed_.load(std::memory_order_relaxed); }
 
   c10::DataPtr allocate(size_t n) override {

@@ -347,11 +347,11 @@ def use_shared_allocator(min_bytes=256 << 10, cache_bytes=1 << 30):
     gotree process group is created ("shared,min_bytes:1M,cache_bytes:2G"
     sets both), and only the variable also makes allgather and
     reduce-scatter of blocks that large run direct (a choice every rank
-    must agree on, so it is settled at init). Each such tensor holds a file descriptor until it is freed,
-    and memory shared this way stays shared in a fork()ed child (a
-    DataLoader worker writing into a tensor its parent allocated changes
-    the parent's tensor too): keep min_bytes above the sizes such workers
-    write. gotree.describe(group)["shared_buffers"]["allocator"] says
+    must agree on, so it is settled at init). Each such tensor holds a
+    file descriptor until it is freed, and memory shared this way stays
+    shared in a fork()ed child (a DataLoader worker writing into a tensor
+    its parent allocated changes the parent's tensor too): keep min_bytes
+    above the sizes such workers write. gotree.describe(group)["shared_buffers"]["allocator"] says
     whether it is installed.
     """
     min_bytes, cache_bytes = int(min_bytes), int(cache_bytes)
