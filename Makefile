@@ -62,12 +62,18 @@ demo: install
 # Quick start (b): every test.
 test: lint test-go test-abi test-python
 
+# Packages that start no goroutines (algorithms/purity_test.go holds
+# algorithms/ to it): the race detector has nothing to find there and makes
+# them seven times slower.
+NORACE_PKGS = ./algorithms/ ./topology/ ./backend/reduce/
+
 test-go:
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v -e '/algorithms$$' -e '/topology$$' -e '/backend/reduce$$')
+	$(GO) test -count=1 $(NORACE_PKGS)
 	# Without the race detector: allocation counts (its sync.Pool drops
-	# items), and the full soak, which the race run trims (raceEnabled):
-	# the detector makes it eight times slower.
-	$(GO) test -count=1 -run 'AllocatesLittle|^TestSoak$$' ./pg/
+	# items), and what the race run trims (internal/race.Enabled): the full
+	# soak, the widest world sizes, the 16 MiB emulated kernels.
+	$(GO) test -count=1 -run 'AllocatesLittle|^TestSoak$$|^TestCollectivesAcrossWorldSizes$$|^TestMismatchedRootsFailEveryRank$$|^TestRankCommTorchSequenceBounds$$' ./pg/ ./cuda/
 
 $(BUILD)/abi_test: tests/c/abi_test.c capi/gotree.h $(LIB)
 	cc -std=c99 -Wall -Wextra -Werror -O1 -g -Icapi -o $@ tests/c/abi_test.c -L$(BUILD) -lgotree -Wl,-rpath,'$$ORIGIN' -Wl,-z,lazy -Wl,--allow-shlib-undefined -lm

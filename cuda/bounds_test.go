@@ -10,6 +10,7 @@ import (
 
 	"github.com/gotree/gotree/algorithms"
 	"github.com/gotree/gotree/backend"
+	"github.com/gotree/gotree/internal/race"
 )
 
 // TestEmulatorBoundsCheck: the emulator's bounds checking reports an
@@ -58,6 +59,9 @@ func TestEmulatorBoundsCheck(t *testing.T) {
 func TestRankCommTorchSequenceBounds(t *testing.T) {
 	if testing.Short() {
 		t.Skip("16 MiB collectives")
+	}
+	if race.Enabled {
+		t.Skip("16 MiB collectives, emulated byte by byte: make test-go runs this without the race detector")
 	}
 	cfg := Config{}.Defaults()
 	rng := rand.New(rand.NewSource(5))

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gotree/gotree/algorithms"
+	"github.com/gotree/gotree/internal/race"
 )
 
 // A collective allocates nothing in proportion to its message: 3 ranks on
@@ -14,7 +15,7 @@ import (
 // fragment) run a 1 MiB allreduce, and the bytes allocated per call, all
 // ranks together, stay far below one FIFO fragment (128 KiB) per rank.
 func TestAllReduceAllocatesLittle(t *testing.T) {
-	if raceEnabled {
+	if race.Enabled {
 		t.Skip("the race detector's sync.Pool drops items at random: allocations are not the program's")
 	}
 	comms := startComms(t, 3, []string{"a", "b", "c"}, testConfig())

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gotree/gotree/algorithms"
+	"github.com/gotree/gotree/internal/race"
 )
 
 // TestSoak runs many collectives of random sizes, ops, dtypes and
@@ -22,7 +23,7 @@ import (
 // full count; the closing note of issue 8 reports a 100,000 run).
 func TestSoak(t *testing.T) {
 	total := 1500
-	if raceEnabled {
+	if race.Enabled {
 		total = 300
 	}
 	if s := os.Getenv("GOTREE_SOAK_N"); s != "" {

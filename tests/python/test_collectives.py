@@ -19,7 +19,9 @@ def test_reductions_six_ranks(built):
     # the workers' input ranges, and an integer AVG divides the wrapped sum.
     # allgather and reduce_scatter run in Bruck's order here (6 is not a power
     # of two; the cost model picks it from 4 ranks on).
-    env = worker_env({"GOTREE_TEST_ONLY": "allreduce,reduce,reduce_scatter,allgather"})
+    # The large count is 2**18 + 3 here (1 MiB of float32, still many slots
+    # per channel): each rank builds all six inputs and the reference in Python.
+    env = worker_env({"GOTREE_TEST_ONLY": "allreduce,reduce,reduce_scatter,allgather", "GOTREE_TEST_BIG": str(2**18 + 3)})
     rc, out = torchrun("collectives.py", 6, timeout=420, env=env)
     passed = assert_checks(rc, out, 6, min_passed=3000)
     print(f"{passed} checks passed over 6 ranks")

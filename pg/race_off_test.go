@@ -1,5 +1,0 @@
-//go:build !race
-
-package pg
-
-const raceEnabled = false
