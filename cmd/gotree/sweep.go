@@ -43,6 +43,7 @@ const (
 	sweepTie       = 0.05      // |loser/winner - 1| below this is a tie
 	sweepMaxCV     = 0.05      // a group above this is measured again
 	sweepAutoTol   = 0.05      // auto may be this much slower than the best forced algorithm
+	sweepSignAlpha = 0.01      // level of the paired sign test that calls auto slower beyond noise
 )
 
 type sweepOpts struct {

@@ -14,6 +14,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,6 +64,18 @@ func (s benchSpec) algos() []string {
 		return s.Paired
 	}
 	return []string{s.Algo}
+}
+
+// comms is how many communicators the ranks join: one per algorithm, and
+// auto one more, so that its in-place calls explore and decide apart from
+// its out-of-place ones (autotuning decides a size once, in the placement
+// of its first calls, and torch issues every allreduce in place).
+func (s benchSpec) comms() int {
+	n := len(s.algos())
+	if slices.Contains(s.algos(), "auto") {
+		n++
+	}
+	return n
 }
 
 // benchCycle is one cycle of one size in one placement.
@@ -116,7 +129,7 @@ func benchLaunch(spec benchSpec, stderr io.Writer) (*benchResult, error) {
 	}
 	cfg.Timeout = spec.Timeout
 	var uids []string
-	for range spec.algos() {
+	for range spec.comms() {
 		uid, err := pg.NewUniqueID(cfg)
 		if err != nil {
 			return nil, err
@@ -181,7 +194,7 @@ func benchChild(stdout, stderr io.Writer) int {
 	n, err2 := strconv.Atoi(os.Getenv(envPerfRanks))
 	hexes := strings.Split(os.Getenv(envPerfUID), ",")
 	algos := spec.algos()
-	if err1 != nil || err2 != nil || len(hexes) != len(algos) || len(spec.Iters) != len(spec.Sizes) {
+	if err1 != nil || err2 != nil || len(hexes) != spec.comms() || len(spec.Iters) != len(spec.Sizes) {
 		fmt.Fprintln(stderr, "gotree bench child: bad environment")
 		return 2
 	}
@@ -196,8 +209,13 @@ func benchChild(stdout, stderr io.Writer) int {
 		return 2
 	}
 	cfg.Timeout = spec.Timeout
-	comms := make([]*pg.Comm, len(algos))
-	for i, a := range algos {
+	// comms[i] serves algos[i]; auto's in-place calls go to the last one.
+	comms := make([]*pg.Comm, spec.comms())
+	for i := range comms {
+		a := "auto"
+		if i < len(algos) {
+			a = algos[i]
+		}
 		b, err := hex.DecodeString(hexes[i])
 		if err != nil || len(b) != pg.UniqueIDBytes {
 			fmt.Fprintln(stderr, "gotree bench child: bad unique id")
@@ -255,7 +273,11 @@ func benchChild(stdout, stderr io.Writer) int {
 				if algos[ai] == "oneshot" && !algorithms.OneShotUsable(n, 1, count*es) {
 					continue // forced beyond its limits it would run the ring under its name
 				}
-				if err := benchCycleRun(&res, comms[ai], algos[ai], spec, i, cyc, count, dt, send, recv); err != nil {
+				placed := [2]*pg.Comm{comms[ai], comms[ai]}
+				if algos[ai] == "auto" {
+					placed[1] = comms[len(comms)-1]
+				}
+				if err := benchCycleRun(&res, placed, algos[ai], spec, i, cyc, count, dt, send, recv); err != nil {
 					fmt.Fprintf(stderr, "gotree bench child: rank %d: %d bytes: %v\n", rank, size, err)
 					return 1
 				}
@@ -288,11 +310,12 @@ func barrierWait(comm *pg.Comm) error {
 	return err
 }
 
-// benchCycleRun times one cycle of one size, out of place then in place;
-// the first cycle is checked.
-func benchCycleRun(res *benchResult, comm *pg.Comm, algo string, spec benchSpec, i, cyc int, count int64, dt algorithms.DType, send, recv []byte) error {
+// benchCycleRun times one cycle of one size, out of place on placed[0]
+// then in place on placed[1]; the first cycle is checked.
+func benchCycleRun(res *benchResult, placed [2]*pg.Comm, algo string, spec benchSpec, i, cyc int, count int64, dt algorithms.DType, send, recv []byte) error {
 	es := int64(dt.Size())
-	for _, inplace := range []bool{false, true} {
+	for pi, inplace := range []bool{false, true} {
+		comm := placed[pi]
 		o := perfOpts{coll: algorithms.AllReduce, dtype: dt, op: algorithms.Sum, iters: spec.Iters[i], warmup: min(spec.Warmup, spec.Iters[i])}
 		if cyc == 0 {
 			o.check = 1

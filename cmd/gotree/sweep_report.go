@@ -295,23 +295,42 @@ func (r *sweepReport) forced(n int) []string {
 	return out
 }
 
+type algoTime struct {
+	a string
+	t float64
+}
+
+// ranked is the forced algorithms measured at one size, fastest first
+// (ties by name).
+func (r *sweepReport) ranked(n int, b int64) []algoTime {
+	var xs []algoTime
+	for _, a := range r.forced(n) {
+		if p, ok := r.points[n][a][b]; ok {
+			xs = append(xs, algoTime{a, p.Median})
+		}
+	}
+	sort.Slice(xs, func(i, j int) bool { return xs[i].t < xs[j].t || xs[i].t == xs[j].t && xs[i].a < xs[j].a })
+	return xs
+}
+
+// best is the fastest forced algorithm at one size and its time, where
+// at least two were measured there — or the only one the sweep forces
+// (the A/A check: one forced algorithm and auto forced to it).
+func (r *sweepReport) best(n int, b int64) (algo string, t float64, ok bool) {
+	xs := r.ranked(n, b)
+	if len(xs) == 0 || len(xs) == 1 && len(r.forced(n)) > 1 {
+		return "", 0, false
+	}
+	return xs[0].a, xs[0].t, true
+}
+
 // verdict compares the forced algorithms at one size: the winner (or
 // "tie"), the best time and the margin loser/winner - 1.
 func (r *sweepReport) verdict(n int, b int64) (winner string, best, margin float64, ok bool) {
-	type at struct {
-		a string
-		t float64
-	}
-	var xs []at
-	for _, a := range r.forced(n) {
-		if p, ok := r.points[n][a][b]; ok {
-			xs = append(xs, at{a, p.Median})
-		}
-	}
+	xs := r.ranked(n, b)
 	if len(xs) < 2 {
 		return "", 0, 0, false
 	}
-	sort.Slice(xs, func(i, j int) bool { return xs[i].t < xs[j].t || xs[i].t == xs[j].t && xs[i].a < xs[j].a })
 	margin = xs[1].t/xs[0].t - 1
 	winner = xs[0].a
 	if margin < sweepTie {
@@ -382,24 +401,93 @@ type autoRow struct {
 	// Crossed: the size's runs (every algorithm's, auto's too) met both
 	// machine states, so its verdict compares two machines.
 	Crossed bool
+	// The paired sign test of auto (measured directly, else its choice's
+	// forced run) against the best forced algorithm (pairedExcess): Slower
+	// of Pairs cycle pairs had auto more than sweepAutoTol slower, with
+	// chance SignP under a true excess of at most sweepAutoTol. Tested is
+	// false where no cycles pair up (one process set per algorithm) or
+	// auto ran the best algorithm's plan without being measured itself.
+	Tested        bool
+	Slower, Pairs int
+	SignP         float64
+}
+
+// Significant: the sign test puts auto more than sweepAutoTol slower than
+// the best forced algorithm at level sweepSignAlpha.
+func (a autoRow) Significant() bool { return a.Tested && a.SignP < sweepSignAlpha }
+
+// pairedExcess is a one-sided sign test of "a is more than tol slower than
+// b" over the cycles that timed both in the same processes (a paired
+// sweep's run and seq, cycles alternating ABBA): slower counts the pairs,
+// cycle by cycle, in which a's cycle median exceeds (1+tol) times b's, and
+// p is the chance of at least that many if a's true excess were at most
+// tol (each pair then at most even odds). A per-size median over 30 cycles
+// moves by several percent between runs of the same plan on this VM; the
+// test separates that from a choice that is slower cycle after cycle.
+func (r *sweepReport) pairedExcess(n int, bytes int64, a, b string, tol float64) (slower, pairs int, p float64, ok bool) {
+	type proc struct {
+		run string
+		seq int
+	}
+	meds := map[proc]*[2][]float64{}
+	var order []proc
+	for _, g := range r.groups {
+		if g.InPlace != r.inPlace || g.N != n || g.Bytes != bytes || (g.Algo != a && g.Algo != b) {
+			continue
+		}
+		k := proc{g.Run, g.Seq}
+		if meds[k] == nil {
+			meds[k] = &[2][]float64{}
+			order = append(order, k)
+		}
+		i := 0
+		if g.Algo == b {
+			i = 1
+		}
+		meds[k][i] = append(meds[k][i], g.CycleMedians...)
+	}
+	for _, k := range order {
+		m := meds[k]
+		for i := range min(len(m[0]), len(m[1])) {
+			pairs++
+			if m[0][i] > (1+tol)*m[1][i] {
+				slower++
+			}
+		}
+	}
+	if pairs == 0 {
+		return 0, 0, 1, false
+	}
+	return slower, pairs, binomialTail(pairs, slower), true
+}
+
+// binomialTail is P(X >= k) for X ~ Binomial(n, 1/2).
+func binomialTail(n, k int) float64 {
+	if k <= 0 {
+		return 1
+	}
+	sum, c := 0.0, 1.0 // c = C(n, i)
+	for i := 0; i <= n; i++ {
+		if i >= k {
+			sum += c
+		}
+		c = c * float64(n-i) / float64(i+1)
+	}
+	return sum / math.Pow(2, float64(n))
 }
 
 func (r *sweepReport) autoRows() []autoRow {
 	var out []autoRow
 	for _, n := range r.ns {
 		for _, b := range r.sizes[n] {
-			_, best, _, ok := r.verdict(n, b)
+			bestAlgo, best, ok := r.best(n, b)
 			if !ok {
 				continue
 			}
-			row := autoRow{N: n, Bytes: b, Choice: r.auto(n, b)}
+			row := autoRow{N: n, Bytes: b, Choice: r.auto(n, b), Best: bestAlgo}
 			var met machineStates
 			for _, a := range r.algos {
-				p, ok := r.points[n][a][b]
-				met |= p.States
-				if ok && a != "auto" && p.Median == best {
-					row.Best = a
-				}
+				met |= r.points[n][a][b].States
 			}
 			row.Crossed = met.crossed()
 			p, ok := r.points[n][row.Choice][b]
@@ -419,6 +507,12 @@ func (r *sweepReport) autoRows() []autoRow {
 			}
 			row.Excess = p.Median/best - 1
 			row.Pass = row.Excess <= sweepAutoTol
+			if ran := row.Choice; row.Measured || ran != row.Best {
+				if row.Measured {
+					ran = "auto"
+				}
+				row.Slower, row.Pairs, row.SignP, row.Tested = r.pairedExcess(n, b, ran, row.Best, sweepAutoTol)
+			}
 			out = append(out, row)
 		}
 	}
@@ -487,6 +581,7 @@ func (r *sweepReport) writeAutoCheck(w io.Writer) {
 			fmt.Fprintf(w, "| %d | %d | %d | %s | %s | %s | %.1f%% |\n", n, k, f, fmtBytes(x.Bytes), x.Choice, x.Best, 100*x.Excess)
 		}
 	}
+	r.writeSignTest(w, rows)
 	var same []float64
 	for _, a := range rows {
 		if a.Measured {
@@ -520,6 +615,35 @@ func (r *sweepReport) writeAutoCheck(w io.Writer) {
 				}
 				fmt.Fprintf(w, "- N=%d %s: auto %s, best %s, %.1f%% slower%s%s\n", a.N, fmtBytes(a.Bytes), a.Choice, a.Best, 100*a.Excess, note, a.crossedNote())
 			}
+		}
+	}
+}
+
+// writeSignTest reports the paired sign test (autoRow.Significant): the
+// sizes where auto is slower than the best forced algorithm by more than
+// the tolerance cycle after cycle, apart from those where its median is
+// merely past the tolerance.
+func (r *sweepReport) writeSignTest(w io.Writer, rows []autoRow) {
+	tested, sig, held := 0, 0, 0
+	for _, a := range rows {
+		if a.Tested {
+			tested++
+		}
+		if a.Significant() {
+			sig++
+		}
+		if a.Pass || (a.Tested && !a.Significant()) {
+			held++
+		}
+	}
+	if tested == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nPaired sign test (the cycles of auto and of the best forced algorithm timed in the same processes, alternating; a pair counts against auto where its cycle median is more than %.0f%% above the other's): ", 100*sweepAutoTol)
+	fmt.Fprintf(w, "auto more than %.0f%% slower at p < %g at %d of %d sizes tested; within %.0f%%, or not shown slower, at %d of %d sizes.\n", 100*sweepAutoTol, sweepSignAlpha, sig, tested, 100*sweepAutoTol, held, len(rows))
+	for _, a := range rows {
+		if a.Significant() {
+			fmt.Fprintf(w, "- N=%d %s: auto %s, best %s: %d of %d pairs more than %.0f%% slower (p = %.2g); medians %.1f%% apart%s\n", a.N, fmtBytes(a.Bytes), a.Choice, a.Best, a.Slower, a.Pairs, 100*sweepAutoTol, a.SignP, 100*a.Excess, a.crossedNote())
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"image/png"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -488,4 +489,87 @@ func TestSweepEndToEnd(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(md), "# auto check, out of place")
 	require.Equal(t, probed, strings.Contains(string(md), "Machine state (`gotree handoff`'s probe"))
+
+	// Paired: ring and auto in the same processes (auto on two
+	// communicators, one per placement); the report runs the sign test.
+	dir = t.TempDir()
+	out.Reset()
+	errb.Reset()
+	code = runSweep([]string{"-paired", "-n", "3", "-b", "1K", "-e", "64K", "-algos", "ring,auto", "-cycles", "2", "-iters", "2", "-w", "1", "-remeasure", "0", "-timeout", "60s", "-out", dir}, &out, &errb)
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out.String(), errb.String())
+	f2, err := os.Open(filepath.Join(dir, "raw.csv"))
+	require.NoError(t, err)
+	defer f2.Close()
+	ss, err = readSweepCSV(f2)
+	require.NoError(t, err)
+	require.Len(t, ss, 2*7*2*2*2) // 2 algorithms × 7 sizes × 2 passes × 2 cycles × 2 placements
+	for _, s := range ss {
+		require.True(t, s.Cycle != 0 || s.Wrong == 0, "%+v", s)
+		require.Equal(t, s.Algo == "auto", s.Chose != "", "%+v", s)
+	}
+	md, err = os.ReadFile(filepath.Join(dir, "crossover.md"))
+	require.NoError(t, err)
+	require.Contains(t, string(md), "Paired sign test")
+}
+
+func TestBinomialTail(t *testing.T) {
+	for _, tc := range []struct {
+		n, k int
+		want float64
+	}{{20, 20, math.Pow(2, -20)}, {20, 0, 1}, {4, 3, 5.0 / 16}, {4, 5, 0}, {1, 1, 0.5}, {30, 15, 0.5 + 0.5*155117520/math.Pow(2, 30)}} {
+		require.InDelta(t, tc.want, binomialTail(tc.n, tc.k), 1e-12, "n=%d k=%d", tc.n, tc.k)
+	}
+}
+
+// The paired sign test pairs auto's cycles with the best forced
+// algorithm's where the same processes timed both: a choice 10% slower
+// in every cycle is significant; a median 6% slower from 12 of 20 cycles
+// is not (p = 0.25), though it fails the plain 5% rule; cycles from
+// different process sets are not paired.
+func TestSweepPairedSignTest(t *testing.T) {
+	const cycles = 20
+	mk := func(algo string, seq int, bytes int64, time func(c int) float64) []sweepSample {
+		var out []sweepSample
+		for c := range cycles {
+			x := time(c)
+			out = append(out, sweepSample{Run: "A", Seq: seq, N: 2, Algo: algo, Bytes: bytes, Cycle: c, Wrong: 0, Times: []float64{x, x, x}})
+		}
+		return out
+	}
+	hd := func(c int) float64 { return 100 + float64(c%3) } // the best, with some noise
+	var ss []sweepSample
+	for _, b := range []int64{64, 128, 256} {
+		ss = append(ss, mk("hd", 1, b, hd)...)
+		ss = append(ss, mk("ring", 1, b, func(c int) float64 { return 2 * hd(c) })...)
+	}
+	ss = append(ss, mk("auto", 1, 64, func(c int) float64 { return 1.10 * hd(c) })...)
+	ss = append(ss, mk("auto", 1, 128, func(c int) float64 {
+		if c%5 < 3 { // 12 of 20
+			return 1.07 * hd(c)
+		}
+		return hd(c)
+	})...)
+	ss = append(ss, mk("auto", 2, 256, func(c int) float64 { return 1.10 * hd(c) })...) // another process set
+	r := analyseSweep(ss, func(int, int64) string { return "hd" }, false)
+	rows := map[int64]autoRow{}
+	for _, a := range r.autoRows() {
+		rows[a.Bytes] = a
+	}
+	require.Len(t, rows, 3)
+	a := rows[64]
+	require.True(t, a.Tested)
+	require.Equal(t, [2]int{20, 20}, [2]int{a.Slower, a.Pairs})
+	require.InDelta(t, math.Pow(2, -20), a.SignP, 1e-15)
+	require.True(t, a.Significant())
+	a = rows[128]
+	require.False(t, a.Pass, "median 7%% over: fails the plain rule")
+	require.Equal(t, [2]int{12, 20}, [2]int{a.Slower, a.Pairs})
+	require.InDelta(t, 0.2517, a.SignP, 1e-4)
+	require.False(t, a.Significant())
+	require.False(t, rows[256].Tested, "one process set per algorithm: nothing to pair")
+	var buf bytes.Buffer
+	r.writeAutoCheck(&buf)
+	out := buf.String()
+	require.Contains(t, out, "more than 5% slower at p < 0.01 at 1 of 2 sizes tested; within 5%, or not shown slower, at 1 of 3 sizes")
+	require.Contains(t, out, "- N=2 64: auto hd, best hd: 20 of 20 pairs more than 5% slower (p = 9.5e-07); medians 10.0% apart")
 }
