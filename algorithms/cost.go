@@ -908,12 +908,10 @@ func (t *Tuning) AutotuneCandidates(coll Collective, topo CostTopo, bytes int64,
 			}
 		}
 	}
-	// One-shot runs up to OneShotMaxBytes, shared plans are measured only
-	// above it: at most one of them is added.
+	// Then one-shot (up to OneShotMaxBytes) and shared plans, in that
+	// order, where the model cannot predict them: at 16-32 KiB on 4 ranks
+	// shared beat one-shot by 8-29% (docs/cost-model.md §1a).
 	for _, a := range [...]Algorithm{OneShot, Shared} {
-		if a == Shared && bytes <= OneShotMaxBytes {
-			continue
-		}
 		if p, ok := t.unmodelled(a, coll, topo, bytes, c); ok && !slices.ContainsFunc(out, func(q Prediction) bool { return q.Algo == a }) {
 			out = append(out, p)
 		}

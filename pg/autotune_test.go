@@ -97,7 +97,7 @@ func TestAutotuneKeepsTheMeasuredFastest(t *testing.T) {
 // calls, round after round, each round rotated by one: no candidate
 // always runs first, and none runs two blocks in a row.
 func TestAutotuneRotatedRounds(t *testing.T) {
-	order := map[int][]int{1: {0, 0, 0}, 2: {0, 1, 0, 1, 0, 1}, 3: {0, 1, 2, 1, 2, 0, 2, 0, 1}, 4: {0, 1, 2, 3, 1, 2, 3, 0, 2, 3, 0, 1}}
+	order := map[int][]int{1: {0, 0, 0}, 2: {0, 1, 0, 1, 0, 1}, 3: {0, 1, 2, 1, 2, 0, 2, 0, 1}, 4: {0, 1, 2, 3, 1, 2, 3, 0, 2, 3, 0, 1}, 5: {0, 1, 2, 3, 4, 1, 2, 3, 4, 0, 2, 3, 4, 0, 1}}
 	for n := 1; n <= tuneMaxCands; n++ {
 		var got []int
 		for b := 0; b < tuneRounds*n; b++ {
@@ -297,7 +297,7 @@ func TestAutotuneExploresAgain(t *testing.T) {
 // algorithm's time per call.
 func TestReexploreAfter(t *testing.T) {
 	rec := func(base float64, us float64) tuneRecord {
-		r := tuneRecord{samples: 3, algos: [tuneMaxCands]int{int(algorithms.Ring), int(algorithms.HalvingDoubling), -1, -1}}
+		r := tuneRecord{samples: 3, algos: [tuneMaxCands]int{int(algorithms.Ring), int(algorithms.HalvingDoubling), -1, -1, -1}}
 		for i := 0; i < 2; i++ {
 			for j := 0; j < 3; j++ {
 				r.at[i][j], r.us[i][j] = base+float64(30*i+10*j), us
@@ -315,10 +315,11 @@ func TestReexploreAfter(t *testing.T) {
 
 // A slow stretch of the machine as long as two blocks, wherever it falls
 // in the exploration, does not decide: every call in it takes 10 times
-// as long, yet the fastest candidate (by 20%) is kept, for 2, 3 and 4
+// as long, yet the fastest candidate (by 20%) is kept, for 2 to 5
 // candidates and each of them the fastest in turn.
 func TestAutotuneSlowStretch(t *testing.T) {
-	algos := []algorithms.Algorithm{algorithms.Direct, algorithms.Ring, algorithms.HalvingDoubling, algorithms.Shared}
+	algos := []algorithms.Algorithm{algorithms.Direct, algorithms.Ring, algorithms.HalvingDoubling, algorithms.OneShot, algorithms.Shared}
+	require.Len(t, algos, tuneMaxCands)
 	for n := 2; n <= tuneMaxCands; n++ {
 		cands := make([]algorithms.Prediction, n)
 		for i := range cands {

@@ -15,7 +15,7 @@ const Version = "0.1.0"
 // frames and the rank table, connection handshakes, message headers and
 // FIFO layouts, staging regions, and the rules that turn a call into a
 // plan (every rank chooses alone). Bump it with any change to those.
-const WireVersion = 3 // 2: direct plans' descriptors carry shared-buffer windows; autotuning repeats explorations over first mappings. 3: direct allgather and reduce-scatter; GOTREE_CPU_ALLOCATOR among the choice settings
+const WireVersion = 4 // 2: direct plans' descriptors carry shared-buffer windows; autotuning repeats explorations over first mappings. 3: direct allgather and reduce-scatter; GOTREE_CPU_ALLOCATOR among the choice settings. 4: autotuning's gathered record holds 5 candidates (one-shot and shared together)
 
 // versionTag is what a rank announces in the rank table: ranks whose tags
 // differ cannot work together.

@@ -147,7 +147,7 @@ BATCH_BYTES = 64 << 20
 # tuneMaxCands counting one-shot where the model cannot predict it; a Go
 # test holds the two equal); gotree's allreduce warm-up runs them first,
 # and stops early once gotree.describe says that size no longer explores.
-AUTOTUNE_CALLS = 204
+AUTOTUNE_CALLS = 255
 
 
 def exploring(group, nbytes):

@@ -41,7 +41,7 @@ def main(argv=None):
     ap.add_argument("--depth", type=int, default=4)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--warmup", type=int, default=50, help="untimed steps (gotree's autotuning measures each bucket size during its first calls: 48 at most for buckets of 1 MiB and more here, fewer for large ones, up to 204 for small ones)")
+    ap.add_argument("--warmup", type=int, default=50, help="untimed steps (gotree's autotuning measures each bucket size during its first calls: 48 at most for buckets of 1 MiB and more here, fewer for large ones, up to 255 for small ones)")
     ap.add_argument("--bucket-mb", type=float, default=25.0, help="DDP bucket_cap_mb (default 25, DDP's)")
     ap.add_argument("--fsdp", action="store_true", help="FSDP2 (fully_shard per Linear layer and on the whole model) instead of DDP")
     ap.add_argument("--json", default="")
