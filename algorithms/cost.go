@@ -909,8 +909,8 @@ func (t *Tuning) AutotuneCandidates(coll Collective, topo CostTopo, bytes int64,
 		}
 	}
 	// Then one-shot (up to OneShotMaxBytes) and shared plans, in that
-	// order, where the model cannot predict them: at 16-32 KiB on 4 ranks
-	// shared beat one-shot by 8-29% (docs/cost-model.md §1a).
+	// order, where the model cannot predict them: shared was the fastest
+	// at 16-32 KiB on 4 ranks in a paired sweep (docs/cost-model.md §1a).
 	for _, a := range [...]Algorithm{OneShot, Shared} {
 		if p, ok := t.unmodelled(a, coll, topo, bytes, c); ok && !slices.ContainsFunc(out, func(q Prediction) bool { return q.Algo == a }) {
 			out = append(out, p)
