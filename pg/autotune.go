@@ -23,8 +23,8 @@ import (
 // the first calls of each allreduce size measure:
 //
 //   - the candidates are the algorithms the model predicts within
-//     tuneSpan of its choice, and one-shot where the model cannot predict
-//     it (Tuning.AutotuneCandidates), the model's in-place choice first, so
+//     tuneSpan of its choice, and one-shot and shared plans where the model
+//     cannot predict them (Tuning.AutotuneCandidates), the model's in-place choice first, so
 //     a size called only once runs what the model picks;
 //   - they run in blocks, each candidate for tuneWarmups untimed and
 //     tuneTimed (or more, below) timed calls in a row (alternating call by call measures
