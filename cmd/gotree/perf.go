@@ -403,6 +403,9 @@ func perfRun(o perfOpts, uid pg.UniqueID, rank, n int, cfg pg.Config, stdout, st
 		if pointToPoint(o.coll) {
 			fmt.Fprintf(stdout, "# %v runs as point-to-point transfers: out of place only (the in-place columns stay 0), no memory-traffic bound\n", o.coll)
 		}
+		if o.coll == algorithms.AllReduce && o.algo == "auto" {
+			fmt.Fprintf(stdout, "# auto: autotuning (unless GOTREE_AUTOTUNE=0) decides each size in its first calls, out of place here, and the in-place calls run that choice (docs/cost-model.md §1a)\n")
+		}
 		fmt.Fprintf(stdout, "#%11s %12s %9s %6s %5s   %9s %7s %7s %6s   %9s %7s %7s %6s   %9s %9s %6s   %7s %9s %6s %6s   %11s %3s\n",
 			"size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "median", "p95", "cv",
 			"copybw", "bound", "%bnd", "%bnd", "algo", "ch")
