@@ -68,7 +68,7 @@ test: lint test-go test-abi test-python
 NORACE_PKGS = ./algorithms/ ./topology/ ./backend/reduce/
 
 test-go:
-	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v -e '/algorithms$$' -e '/topology$$' -e '/backend/reduce$$')
+	$(GO) test -race -count=1 $$($(GO) list ./... | grep -vxF "$$($(GO) list $(NORACE_PKGS))")
 	$(GO) test -count=1 $(NORACE_PKGS)
 	# Without the race detector: allocation counts (its sync.Pool drops
 	# items), and what the race run trims (internal/race.Enabled): the full

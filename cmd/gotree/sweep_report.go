@@ -430,7 +430,6 @@ func (r *sweepReport) pairedExcess(n int, bytes int64, a, b string, tol float64)
 		seq int
 	}
 	meds := map[proc]*[2][]float64{}
-	var order []proc
 	for _, g := range r.groups {
 		if g.InPlace != r.inPlace || g.N != n || g.Bytes != bytes || (g.Algo != a && g.Algo != b) {
 			continue
@@ -438,7 +437,6 @@ func (r *sweepReport) pairedExcess(n int, bytes int64, a, b string, tol float64)
 		k := proc{g.Run, g.Seq}
 		if meds[k] == nil {
 			meds[k] = &[2][]float64{}
-			order = append(order, k)
 		}
 		i := 0
 		if g.Algo == b {
@@ -446,8 +444,7 @@ func (r *sweepReport) pairedExcess(n int, bytes int64, a, b string, tol float64)
 		}
 		meds[k][i] = append(meds[k][i], g.CycleMedians...)
 	}
-	for _, k := range order {
-		m := meds[k]
+	for _, m := range meds { // counts: the order does not matter
 		for i := range min(len(m[0]), len(m[1])) {
 			pairs++
 			if m[0][i] > (1+tol)*m[1][i] {
@@ -507,10 +504,11 @@ func (r *sweepReport) autoRows() []autoRow {
 			}
 			row.Excess = p.Median/best - 1
 			row.Pass = row.Excess <= sweepAutoTol
-			if ran := row.Choice; row.Measured || ran != row.Best {
-				if row.Measured {
-					ran = "auto"
-				}
+			ran := row.Choice
+			if row.Measured {
+				ran = "auto"
+			}
+			if ran != row.Best {
 				row.Slower, row.Pairs, row.SignP, row.Tested = r.pairedExcess(n, b, ran, row.Best, sweepAutoTol)
 			}
 			out = append(out, row)

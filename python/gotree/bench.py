@@ -144,9 +144,10 @@ BATCH_BYTES = 64 << 20
 # gotree's autotuning times up to this many allreduce calls of a new size
 # (pg/autotune.go: tuneRounds x tuneMaxCands x (tuneWarmups + tuneMaxTimed),
 # fewer for sizes with fewer candidates or longer calls (tuneTimedFor),
-# tuneMaxCands counting one-shot where the model cannot predict it; a Go
-# test holds the two equal); gotree's allreduce warm-up runs them first,
-# and stops early once gotree.describe says that size no longer explores.
+# tuneMaxCands counting one-shot and shared where the model cannot predict
+# them; a Go test holds the two equal); gotree's allreduce warm-up runs
+# them first, and stops early once gotree.describe says that size no
+# longer explores.
 AUTOTUNE_CALLS = 255
 
 
