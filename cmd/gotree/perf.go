@@ -191,34 +191,62 @@ func perfLaunch(o perfOpts, args []string, stdout, stderr io.Writer) int {
 // perfJoinEnv joins a multi-node run: rank 0 makes the unique id and serves
 // it on MASTER_ADDR:MASTER_PORT; the others fetch it there.
 func perfJoinEnv(o perfOpts, stdout, stderr io.Writer) int {
-	rank, err1 := strconv.Atoi(os.Getenv("RANK"))
-	n, err2 := strconv.Atoi(os.Getenv("WORLD_SIZE"))
-	port, err3 := strconv.Atoi(os.Getenv("MASTER_PORT"))
-	if err1 != nil || err2 != nil || err3 != nil || os.Getenv("MASTER_ADDR") == "" {
-		fmt.Fprintln(stderr, "gotree perf: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT must all be set")
+	rank, n, addr, err := launcherEnv()
+	if err != nil {
+		fmt.Fprintf(stderr, "gotree perf: %v\n", err)
 		return 2
 	}
-	if os.Getenv("TORCHELASTIC_USE_AGENT_STORE") == "True" {
-		// Under torchrun the agent's store already listens on
-		// MASTER_PORT: rank 0 serves the unique id on the next port.
-		port++
-	}
-	addr := net.JoinHostPort(os.Getenv("MASTER_ADDR"), strconv.Itoa(port))
 	cfg, err := perfConfig(o)
 	if err != nil {
 		fmt.Fprintf(stderr, "gotree perf: %v\n", err)
 		return 2
 	}
-	var uid pg.UniqueID
+	uids, err := joinUniqueIDs(addr, rank, n, 1, cfg, o.timeout)
+	if err != nil {
+		fmt.Fprintf(stderr, "gotree perf: %v\n", err)
+		return 1
+	}
+	return perfRun(o, uids[0], rank, n, cfg, stdout, stderr)
+}
+
+// launcherEnv reads a launcher's description of this process's place in a
+// run (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT as torchrun and
+// tests/netns/netns.sh set them) and returns the address where rank 0
+// serves the unique ids.
+func launcherEnv() (rank, n int, addr string, err error) {
+	rank, err1 := strconv.Atoi(os.Getenv("RANK"))
+	n, err2 := strconv.Atoi(os.Getenv("WORLD_SIZE"))
+	port, err3 := strconv.Atoi(os.Getenv("MASTER_PORT"))
+	if err1 != nil || err2 != nil || err3 != nil || os.Getenv("MASTER_ADDR") == "" {
+		return 0, 0, "", errors.New("RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT must all be set")
+	}
+	if n < 1 || rank < 0 || rank >= n {
+		return 0, 0, "", fmt.Errorf("RANK=%d is outside WORLD_SIZE=%d", rank, n)
+	}
+	if os.Getenv("TORCHELASTIC_USE_AGENT_STORE") == "True" {
+		// Under torchrun the agent's store already listens on
+		// MASTER_PORT: rank 0 serves the unique ids on the next port.
+		port++
+	}
+	return rank, n, net.JoinHostPort(os.Getenv("MASTER_ADDR"), strconv.Itoa(port)), nil
+}
+
+// joinUniqueIDs gives every rank the same k unique ids: rank 0 makes them
+// and serves them on addr to the n-1 others, which fetch them there until
+// timeout.
+func joinUniqueIDs(addr string, rank, n, k int, cfg pg.Config, timeout time.Duration) ([]pg.UniqueID, error) {
+	buf := make([]byte, k*pg.UniqueIDBytes)
 	if rank == 0 {
-		if uid, err = pg.NewUniqueID(cfg); err != nil {
-			fmt.Fprintf(stderr, "gotree perf: %v\n", err)
-			return 1
+		for i := range k {
+			uid, err := pg.NewUniqueID(cfg)
+			if err != nil {
+				return nil, err
+			}
+			copy(buf[i*pg.UniqueIDBytes:], uid[:])
 		}
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
-			fmt.Fprintf(stderr, "gotree perf: serving the unique id on %s: %v\n", addr, err)
-			return 1
+			return nil, fmt.Errorf("serving the unique ids on %s: %v", addr, err)
 		}
 		go func() {
 			defer ln.Close()
@@ -227,30 +255,33 @@ func perfJoinEnv(o perfOpts, stdout, stderr io.Writer) int {
 				if err != nil {
 					return
 				}
-				c.Write(uid[:])
+				c.Write(buf)
 				c.Close()
 			}
 		}()
 	} else {
-		deadline := time.Now().Add(o.timeout)
+		deadline := time.Now().Add(timeout)
 		for {
 			c, err := net.DialTimeout("tcp", addr, time.Second)
 			if err == nil {
 				_ = c.SetReadDeadline(deadline)
-				_, err = io.ReadFull(c, uid[:])
+				_, err = io.ReadFull(c, buf)
 				c.Close()
 				if err == nil {
 					break
 				}
 			}
 			if time.Now().After(deadline) {
-				fmt.Fprintf(stderr, "gotree perf: rank %d: no unique id from %s: %v\n", rank, addr, err)
-				return 1
+				return nil, fmt.Errorf("rank %d: no unique id from %s: %v", rank, addr, err)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	return perfRun(o, uid, rank, n, cfg, stdout, stderr)
+	uids := make([]pg.UniqueID, k)
+	for i := range uids {
+		copy(uids[i][:], buf[i*pg.UniqueIDBytes:])
+	}
+	return uids, nil
 }
 
 func perfRank(o perfOpts, stdout, stderr io.Writer) int {

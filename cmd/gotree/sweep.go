@@ -57,6 +57,7 @@ type sweepOpts struct {
 	budget    time.Duration // per cycle and placement: fewer iterations for large sizes
 	remeasure int
 	paired    bool
+	join      bool // one rank of a launcher's run (sweepJoin)
 	out       string
 	from      string
 	timeout   time.Duration
@@ -81,6 +82,7 @@ func runSweep(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.budget, "budget", 150*time.Millisecond, "predicted time per cycle above which iterations are cut (at least 3)")
 	fs.IntVar(&o.remeasure, "remeasure", 1, "rounds of re-measuring groups with CV > 5%")
 	fs.BoolVar(&o.paired, "paired", false, "time the algorithms in the same processes, alternating cycles (ABBA), instead of one process set per algorithm")
+	fs.BoolVar(&o.join, "join", false, "be one rank of a run described by RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (one rank per namespace or machine, e.g. under tests/netns/netns.sh) instead of starting local ranks; always paired, -n and -remeasure do not apply; rank 0 writes the reports")
 	fs.StringVar(&o.out, "out", "docs/crossover", "output directory")
 	fs.StringVar(&o.from, "from", "", "rebuild the reports from this raw.csv (several, comma-separated: pooled) instead of measuring")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "communicator timeout")
@@ -126,9 +128,18 @@ func runSweep(args []string, stdout, stderr io.Writer) int {
 		}
 	} else {
 		start := time.Now()
-		if samples, err = sweepMeasure(o, stdout, stderr); err != nil {
+		lead := true
+		if o.join {
+			samples, lead, err = sweepJoin(o, stdout, stderr)
+		} else {
+			samples, err = sweepMeasure(o, stdout, stderr)
+		}
+		if err != nil {
 			fmt.Fprintf(stderr, "gotree sweep: %v\n", err)
 			return 1
+		}
+		if !lead {
+			return 0
 		}
 		fmt.Fprintf(stdout, "# measured in %.0f s\n", time.Since(start).Seconds())
 		if err := writeFile(filepath.Join(o.out, "raw.csv"), func(w io.Writer) error { return writeSweepCSV(w, samples) }); err != nil {
@@ -265,9 +276,20 @@ func sweepRuns(ns []int, algos []string) (runs []struct {
 }
 
 // sweepIters cuts the iterations of a size so that a cycle takes about
-// budget by the cost model's prediction (at least 3).
+// budget by the cost model's prediction (at least 3) on one node of n ranks.
 func sweepIters(o sweepOpts, tu *algorithms.Tuning, n int, size int64) int {
-	topo := algorithms.CostTopo{NRanks: n, NNodes: 1, RanksPerNode: n, Intra: algorithms.Shm, Inter: algorithms.TCP, Channels: 2}
+	return sweepItersOn(o, tu, sweepTopo(n, 1), size)
+}
+
+// sweepTopo is the cost model's view of n ranks spread evenly over nodes
+// nodes: shared memory within a node, TCP between them.
+func sweepTopo(n, nodes int) algorithms.CostTopo {
+	nodes = max(nodes, 1)
+	return algorithms.CostTopo{NRanks: n, NNodes: nodes, RanksPerNode: (n + nodes - 1) / nodes, Intra: algorithms.Shm, Inter: algorithms.TCP, Channels: 2}
+}
+
+// sweepItersOn is sweepIters on the topology topo.
+func sweepItersOn(o sweepOpts, tu *algorithms.Tuning, topo algorithms.CostTopo, size int64) int {
 	worst := 0.0
 	for _, a := range []algorithms.Algorithm{algorithms.Ring, algorithms.Tree} {
 		if p, err := tu.Predict(algorithms.AllReduce, a, algorithms.Simple, topo, size, 0); err == nil {
@@ -314,31 +336,8 @@ func sweepMeasure(o sweepOpts, stdout, stderr io.Writer) ([]sweepSample, error) 
 			return fmt.Errorf("run %s N=%d %s: %w", pass, n, strings.Join(algos, "+"), err)
 		}
 		post := probeState(stderr)
-		var lo, hi float64
-		for _, c := range res.Cycles {
-			c.Handoff[0] = cmp.Or(c.Handoff[0], pre)
-			c.Handoff[1] = cmp.Or(c.Handoff[1], post)
-			a := c.Algo
-			if a == "" {
-				a = algos[0]
-			}
-			all = append(all, sweepSample{Run: pass, Seq: seq, N: n, Algo: a, Bytes: c.Bytes, Cycle: c.Cycle, InPlace: c.InPlace, Wrong: c.Wrong, Times: c.Times, Chose: c.Chose, Handoff: c.Handoff})
-			for _, us := range c.Handoff {
-				if us > 0 && (lo == 0 || us < lo) {
-					lo = us
-				}
-				hi = max(hi, us)
-			}
-		}
-		fmt.Fprintf(stdout, "# run %-2s N=%d %-9s %2d sizes %5.1f s  hand-off %.0f–%.0f us\n", pass, n, strings.Join(algos, "+"), len(sizes), time.Since(t0).Seconds(), lo, hi)
+		all = append(all, benchSamples(res, pass, seq, n, pre, post, stdout, time.Since(t0))...)
 		return nil
-	}
-	reversed := func(xs []string) []string {
-		out := make([]string, len(xs))
-		for i, x := range xs {
-			out[len(xs)-1-i] = x
-		}
-		return out
 	}
 	if o.paired {
 		for _, n := range o.ns {
@@ -390,6 +389,87 @@ func sweepMeasure(o sweepOpts, stdout, stderr io.Writer) ([]sweepSample, error) 
 		}
 	}
 	return all, nil
+}
+
+// benchSamples turns one run's result into samples of pass and seq (the
+// probes it could not take at its start and end are pre and post) and
+// prints a line about the run.
+func benchSamples(res *benchResult, pass string, seq, n int, pre, post float64, stdout io.Writer, took time.Duration) []sweepSample {
+	algos := res.Spec.algos()
+	var out []sweepSample
+	var lo, hi float64
+	for _, c := range res.Cycles {
+		c.Handoff[0] = cmp.Or(c.Handoff[0], pre)
+		c.Handoff[1] = cmp.Or(c.Handoff[1], post)
+		a := cmp.Or(c.Algo, algos[0])
+		out = append(out, sweepSample{Run: pass, Seq: seq, N: n, Algo: a, Bytes: c.Bytes, Cycle: c.Cycle, InPlace: c.InPlace, Wrong: c.Wrong, Times: c.Times, Chose: c.Chose, Handoff: c.Handoff})
+		for _, us := range c.Handoff {
+			if us > 0 && (lo == 0 || us < lo) {
+				lo = us
+			}
+			hi = max(hi, us)
+		}
+	}
+	fmt.Fprintf(stdout, "# run %-2s N=%d %-9s %2d sizes %5.1f s  hand-off %.0f–%.0f us\n", pass, n, strings.Join(algos, "+"), len(res.Spec.Sizes), took.Seconds(), lo, hi)
+	return out
+}
+
+// reversed is xs in reverse order.
+func reversed(xs []string) []string {
+	out := slices.Clone(xs)
+	slices.Reverse(out)
+	return out
+}
+
+// sweepJoin measures as one rank of a run that a launcher describes
+// (launcherEnv: one rank per network namespace or machine): every rank
+// builds the same paired runs from the same flags, pass A with the
+// algorithms in order and pass B reversed, in the same processes on fresh
+// communicators. Rank 0 returns the samples and lead true.
+func sweepJoin(o sweepOpts, stdout, stderr io.Writer) (all []sweepSample, lead bool, err error) {
+	rank, n, addr, err := launcherEnv()
+	if err != nil {
+		return nil, false, err
+	}
+	cfg, err := pg.LoadConfig(os.Getenv)
+	if err != nil {
+		return nil, false, err
+	}
+	tu := cfg.TuningFor(runtime.NumCPU()) // as pg.Init on this host
+	sizes := sweepSizes(o.minBytes, o.maxBytes)
+	specs := []benchSpec{
+		{NRanks: n, Paired: o.algos, Sizes: sizes, Cycles: o.cycles, Warmup: o.warmup, DType: o.dtype, Timeout: o.timeout, ProbeFrom: sweepProbeFrom},
+	}
+	specs = append(specs, specs[0])
+	specs[1].Paired = reversed(o.algos)
+	k := specs[0].comms()
+	uids, err := joinUniqueIDs(addr, rank, n, 2*k, cfg, o.timeout)
+	if err != nil {
+		return nil, false, err
+	}
+	iters := func(g *algorithms.Graph) []int {
+		var it []int
+		for _, s := range sizes {
+			it = append(it, sweepItersOn(o, tu, sweepTopo(n, g.NNodes), s))
+		}
+		return it
+	}
+	for i, spec := range specs {
+		t0 := time.Now()
+		var pre, post float64
+		if rank == 0 {
+			pre = probeState(stderr)
+		}
+		res, err := benchRun(spec, rank, n, uids[i*k:(i+1)*k], cfg, iters, stderr)
+		if err != nil {
+			return nil, false, fmt.Errorf("run %s N=%d: %w", string(rune('A'+i)), n, err)
+		}
+		if rank == 0 {
+			post = probeState(stderr)
+			all = append(all, benchSamples(res, string(rune('A'+i)), i+1, n, pre, post, stdout, time.Since(t0))...)
+		}
+	}
+	return all, rank == 0, nil
 }
 
 func dedupSorted(xs []int64) []int64 {

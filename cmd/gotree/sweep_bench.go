@@ -193,46 +193,70 @@ func benchChild(stdout, stderr io.Writer) int {
 	rank, err1 := strconv.Atoi(os.Getenv(envPerfRank))
 	n, err2 := strconv.Atoi(os.Getenv(envPerfRanks))
 	hexes := strings.Split(os.Getenv(envPerfUID), ",")
-	algos := spec.algos()
 	if err1 != nil || err2 != nil || len(hexes) != spec.comms() || len(spec.Iters) != len(spec.Sizes) {
 		fmt.Fprintln(stderr, "gotree bench child: bad environment")
 		return 2
 	}
-	dt, err := algorithms.ParseDType(spec.DType)
-	if err != nil {
-		fmt.Fprintf(stderr, "gotree bench child: %v\n", err)
-		return 2
+	uids := make([]pg.UniqueID, len(hexes))
+	for i, h := range hexes {
+		b, err := hex.DecodeString(h)
+		if err != nil || len(b) != pg.UniqueIDBytes {
+			fmt.Fprintln(stderr, "gotree bench child: bad unique id")
+			return 2
+		}
+		copy(uids[i][:], b)
 	}
 	cfg, err := pg.LoadConfig(os.Getenv)
 	if err != nil {
 		fmt.Fprintf(stderr, "gotree bench child: %v\n", err)
 		return 2
 	}
+	res, err := benchRun(spec, rank, n, uids, cfg, nil, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "gotree bench child: %v\n", err)
+		return 1
+	}
+	if rank == 0 {
+		if err := json.NewEncoder(stdout).Encode(res); err != nil {
+			return 1
+		}
+	}
+	return 0
+}
+
+// benchRun runs spec as rank rank of n on communicators made from uids
+// (spec.comms() of them, the same on every rank) and returns the result,
+// whose times are the slowest rank's. Where spec.Iters is empty, iters
+// gives them from the communicators' graph, which every rank shares.
+func benchRun(spec benchSpec, rank, n int, uids []pg.UniqueID, cfg pg.Config, iters func(*algorithms.Graph) []int, stderr io.Writer) (*benchResult, error) {
+	algos := spec.algos()
+	if len(uids) != spec.comms() {
+		return nil, fmt.Errorf("rank %d: %d unique ids for %d communicators", rank, len(uids), spec.comms())
+	}
+	dt, err := algorithms.ParseDType(spec.DType)
+	if err != nil {
+		return nil, err
+	}
 	cfg.Timeout = spec.Timeout
 	// comms[i] serves algos[i]; auto's in-place calls go to the last one.
 	comms := make([]*pg.Comm, spec.comms())
 	for i := range comms {
-		a := "auto"
-		if i < len(algos) {
-			a = algos[i]
-		}
-		b, err := hex.DecodeString(hexes[i])
-		if err != nil || len(b) != pg.UniqueIDBytes {
-			fmt.Fprintln(stderr, "gotree bench child: bad unique id")
-			return 2
-		}
-		var uid pg.UniqueID
-		copy(uid[:], b)
 		c := cfg
-		if a != "auto" {
-			c.Algo = a
+		if i < len(algos) && algos[i] != "auto" {
+			c.Algo = algos[i]
 		}
-		if comms[i], err = pg.Init(uid, rank, n, c); err != nil {
-			fmt.Fprintf(stderr, "gotree bench child: rank %d: %v\n", rank, err)
-			return 1
+		if comms[i], err = pg.Init(uids[i], rank, n, c); err != nil {
+			return nil, fmt.Errorf("rank %d: %v", rank, err)
 		}
 		defer comms[i].Destroy()
 	}
+	if len(spec.Iters) == 0 && iters != nil {
+		spec.Iters = iters(comms[0].Graph())
+	}
+	if len(spec.Iters) != len(spec.Sizes) {
+		return nil, fmt.Errorf("rank %d: %d iteration counts for %d sizes", rank, len(spec.Iters), len(spec.Sizes))
+	}
+	nodes := comms[0].Graph().NNodes
 	es := int64(dt.Size())
 	var maxB int64
 	for _, s := range spec.Sizes {
@@ -270,7 +294,7 @@ func benchChild(stdout, stderr io.Writer) int {
 				if cyc%2 == 1 {
 					ai = len(algos) - 1 - k
 				}
-				if algos[ai] == "oneshot" && !algorithms.OneShotUsable(n, 1, count*es) {
+				if algos[ai] == "oneshot" && !algorithms.OneShotUsable(n, nodes, count*es) {
 					continue // forced beyond its limits it would run the ring under its name
 				}
 				placed := [2]*pg.Comm{comms[ai], comms[ai]}
@@ -278,8 +302,7 @@ func benchChild(stdout, stderr io.Writer) int {
 					placed[1] = comms[len(comms)-1]
 				}
 				if err := benchCycleRun(&res, placed, algos[ai], spec, i, cyc, count, dt, send, recv); err != nil {
-					fmt.Fprintf(stderr, "gotree bench child: rank %d: %d bytes: %v\n", rank, size, err)
-					return 1
+					return nil, fmt.Errorf("rank %d: %d bytes: %v", rank, size, err)
 				}
 			}
 		}
@@ -287,19 +310,13 @@ func benchChild(stdout, stderr io.Writer) int {
 		if spec.ProbeFrom > 0 && (!last && spec.Sizes[i+1] >= spec.ProbeFrom || last && size >= spec.ProbeFrom) {
 			us, err := probe()
 			if err != nil {
-				fmt.Fprintf(stderr, "gotree bench child: rank %d: probe: %v\n", rank, err)
-				return 1
+				return nil, fmt.Errorf("rank %d: probe: %v", rank, err)
 			}
 			between(us)
 		}
 	}
 	between(0)
-	if rank == 0 {
-		if err := json.NewEncoder(stdout).Encode(res); err != nil {
-			return 1
-		}
-	}
-	return 0
+	return &res, nil
 }
 
 func barrierWait(comm *pg.Comm) error {

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"image/png"
 	"math"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -439,7 +441,74 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envBenchSpec) != "" {
 		os.Exit(benchChild(os.Stdout, os.Stderr))
 	}
+	if args := os.Getenv(envTestSweepArgs); args != "" {
+		os.Exit(runSweep(strings.Fields(args), os.Stdout, os.Stderr))
+	}
 	os.Exit(m.Run())
+}
+
+// envTestSweepArgs has TestMain run `gotree sweep` with these arguments:
+// TestSweepJoin's ranks.
+const envTestSweepArgs = "GOTREE_TEST_SWEEP_ARGS"
+
+// -join: three ranks started as a launcher would start them (RANK,
+// WORLD_SIZE, MASTER_ADDR, MASTER_PORT), each with a host id of its own
+// so that they talk over TCP, as across namespaces; rank 0 writes the
+// paired report of both passes.
+func TestSweepJoin(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts rank processes")
+	}
+	self, err := os.Executable()
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := ln.Addr().(*net.TCPAddr).Port
+	require.NoError(t, ln.Close())
+	dir := t.TempDir()
+	const n = 3
+	args := "-join -b 1K -e 16K -algos ring,tree,auto -cycles 2 -iters 2 -w 1 -timeout 60s -out " + dir
+	cmds := make([]*exec.Cmd, n)
+	outs := make([]bytes.Buffer, n)
+	for r := range cmds {
+		c := exec.Command(self)
+		c.Env = append(os.Environ(), envTestSweepArgs+"="+args, fmt.Sprintf("RANK=%d", r), fmt.Sprintf("WORLD_SIZE=%d", n),
+			"MASTER_ADDR=127.0.0.1", fmt.Sprintf("MASTER_PORT=%d", port), fmt.Sprintf("GOTREE_HOST_ID=sweep-join-%d", r))
+		c.Stdout, c.Stderr = &outs[r], &outs[r]
+		require.NoError(t, c.Start())
+		cmds[r] = c
+	}
+	for r, c := range cmds {
+		require.NoError(t, c.Wait(), "rank %d:\n%s", r, outs[r].String())
+	}
+	require.Contains(t, outs[0].String(), "# run A  N=3 ring+tree+auto")
+	require.Contains(t, outs[0].String(), "# run B  N=3 auto+tree+ring")
+	require.NotContains(t, outs[1].String(), "# run")
+	f, err := os.Open(filepath.Join(dir, "raw.csv"))
+	require.NoError(t, err)
+	defer f.Close()
+	ss, err := readSweepCSV(f)
+	require.NoError(t, err)
+	require.Len(t, ss, 2*3*5*2*2) // 2 passes × 3 algorithms × 5 sizes × 2 cycles × 2 placements
+	runs := map[string]int{}
+	for _, s := range ss {
+		runs[s.Run]++
+		require.Equal(t, n, s.N)
+		require.True(t, s.Cycle != 0 || s.Wrong == 0, "%+v", s)
+		require.Equal(t, s.Algo == "auto", s.Chose != "", "%+v", s)
+	}
+	require.Equal(t, map[string]int{"A": 60, "B": 60}, runs)
+	md, err := os.ReadFile(filepath.Join(dir, "crossover.md"))
+	require.NoError(t, err)
+	require.Contains(t, string(md), "Paired sign test")
+
+	// Without the launcher's variables it says which are missing.
+	for _, v := range []string{"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"} {
+		t.Setenv(v, "")
+	}
+	var out, errb bytes.Buffer
+	require.Equal(t, 1, runSweep([]string{"-join", "-out", t.TempDir()}, &out, &errb))
+	require.Contains(t, errb.String(), "RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT must all be set")
 }
 
 // A small sweep end to end: real ranks in child processes, mirrored runs,
