@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
@@ -201,7 +202,7 @@ func perfJoinEnv(o perfOpts, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "gotree perf: %v\n", err)
 		return 2
 	}
-	uids, err := joinUniqueIDs(addr, rank, n, 1, cfg, o.timeout)
+	uids, err := joinUniqueIDs(addr, rank, n, 1, "", cfg, o.timeout)
 	if err != nil {
 		fmt.Fprintf(stderr, "gotree perf: %v\n", err)
 		return 1
@@ -233,8 +234,15 @@ func launcherEnv() (rank, n int, addr string, err error) {
 
 // joinUniqueIDs gives every rank the same k unique ids: rank 0 makes them
 // and serves them on addr to the n-1 others, which fetch them there until
-// timeout.
-func joinUniqueIDs(addr string, rank, n, k int, cfg pg.Config, timeout time.Duration) ([]pg.UniqueID, error) {
+// timeout. Rank 0 sends what (a description of the run every rank must
+// share; "" for none) first, and a rank whose own differs fails at once,
+// naming both, instead of joining communicators its peers never make.
+func joinUniqueIDs(addr string, rank, n, k int, what string, cfg pg.Config, timeout time.Duration) ([]pg.UniqueID, error) {
+	sum := sha256.Sum256([]byte(what))
+	head := make([]byte, 0, len(sum)+4+len(what))
+	head = append(head, sum[:]...)
+	head = binary.LittleEndian.AppendUint32(head, uint32(len(what)))
+	head = append(head, what...)
 	buf := make([]byte, k*pg.UniqueIDBytes)
 	if rank == 0 {
 		for i := range k {
@@ -248,6 +256,7 @@ func joinUniqueIDs(addr string, rank, n, k int, cfg pg.Config, timeout time.Dura
 		if err != nil {
 			return nil, fmt.Errorf("serving the unique ids on %s: %v", addr, err)
 		}
+		msg := append(head, buf...)
 		go func() {
 			defer ln.Close()
 			for served := 1; served < n; served++ {
@@ -255,33 +264,49 @@ func joinUniqueIDs(addr string, rank, n, k int, cfg pg.Config, timeout time.Dura
 				if err != nil {
 					return
 				}
-				c.Write(buf)
+				c.Write(msg)
 				c.Close()
 			}
 		}()
-	} else {
-		deadline := time.Now().Add(timeout)
-		for {
-			c, err := net.DialTimeout("tcp", addr, time.Second)
-			if err == nil {
-				_ = c.SetReadDeadline(deadline)
-				_, err = io.ReadFull(c, buf)
-				c.Close()
-				if err == nil {
-					break
-				}
-			}
-			if time.Now().After(deadline) {
-				return nil, fmt.Errorf("rank %d: no unique id from %s: %v", rank, addr, err)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		return splitUniqueIDs(buf), nil
 	}
-	uids := make([]pg.UniqueID, k)
+	deadline := time.Now().Add(timeout)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			_ = c.SetReadDeadline(deadline)
+			var theirs [sha256.Size + 4]byte
+			if _, err = io.ReadFull(c, theirs[:]); err == nil && [sha256.Size]byte(theirs[:sha256.Size]) != sum {
+				desc := make([]byte, min(binary.LittleEndian.Uint32(theirs[sha256.Size:]), 1<<16))
+				_, _ = io.ReadFull(c, desc)
+				c.Close()
+				return nil, fmt.Errorf("rank %d was started for a different run than rank 0: rank 0 has %q, rank %d %q", rank, desc, rank, what)
+			}
+			if err == nil {
+				_, err = io.ReadFull(c, make([]byte, len(what)))
+			}
+			if err == nil {
+				_, err = io.ReadFull(c, buf)
+			}
+			c.Close()
+			if err == nil {
+				return splitUniqueIDs(buf), nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("rank %d: no unique id from %s: %v", rank, addr, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// splitUniqueIDs cuts buf into unique ids.
+func splitUniqueIDs(buf []byte) []pg.UniqueID {
+	uids := make([]pg.UniqueID, len(buf)/pg.UniqueIDBytes)
 	for i := range uids {
 		copy(uids[i][:], buf[i*pg.UniqueIDBytes:])
 	}
-	return uids, nil
+	return uids
 }
 
 func perfRank(o perfOpts, stdout, stderr io.Writer) int {

@@ -443,7 +443,10 @@ func sweepJoin(o sweepOpts, stdout, stderr io.Writer) (all []sweepSample, lead b
 	specs = append(specs, specs[0])
 	specs[1].Paired = reversed(o.algos)
 	k := specs[0].comms()
-	uids, err := joinUniqueIDs(addr, rank, n, 2*k, cfg, o.timeout)
+	// Every rank must run the same cycles of the same sizes.
+	what := fmt.Sprintf("sweep -join -algos %s -b %d -e %d -cycles %d -iters %d -w %d -budget %v -d %s",
+		strings.Join(o.algos, ","), o.minBytes, o.maxBytes, o.cycles, o.iters, o.warmup, o.budget, o.dtype)
+	uids, err := joinUniqueIDs(addr, rank, n, 2*k, what, cfg, o.timeout)
 	if err != nil {
 		return nil, false, err
 	}

@@ -502,6 +502,31 @@ func TestSweepJoin(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(md), "Paired sign test")
 
+	// A rank started with other flags than rank 0 says so at once.
+	ln, err = net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port = ln.Addr().(*net.TCPAddr).Port
+	require.NoError(t, ln.Close())
+	var lead, other bytes.Buffer
+	start := func(r int, args string, out *bytes.Buffer) *exec.Cmd {
+		c := exec.Command(self)
+		c.Env = append(os.Environ(), envTestSweepArgs+"="+args, fmt.Sprintf("RANK=%d", r), "WORLD_SIZE=2",
+			"MASTER_ADDR=127.0.0.1", fmt.Sprintf("MASTER_PORT=%d", port), fmt.Sprintf("GOTREE_HOST_ID=sweep-join-%d", r))
+		c.Stdout, c.Stderr = out, out
+		require.NoError(t, c.Start())
+		return c
+	}
+	c0 := start(0, args, &lead)
+	defer func() {
+		_ = c0.Process.Kill()
+		_ = c0.Wait()
+	}()
+	c1 := start(1, strings.Replace(args, "-cycles 2", "-cycles 3", 1), &other)
+	require.Error(t, c1.Wait())
+	require.Contains(t, other.String(), "rank 1 was started for a different run than rank 0")
+	require.Contains(t, other.String(), "-cycles 2")
+	require.Contains(t, other.String(), "-cycles 3")
+
 	// Without the launcher's variables it says which are missing.
 	for _, v := range []string{"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"} {
 		t.Setenv(v, "")
