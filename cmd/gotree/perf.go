@@ -202,7 +202,10 @@ func perfJoinEnv(o perfOpts, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "gotree perf: %v\n", err)
 		return 2
 	}
-	uids, err := joinUniqueIDs(addr, rank, n, 1, "", cfg, o.timeout)
+	// Every rank must make the same calls.
+	what := fmt.Sprintf("perf --coll %v -d %v --op %v -b %d -e %d -f %d -n %d -w %d -c %d --algo %s --device %v --shm-buffers %v",
+		o.coll, o.dtype, o.op, o.minBytes, o.maxBytes, o.factor, o.iters, o.warmup, o.check, o.algo, o.onDevice, o.shmBufs)
+	uids, err := joinUniqueIDs(addr, rank, n, 1, what, cfg, o.timeout)
 	if err != nil {
 		fmt.Fprintf(stderr, "gotree perf: %v\n", err)
 		return 1

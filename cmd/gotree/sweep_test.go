@@ -441,44 +441,56 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envBenchSpec) != "" {
 		os.Exit(benchChild(os.Stdout, os.Stderr))
 	}
-	if args := os.Getenv(envTestSweepArgs); args != "" {
-		os.Exit(runSweep(strings.Fields(args), os.Stdout, os.Stderr))
+	if args := strings.Fields(os.Getenv(envTestCLIArgs)); len(args) > 0 {
+		os.Exit(commands[args[0]].run(args[1:], os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())
 }
 
-// envTestSweepArgs has TestMain run `gotree sweep` with these arguments:
-// TestSweepJoin's ranks.
-const envTestSweepArgs = "GOTREE_TEST_SWEEP_ARGS"
+// envTestCLIArgs has TestMain run a gotree command ("sweep -join ...")
+// instead of the tests: the ranks of TestSweepJoin and TestPerfJoin.
+const envTestCLIArgs = "GOTREE_TEST_CLI_ARGS"
 
-// -join: three ranks started as a launcher would start them (RANK,
-// WORLD_SIZE, MASTER_ADDR, MASTER_PORT), each with a host id of its own
-// so that they talk over TCP, as across namespaces; rank 0 writes the
-// paired report of both passes.
-func TestSweepJoin(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts rank processes")
-	}
+// joinRanks starts ranks of a gotree command as a launcher would start
+// them (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT on a free port of this
+// host), each with a host id of its own so that they talk over TCP, as
+// across namespaces. cli[r] is rank r's command line ("sweep -join ...");
+// outs[r] gets its output.
+func joinRanks(t *testing.T, cli []string, outs []bytes.Buffer) []*exec.Cmd {
+	t.Helper()
 	self, err := os.Executable()
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	port := ln.Addr().(*net.TCPAddr).Port
 	require.NoError(t, ln.Close())
-	dir := t.TempDir()
-	const n = 3
-	args := "-join -b 1K -e 16K -algos ring,tree,auto -cycles 2 -iters 2 -w 1 -timeout 60s -out " + dir
-	cmds := make([]*exec.Cmd, n)
-	outs := make([]bytes.Buffer, n)
+	cmds := make([]*exec.Cmd, len(cli))
 	for r := range cmds {
 		c := exec.Command(self)
-		c.Env = append(os.Environ(), envTestSweepArgs+"="+args, fmt.Sprintf("RANK=%d", r), fmt.Sprintf("WORLD_SIZE=%d", n),
-			"MASTER_ADDR=127.0.0.1", fmt.Sprintf("MASTER_PORT=%d", port), fmt.Sprintf("GOTREE_HOST_ID=sweep-join-%d", r))
+		c.Env = append(os.Environ(), envTestCLIArgs+"="+cli[r], fmt.Sprintf("RANK=%d", r), fmt.Sprintf("WORLD_SIZE=%d", len(cli)),
+			"MASTER_ADDR=127.0.0.1", fmt.Sprintf("MASTER_PORT=%d", port), fmt.Sprintf("GOTREE_HOST_ID=join-%d", r))
 		c.Stdout, c.Stderr = &outs[r], &outs[r]
 		require.NoError(t, c.Start())
 		cmds[r] = c
+		t.Cleanup(func() {
+			_ = c.Process.Kill()
+			_ = c.Wait()
+		})
 	}
-	for r, c := range cmds {
+	return cmds
+}
+
+// -join: three ranks; rank 0 writes the paired report of both passes. A
+// rank started with other flags than rank 0's fails at once, naming both.
+func TestSweepJoin(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts rank processes")
+	}
+	dir := t.TempDir()
+	const n = 3
+	args := "sweep -join -b 1K -e 16K -algos ring,tree,auto -cycles 2 -iters 2 -w 1 -timeout 60s -out " + dir
+	outs := make([]bytes.Buffer, n)
+	for r, c := range joinRanks(t, []string{args, args, args}, outs) {
 		require.NoError(t, c.Wait(), "rank %d:\n%s", r, outs[r].String())
 	}
 	require.Contains(t, outs[0].String(), "# run A  N=3 ring+tree+auto")
@@ -502,30 +514,12 @@ func TestSweepJoin(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(md), "Paired sign test")
 
-	// A rank started with other flags than rank 0 says so at once.
-	ln, err = net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	port = ln.Addr().(*net.TCPAddr).Port
-	require.NoError(t, ln.Close())
-	var lead, other bytes.Buffer
-	start := func(r int, args string, out *bytes.Buffer) *exec.Cmd {
-		c := exec.Command(self)
-		c.Env = append(os.Environ(), envTestSweepArgs+"="+args, fmt.Sprintf("RANK=%d", r), "WORLD_SIZE=2",
-			"MASTER_ADDR=127.0.0.1", fmt.Sprintf("MASTER_PORT=%d", port), fmt.Sprintf("GOTREE_HOST_ID=sweep-join-%d", r))
-		c.Stdout, c.Stderr = out, out
-		require.NoError(t, c.Start())
-		return c
+	outs = make([]bytes.Buffer, 2)
+	cmds := joinRanks(t, []string{args, strings.Replace(args, "-cycles 2", "-cycles 3", 1)}, outs)
+	require.Error(t, cmds[1].Wait())
+	for _, want := range []string{"rank 1 was started for a different run than rank 0", "-cycles 2", "-cycles 3"} {
+		require.Contains(t, outs[1].String(), want)
 	}
-	c0 := start(0, args, &lead)
-	defer func() {
-		_ = c0.Process.Kill()
-		_ = c0.Wait()
-	}()
-	c1 := start(1, strings.Replace(args, "-cycles 2", "-cycles 3", 1), &other)
-	require.Error(t, c1.Wait())
-	require.Contains(t, other.String(), "rank 1 was started for a different run than rank 0")
-	require.Contains(t, other.String(), "-cycles 2")
-	require.Contains(t, other.String(), "-cycles 3")
 
 	// Without the launcher's variables it says which are missing.
 	for _, v := range []string{"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"} {
@@ -534,6 +528,28 @@ func TestSweepJoin(t *testing.T) {
 	var out, errb bytes.Buffer
 	require.Equal(t, 1, runSweep([]string{"-join", "-out", t.TempDir()}, &out, &errb))
 	require.Contains(t, errb.String(), "RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT must all be set")
+}
+
+// perf's join: two ranks with the same flags run and agree; a rank with
+// other iterations fails at once instead of waiting for calls that never
+// come.
+func TestPerfJoin(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts rank processes")
+	}
+	args := "perf -b 1K -e 4K -f 2 -n 3 -w 1 --timeout 60s"
+	outs := make([]bytes.Buffer, 2)
+	for r, c := range joinRanks(t, []string{args, args}, outs) {
+		require.NoError(t, c.Wait(), "rank %d:\n%s", r, outs[r].String())
+	}
+	require.Contains(t, outs[0].String(), "# Out of bounds values : 0 OK")
+
+	outs = make([]bytes.Buffer, 2)
+	cmds := joinRanks(t, []string{args, strings.Replace(args, "-n 3", "-n 4", 1)}, outs)
+	require.Error(t, cmds[1].Wait())
+	for _, want := range []string{"rank 1 was started for a different run than rank 0", "-n 3", "-n 4"} {
+		require.Contains(t, outs[1].String(), want)
+	}
 }
 
 // A small sweep end to end: real ranks in child processes, mirrored runs,
