@@ -23,6 +23,10 @@ test_tune_cluster_across_namespaces
     GOTREE_TUNING_FILE: the communicator runs what `gotree explain` predicts from the file,
     and follows the file's entry for 3 nodes rather than its main TCP entry.
 
+test_paired_sweep_across_namespaces
+    tests/netns/paired_sweep.sh on 2 and 3 namespaces, small: `gotree sweep -join` in each
+    (forced algorithms and auto in the same processes), then the pooled report.
+
 test_perf_under_torchrun (no root needed)
     `torchrun --standalone --nproc-per-node 2 --no-python build/gotree perf`: perf joins a
     torchrun job although torchrun's agent holds MASTER_PORT; tune -cluster on one node
@@ -208,6 +212,40 @@ def test_tune_cluster_across_namespaces(built):
         tuning.write_text(json.dumps(doc))
         ran = auto()
         assert set(ran.values()) == {"ring"}, f"with the 3-node entry's ring made cheap, auto ran {ran}"
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_paired_sweep_across_namespaces(built):
+    """tests/netns/paired_sweep.sh end to end, small (issue 9 point 4's measurement across
+    nodes): `gotree sweep -join` in 2 and then 3 namespaces, one rank each, no rate limit, ring,
+    tree and auto in the same processes; then the pooled report. Asserts that every cycle of
+    both node counts is there and checked, that auto recorded what it ran, and that the
+    report carries the paired sign test; which algorithm wins is not asserted."""
+    _skip_unless_netns()
+    cli = _gotree_cli()
+    tmp = Path(tempfile.mkdtemp(prefix="gotree-netns-paired-"))
+    try:
+        # The script takes the netns lock itself, once per node count.
+        rc, log = run_command(
+            ["bash", str(REPO / "tests" / "netns" / "paired_sweep.sh"), str(tmp), "none", str(cli), "2 3",
+             "-b", "1K", "-e", "4K", "-algos", "ring,tree,auto", "-cycles", "2", "-iters", "2", "-w", "1", "-timeout", "90s"],
+            240, env=worker_env({}), cwd=REPO)
+        assert rc == 0, f"paired_sweep.sh failed (rc={rc}):\n{log[-6000:]}"
+        for n in (2, 3):
+            lines = (tmp / f"raw-n{n}.csv").read_text().splitlines()
+            head = lines[0].split(",")
+            rows = [dict(zip(head, l.split(","))) for l in lines[1:]]
+            # 2 passes x 3 algorithms x 3 sizes x 2 cycles x 2 placements
+            assert len(rows) == 72, (n, len(rows))
+            for r in rows:
+                assert r["nranks"] == str(n), r
+                assert r["cycle"] != "0" or r["wrong"] == "0", r
+                assert (r["algo"] == "auto") == (r["chose"] != ""), r
+            assert {r["run"] for r in rows} == {"A", "B"}
+        md = (tmp / "crossover.md").read_text()
+        assert "Paired sign test" in md and "| 2 |" in md and "| 3 |" in md, md[:3000]
+        assert "sweep -from" in (tmp / "commands.txt").read_text()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
