@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
@@ -241,11 +240,10 @@ func launcherEnv() (rank, n int, addr string, err error) {
 // share; "" for none) first, and a rank whose own differs fails at once,
 // naming both, instead of joining communicators its peers never make.
 func joinUniqueIDs(addr string, rank, n, k int, what string, cfg pg.Config, timeout time.Duration) ([]pg.UniqueID, error) {
-	sum := sha256.Sum256([]byte(what))
-	head := make([]byte, 0, len(sum)+4+len(what))
-	head = append(head, sum[:]...)
-	head = binary.LittleEndian.AppendUint32(head, uint32(len(what)))
-	head = append(head, what...)
+	const maxWhat = 1 << 16
+	if len(what) > maxWhat {
+		return nil, fmt.Errorf("the run's description has %d bytes, more than %d", len(what), maxWhat)
+	}
 	buf := make([]byte, k*pg.UniqueIDBytes)
 	if rank == 0 {
 		for i := range k {
@@ -259,7 +257,8 @@ func joinUniqueIDs(addr string, rank, n, k int, what string, cfg pg.Config, time
 		if err != nil {
 			return nil, fmt.Errorf("serving the unique ids on %s: %v", addr, err)
 		}
-		msg := append(head, buf...)
+		msg := binary.LittleEndian.AppendUint32(nil, uint32(len(what)))
+		msg = append(append(msg, what...), buf...)
 		go func() {
 			defer ln.Close()
 			for served := 1; served < n; served++ {
@@ -278,15 +277,15 @@ func joinUniqueIDs(addr string, rank, n, k int, what string, cfg pg.Config, time
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			_ = c.SetReadDeadline(deadline)
-			var theirs [sha256.Size + 4]byte
-			if _, err = io.ReadFull(c, theirs[:]); err == nil && [sha256.Size]byte(theirs[:sha256.Size]) != sum {
-				desc := make([]byte, min(binary.LittleEndian.Uint32(theirs[sha256.Size:]), 1<<16))
-				_, _ = io.ReadFull(c, desc)
-				c.Close()
-				return nil, fmt.Errorf("rank %d was started for a different run than rank 0: rank 0 has %q, rank %d %q", rank, desc, rank, what)
+			var theirs []byte
+			var size [4]byte
+			if _, err = io.ReadFull(c, size[:]); err == nil {
+				theirs = make([]byte, min(binary.LittleEndian.Uint32(size[:]), maxWhat))
+				_, err = io.ReadFull(c, theirs)
 			}
-			if err == nil {
-				_, err = io.ReadFull(c, make([]byte, len(what)))
+			if err == nil && string(theirs) != what {
+				c.Close()
+				return nil, fmt.Errorf("rank %d was started for a different run than rank 0: rank 0 has %q, rank %d %q", rank, theirs, rank, what)
 			}
 			if err == nil {
 				_, err = io.ReadFull(c, buf)

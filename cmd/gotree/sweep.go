@@ -458,6 +458,7 @@ func sweepJoin(o sweepOpts, stdout, stderr io.Writer) (all []sweepSample, lead b
 		return it
 	}
 	for i, spec := range specs {
+		pass := string(rune('A' + i))
 		t0 := time.Now()
 		var pre, post float64
 		if rank == 0 {
@@ -465,11 +466,11 @@ func sweepJoin(o sweepOpts, stdout, stderr io.Writer) (all []sweepSample, lead b
 		}
 		res, err := benchRun(spec, rank, n, uids[i*k:(i+1)*k], cfg, iters, stderr)
 		if err != nil {
-			return nil, false, fmt.Errorf("run %s N=%d: %w", string(rune('A'+i)), n, err)
+			return nil, false, fmt.Errorf("run %s N=%d: %w", pass, n, err)
 		}
 		if rank == 0 {
 			post = probeState(stderr)
-			all = append(all, benchSamples(res, string(rune('A'+i)), i+1, n, pre, post, stdout, time.Since(t0))...)
+			all = append(all, benchSamples(res, pass, i+1, n, pre, post, stdout, time.Since(t0))...)
 		}
 	}
 	return all, rank == 0, nil
