@@ -879,10 +879,12 @@ const (
 // AutotuneCandidates is what autotuning measures for a call of coll and
 // bytes: Candidates for an in-place and for an out-of-place call (c's
 // InPlace is ignored) merged in turn, in place first, without repeats,
-// at most limit; then one-shot, where c allows it and it is usable but
-// the model cannot predict it (OneShotUnknown: more ranks than cores), or
+// at most limit; then, where the ranks span hosts, the model's choice on
+// one channel if it uses more (oneChannel); then one-shot, where c allows
+// it and it is usable but the model cannot predict it (OneShotUnknown: more ranks than cores), or
 // above one-shot's limit shared plans where the model cannot predict them
-// (SharedUnknown: no calibration of them), so at most limit+1 in all.
+// (SharedUnknown: no calibration of them), so at most limit+1 in all
+// (one-shot and shared need one host, the channel variant more).
 // Measuring is how one-shot gets chosen there: through torch, where each
 // rank spends its own tens of microseconds per call, it beat the model's
 // choice at 4 ranks on 2 cores
@@ -908,6 +910,11 @@ func (t *Tuning) AutotuneCandidates(coll Collective, topo CostTopo, bytes int64,
 			}
 		}
 	}
+	// Across hosts, the model's choice on one channel where it uses more
+	// (oneChannel).
+	if p, ok := t.oneChannel(coll, topo, bytes, c, out); ok {
+		out = append(out, p)
+	}
 	// Then one-shot (up to OneShotMaxBytes) and shared plans, in that
 	// order, where the model cannot predict them: shared was the fastest
 	// at 16-32 KiB on 4 ranks in a paired sweep (docs/cost-model.md §1a).
@@ -917,6 +924,48 @@ func (t *Tuning) AutotuneCandidates(coll Collective, topo CostTopo, bytes int64,
 		}
 	}
 	return out, nil
+}
+
+// oneChannel is the first of cands (the model's in-place choice) on one
+// channel, where the ranks span hosts, the choice uses more than one
+// channel and c does not ask for more (GOTREE_MIN_NCHANNELS). The model
+// prices a channel by the bandwidth it adds, not by the thread each one
+// costs a rank: every step wakes each channel's receiver, tens of
+// microseconds on a virtual machine. Across 2 and 3 network namespaces
+// sharing this VM's 2 CPUs, without a rate limit, 64 KiB took 2–3× as
+// long on 2 channels as on 1 and 256 KiB up to 2.5×, while at 4 MiB on 3
+// namespaces 2 channels were faster (docs/crossover/netns/run-2026-12-06);
+// within a host the channel count already follows the CPUs per rank
+// (pg's DefaultChannels). Measuring both is how a rank finds out.
+func (t *Tuning) oneChannel(coll Collective, topo CostTopo, bytes int64, c Constraints, cands []Prediction) (Prediction, bool) {
+	if topo.NNodes <= 1 || c.MinChannels > 1 || len(cands) == 0 || cands[0].Channels <= 1 {
+		return Prediction{}, false
+	}
+	first := cands[0]
+	p, err := t.PredictPlaced(coll, first.Algo, first.Proto, topo, bytes, 1, true)
+	if err != nil {
+		return Prediction{}, false
+	}
+	return p, true
+}
+
+// CandidateLabels names autotuning's candidates for logs and reports: the
+// algorithm, and its channels where two candidates share an algorithm
+// (the model's choice and the same on one channel: "ring/2ch",
+// "ring/1ch").
+func CandidateLabels(cands []Prediction) []string {
+	count := map[Algorithm]int{}
+	for _, p := range cands {
+		count[p.Algo]++
+	}
+	out := make([]string, len(cands))
+	for i, p := range cands {
+		out[i] = p.Algo.String()
+		if count[p.Algo] > 1 {
+			out[i] += fmt.Sprintf("/%dch", p.Channels)
+		}
+	}
+	return out
 }
 
 // unmodelled is a's prediction for a call that c allows it for, where it

@@ -2,6 +2,7 @@ package algorithms
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"reflect"
 	"slices"
@@ -559,6 +560,66 @@ func TestAutotuneCandidates(t *testing.T) {
 			require.True(t, algos[out.Algo], "n=%d %d B: the out-of-place choice %v is measured too", n, b, out.Algo)
 		}
 	}
+}
+
+// Across hosts, autotuning also measures the model's choice on one
+// channel where that uses more: once, after the model's candidates, with
+// labels that tell the two apart; never within one host, nor where
+// GOTREE_MIN_NCHANNELS asks for more channels.
+func TestAutotuneCandidatesOneChannel(t *testing.T) {
+	tu := DefaultTuning()
+	c := Constraints{Protos: 1 << Simple}
+	variants := 0
+	for _, n := range []int{2, 3, 5} {
+		topo := CostTopo{NRanks: n, NNodes: n, RanksPerNode: 1, Intra: Shm, Inter: TCP, Channels: 2}
+		for b := int64(4); b <= 64<<20; b *= 4 {
+			got, err := tu.AutotuneCandidates(AllReduce, topo, b, c, AutotuneSpan, AutotuneMaxCandidates)
+			require.NoError(t, err)
+			first := got[0]
+			ones := 0
+			for i, p := range got[1:] {
+				if p.Algo == first.Algo {
+					ones++
+					require.Equal(t, 1, p.Channels, "n=%d %d B", n, b)
+					require.Equal(t, len(got)-1, i+1, "n=%d %d B: the variant last", n, b)
+					want, err := tu.PredictPlaced(AllReduce, first.Algo, Simple, topo, b, 1, true)
+					require.NoError(t, err)
+					require.Equal(t, want, p)
+				}
+			}
+			require.Equal(t, first.Channels > 1, ones == 1, "n=%d %d B: %v on %d channels", n, b, first.Algo, first.Channels)
+			require.LessOrEqual(t, ones, 1)
+			variants += ones
+			labels := CandidateLabels(got)
+			require.Len(t, labels, len(got))
+			seen := map[string]bool{}
+			for _, l := range labels {
+				require.False(t, seen[l], "n=%d %d B: label %q twice in %v", n, b, l, labels)
+				seen[l] = true
+			}
+			if ones == 1 {
+				require.Equal(t, fmt.Sprintf("%v/%dch", first.Algo, first.Channels), labels[0])
+				require.Equal(t, fmt.Sprintf("%v/1ch", first.Algo), labels[len(labels)-1])
+			}
+			more := c
+			more.MinChannels = 2
+			forced, err := tu.AutotuneCandidates(AllReduce, topo, b, more, AutotuneSpan, AutotuneMaxCandidates)
+			require.NoError(t, err)
+			for _, p := range forced {
+				require.NotEqual(t, 1, p.Channels, "n=%d %d B: GOTREE_MIN_NCHANNELS=2", n, b)
+			}
+			one := CostTopo{NRanks: n, NNodes: 1, RanksPerNode: n, Intra: Shm, Inter: TCP, Channels: 2}
+			local, err := tu.AutotuneCandidates(AllReduce, one, b, c, AutotuneSpan, AutotuneMaxCandidates)
+			require.NoError(t, err)
+			algos := map[Algorithm]bool{}
+			for _, p := range local {
+				require.False(t, algos[p.Algo], "n=%d %d B, one host: %v twice", n, b, p.Algo)
+				algos[p.Algo] = true
+			}
+		}
+	}
+	require.Positive(t, variants, "some size uses two channels across hosts")
+	require.Equal(t, []string{"ring", "tree"}, CandidateLabels([]Prediction{{Algo: Ring, Channels: 2}, {Algo: Tree, Channels: 2}}))
 }
 
 // Auto leaves Bruck's order (halving-doubling allgather and reduce-scatter

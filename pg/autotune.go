@@ -563,18 +563,19 @@ func decideTuning(rank int, cands []algorithms.Prediction, all []tuneRecord, one
 		best = 0
 	}
 	var parts []string
-	for i, p := range cands {
-		parts = append(parts, fmt.Sprintf("%v %.1f us", p.Algo, med[i]))
+	labels := algorithms.CandidateLabels(cands)
+	for i := range cands {
+		parts = append(parts, fmt.Sprintf("%s %.1f us", labels[i], med[i]))
 	}
 	each := fmt.Sprintf("the shortest of %d ranks' times", len(all))
 	if oneHost {
 		each = fmt.Sprintf("from the last of %d ranks' starts to the last end", len(all))
 	}
-	why = fmt.Sprintf("measured %s (median of %d calls, each %s): %v", strings.Join(parts, ", "), mine.samples, each, cands[best].Algo)
+	why = fmt.Sprintf("measured %s (median of %d calls, each %s): %v", strings.Join(parts, ", "), mine.samples, each, labels[best])
 	if best == 0 {
 		why += fmt.Sprintf(", the model's choice in place (predicted %.1f us)", cands[0].TimeUs)
 	} else {
-		why += fmt.Sprintf(" instead of the model's %v in place (predicted %.1f us against %.1f us)", cands[0].Algo, cands[0].TimeUs, cands[best].TimeUs)
+		why += fmt.Sprintf(" instead of the model's %s in place (predicted %.1f us against %.1f us)", labels[0], cands[0].TimeUs, cands[best].TimeUs)
 	}
 	return best, why, nil
 }

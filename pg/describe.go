@@ -94,8 +94,8 @@ type DescChoice struct {
 	Models    map[string]float64 `json:"model_us"`             // every algorithm it may run here, the model's time
 	Unknown   []string           `json:"model_cannot_predict"` // allowed here but not calibrated for this many ranks per CPU: the model leaves them out, autotuning may measure them
 	LeftOut   []string           `json:"left_out_above_size"`  // allowed here but left out of the automatic choice at this size (hd in Bruck's order above algorithms.BruckAutoMaxBytes); forced, they run
-	Measured  map[string]float64 `json:"measured_us"`          // autotuning's scores, once it decided
-	Autotune  []string           `json:"autotune_candidates"`  // what autotuning measures (or measured) at this size
+	Measured  map[string]float64 `json:"measured_us"`          // autotuning's scores, once it decided, by candidate (algorithms.CandidateLabels)
+	Autotune  []string           `json:"autotune_candidates"`  // what autotuning measures (or measured) at this size: "ring", or "ring/2ch" and "ring/1ch" where two share an algorithm
 	Explored  int                `json:"explorations"`         // how many explorations of this size autotuning has decided (more than 1: it measured again, see tuneReexplore)
 }
 
@@ -240,9 +240,8 @@ func (c *Comm) describeChoice(coll algorithms.Collective, bytes int64) (DescChoi
 	if !called { // what its first calls will measure
 		st = c.newTuneState(collArgs{coll: coll, count: bytes, dt: algorithms.Uint8}, key)
 	}
-	for _, p := range st.cands {
-		dc.Autotune = append(dc.Autotune, p.Algo.String())
-	}
+	labels := algorithms.CandidateLabels(st.cands)
+	dc.Autotune = append(dc.Autotune, labels...)
 	dc.Explored = st.rounds
 	switch {
 	case called && st.explores(c.cfg.TuneAgain):
@@ -250,9 +249,9 @@ func (c *Comm) describeChoice(coll algorithms.Collective, bytes int64) (DescChoi
 	case st.pick != nil:
 		dc.By, dc.InPlace = "autotuning", ""
 		dc.Algo, dc.Proto, dc.Channels, dc.Predicted = st.pick.Algo.String(), st.pick.Proto.String(), st.pick.Channels, st.pick.TimeUs
-		for i, p := range st.cands {
+		for i := range st.cands {
 			if i < len(st.score) {
-				dc.Measured[p.Algo.String()] = st.score[i]
+				dc.Measured[labels[i]] = st.score[i]
 			}
 		}
 	}

@@ -45,19 +45,23 @@ def _tables(choices, where, out):
     for c in choices:
         by_coll.setdefault(c["coll"], []).append(c)
     for coll, rows in by_coll.items():
-        algos = sorted({a for r in rows for a in r["model_us"]} | {a for r in rows for a in r["measured_us"]})
-        measured = any(r["measured_us"] for r in rows)
+        algos = sorted({a for r in rows for a in r["model_us"]})
+        # Autotuning's candidates: algorithms, or "ring/2ch" and "ring/1ch"
+        # where it measured one algorithm on two channel counts.
+        tried = sorted({a for r in rows for a in r["measured_us"]})
+        measured = bool(tried)
+        width = {a: max(13, len("measured " + a)) for a in tried}
         print("\n{}{} (size as nccl-tests counts it)".format(coll, where), file=out)
         head = "{:>10}  {:>8}  {:>6}  {:>3}  {:>10}".format("size", "runs", "proto", "ch", "decided by")
         head += "".join("  {:>11}".format("model " + a) for a in algos)
         if measured:
-            head += "".join("  {:>13}".format("measured " + a) for a in algos)
+            head += "".join("  {:>{}}".format("measured " + a, width[a]) for a in tried)
         print(head, file=out)
         for r in rows:
             line = "{:>10}  {:>8}  {:>6}  {:>3}  {:>10}".format(_fmt_bytes(r["bytes"]), r["algo"], r["proto"], r["channels"], r["by"])
             line += "".join("  {:>11}".format("{:.1f}".format(r["model_us"][a]) if a in r["model_us"] else "-") for a in algos)
             if measured:
-                line += "".join("  {:>13}".format("{:.1f}".format(r["measured_us"][a]) if a in r["measured_us"] else "-") for a in algos)
+                line += "".join("  {:>{}}".format("{:.1f}".format(r["measured_us"][a]) if a in r["measured_us"] else "-", width[a]) for a in tried)
             notes = []
             if r["in_place_algo"]:
                 notes.append("in place: " + r["in_place_algo"])
