@@ -928,7 +928,9 @@ func (t *Tuning) AutotuneCandidates(coll Collective, topo CostTopo, bytes int64,
 
 // oneChannel is the first of cands (the model's in-place choice) on one
 // channel, where the ranks span hosts, the choice uses more than one
-// channel and c does not ask for more (GOTREE_MIN_NCHANNELS). The model
+// channel, c allows more than one algorithm (a forced one runs as the
+// model plans it, so that measurements of it compare alike) and does not
+// ask for more channels (GOTREE_MIN_NCHANNELS). The model
 // prices a channel by the bandwidth it adds, not by the thread each one
 // costs a rank: every step wakes each channel's receiver, tens of
 // microseconds on a virtual machine. Across 2 and 3 network namespaces
@@ -938,7 +940,7 @@ func (t *Tuning) AutotuneCandidates(coll Collective, topo CostTopo, bytes int64,
 // within a host the channel count already follows the CPUs per rank
 // (pg's DefaultChannels). Measuring both is how a rank finds out.
 func (t *Tuning) oneChannel(coll Collective, topo CostTopo, bytes int64, c Constraints, cands []Prediction) (Prediction, bool) {
-	if topo.NNodes <= 1 || c.MinChannels > 1 || len(cands) == 0 || cands[0].Channels <= 1 {
+	if _, forced := c.Algos.Only(); forced || topo.NNodes <= 1 || c.MinChannels > 1 || len(cands) == 0 || cands[0].Channels <= 1 {
 		return Prediction{}, false
 	}
 	first := cands[0]

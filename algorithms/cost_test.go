@@ -565,7 +565,7 @@ func TestAutotuneCandidates(t *testing.T) {
 // Across hosts, autotuning also measures the model's choice on one
 // channel where that uses more: once, after the model's candidates, with
 // labels that tell the two apart; never within one host, nor where
-// GOTREE_MIN_NCHANNELS asks for more channels.
+// GOTREE_MIN_NCHANNELS asks for more channels, nor for a forced algorithm.
 func TestAutotuneCandidatesOneChannel(t *testing.T) {
 	tu := DefaultTuning()
 	c := Constraints{Protos: 1 << Simple}
@@ -607,6 +607,15 @@ func TestAutotuneCandidatesOneChannel(t *testing.T) {
 			require.NoError(t, err)
 			for _, p := range forced {
 				require.NotEqual(t, 1, p.Channels, "n=%d %d B: GOTREE_MIN_NCHANNELS=2", n, b)
+			}
+			for a := Ring; a <= HalvingDoubling; a++ {
+				only := c
+				only.Algos = 1 << a
+				alone, err := tu.AutotuneCandidates(AllReduce, topo, b, only, AutotuneSpan, AutotuneMaxCandidates)
+				if err != nil {
+					continue // not for this many ranks
+				}
+				require.Len(t, alone, 1, "n=%d %d B: %v forced runs as planned", n, b, a)
 			}
 			one := CostTopo{NRanks: n, NNodes: 1, RanksPerNode: n, Intra: Shm, Inter: TCP, Channels: 2}
 			local, err := tu.AutotuneCandidates(AllReduce, one, b, c, AutotuneSpan, AutotuneMaxCandidates)
