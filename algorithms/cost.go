@@ -881,10 +881,11 @@ const (
 // InPlace is ignored) merged in turn, in place first, without repeats,
 // at most limit; then, where the ranks span hosts, the model's choice on
 // one channel if it uses more (oneChannel); then one-shot, where c allows
-// it and it is usable but the model cannot predict it (OneShotUnknown: more ranks than cores), or
-// above one-shot's limit shared plans where the model cannot predict them
-// (SharedUnknown: no calibration of them), so at most limit+1 in all
-// (one-shot and shared need one host, the channel variant more).
+// it and it is usable but the model cannot predict it (OneShotUnknown:
+// more ranks than cores), or above one-shot's limit shared plans where
+// the model cannot predict them (SharedUnknown: no calibration of them),
+// so at most limit+1 in all (one-shot and shared run only within a host,
+// the channel variant only across hosts).
 // Measuring is how one-shot gets chosen there: through torch, where each
 // rank spends its own tens of microseconds per call, it beat the model's
 // choice at 4 ranks on 2 cores
@@ -935,8 +936,9 @@ func (t *Tuning) AutotuneCandidates(coll Collective, topo CostTopo, bytes int64,
 // costs a rank: every step wakes each channel's receiver, tens of
 // microseconds on a virtual machine. Across 2 and 3 network namespaces
 // sharing this VM's 2 CPUs, without a rate limit, 64 KiB took 2–3× as
-// long on 2 channels as on 1 and 256 KiB up to 2.5×, while at 4 MiB on 3
-// namespaces 2 channels were faster (docs/crossover/netns/run-2026-12-06);
+// long on 2 channels as on 1 (256 KiB too, on 2 namespaces), while at
+// 256 KiB and 4 MiB on 3 namespaces 2 channels were faster
+// (docs/crossover/netns/run-2026-12-06);
 // within a host the channel count already follows the CPUs per rank
 // (pg's DefaultChannels). Measuring both is how a rank finds out.
 func (t *Tuning) oneChannel(coll Collective, topo CostTopo, bytes int64, c Constraints, cands []Prediction) (Prediction, bool) {

@@ -575,6 +575,7 @@ func TestAutotuneCandidatesOneChannel(t *testing.T) {
 		for b := int64(4); b <= 64<<20; b *= 4 {
 			got, err := tu.AutotuneCandidates(AllReduce, topo, b, c, AutotuneSpan, AutotuneMaxCandidates)
 			require.NoError(t, err)
+			require.LessOrEqual(t, len(got), AutotuneMaxCandidates+1, "n=%d %d B", n, b)
 			first := got[0]
 			ones := 0
 			for i, p := range got[1:] {

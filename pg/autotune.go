@@ -98,7 +98,7 @@ const (
 	tuneSamples    = tuneRounds * tuneMaxTimed        // timed calls per candidate in all, at most
 	tuneSpan       = algorithms.AutotuneSpan          // candidates: predicted at most this many times the model's choice
 	tuneModelCands = algorithms.AutotuneMaxCandidates // at most this many candidates from the model, its choice included
-	tuneMaxCands   = tuneModelCands + 2               // and one-shot and shared where the model cannot predict them (AutotuneCandidates)
+	tuneMaxCands   = tuneModelCands + 2               // and one-shot and shared where the model cannot predict them, or across hosts the choice on one channel (AutotuneCandidates)
 	tuneKeepModel  = 0.03                             // the model's choice stays unless another is faster by more than this
 	// An exploration in which every timed call of some candidate mapped a
 	// peer's shared buffer for the first time (tuneRecord) measured only
@@ -296,6 +296,7 @@ func (c *Comm) newTuneState(a collArgs, key choiceKey) *tuneState {
 		st.cands = nil
 		return st
 	}
+	st.cands = st.cands[:min(len(st.cands), tuneMaxCands)] // what a record holds
 	st.startExploring()
 	st.timed = tuneTimedFor(st.cands)
 	return st
