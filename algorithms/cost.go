@@ -430,6 +430,51 @@ func ChannelsFor(a Algorithm, p Protocol, nRanks int, bytes int64, avail int) in
 	return int(max(1, min(nc, bytes/MinChannelBytes)))
 }
 
+// CPUChannelMinBytes is the least a channel of a CPU plan (shm, tcp) is
+// given: a second channel below twice this costs more than it brings.
+// Every channel of the CPU executor is a stream of its own that each step
+// of a call wakes — a goroutine and often a thread, tens of microseconds
+// on a virtual machine — while the bandwidth it adds is the host's
+// (TransportCost.PerChannel is false), not a link's. Measured on this
+// 2-CPU VM with `gotree perf --nproc N --hosts N --algo ring` (ranks on
+// their own host ids, over loopback TCP, 2 channels against 1): 2 ranks,
+// 64 KiB 126-145 µs against 29-33, 256 KiB 289-548 against 164-177, 1 MiB
+// 675-1135 against 529-870, 4 MiB alike; 3 ranks, 64 KiB 387-393 against
+// 183-214, but 256 KiB 534-619 against 865-1021 and 4 MiB 6193-6320
+// against 7295-8107; across network namespaces the same
+// (docs/crossover/netns/run-2026-12-06, max-channels). The two that won
+// at 3 ranks share 2 CPUs between 3 processes, where a second channel
+// gives a scheduled rank work while its ring neighbour is descheduled;
+// autotuning measures the other count there (Tuning.AutotuneCandidates).
+const CPUChannelMinBytes = 512 << 10
+
+// cpu reports whether every link of topo is a CPU executor's.
+func (topo CostTopo) cpu() bool {
+	isCPU := func(tr Transport) bool { return tr == Shm || tr == TCP }
+	return isCPU(topo.Intra) && (topo.NNodes <= 1 || isCPU(topo.Inter))
+}
+
+// CallChannels is the number of channels a call of bytes with a and p
+// uses on topo out of avail: ChannelsFor, and on CPU links at most one
+// per CPUChannelMinBytes — except for the tree, whose channels are not
+// copies of one pattern: the graph puts the double binary tree's two trees
+// on alternate channels (BuildGraph), and on one channel a tree is a
+// single one, whose root and leaves wait while the inner ranks work
+// (across 2 and 3 network namespaces, 64 and 256 KiB took 1.2-1.5x as
+// long on one channel as on two, where the ring took a third to a half;
+// docs/crossover/netns/run-2026-12-06).
+func (topo CostTopo) CallChannels(a Algorithm, p Protocol, bytes int64, avail int) int {
+	ch := ChannelsFor(a, p, topo.NRanks, bytes, avail)
+	if topo.cpu() && a != Tree {
+		ch = cpuChannels(ch, bytes)
+	}
+	return ch
+}
+
+// cpuChannels is at most ch channels, one per CPUChannelMinBytes of bytes
+// (at least one).
+func cpuChannels(ch int, bytes int64) int { return min(ch, int(max(1, bytes/CPUChannelMinBytes))) }
+
 // ringSteps returns the hops on a ring collective's critical path and
 // how many of them cross nodes.
 func ringSteps(c Collective, nRanks, nNodes int) (steps, inter int) {
@@ -554,7 +599,7 @@ func (t *Tuning) PredictPlaced(coll Collective, a Algorithm, p Protocol, topo Co
 		return Prediction{}, fmt.Errorf("%w: %v runs 2 or more ranks within one node", ErrAlgoNotSupported, a)
 	}
 	if channels <= 0 {
-		channels = ChannelsFor(a, p, topo.NRanks, bytes, topo.Channels)
+		channels = topo.CallChannels(a, p, bytes, topo.Channels)
 	}
 	pr := Prediction{Coll: coll, Algo: a, Proto: p, Channels: channels, Bytes: bytes, InPlace: inPlace}
 	// Halving-doubling's allgather and reduce-scatter hops are the ring's
@@ -703,7 +748,7 @@ func (t *Tuning) Choose(coll Collective, topo CostTopo, bytes int64, c Constrain
 			if algos != 1<<a && t.AutoExcluded(coll, a, p, topo, bytes) != NotExcluded {
 				continue
 			}
-			ch := ChannelsFor(a, p, topo.NRanks, bytes, maxCh)
+			ch := topo.CallChannels(a, p, bytes, maxCh)
 			ch = max(ch, minCh)
 			pr, err := t.PredictPlaced(coll, a, p, topo, bytes, ch, c.InPlace)
 			if err != nil {
@@ -879,13 +924,12 @@ const (
 // AutotuneCandidates is what autotuning measures for a call of coll and
 // bytes: Candidates for an in-place and for an out-of-place call (c's
 // InPlace is ignored) merged in turn, in place first, without repeats,
-// at most limit; then, where the ranks span hosts, the model's choice on
-// one channel if it uses more (oneChannel); then one-shot, where c allows
+// at most limit; then, on CPU links, the model's choice on another number
+// of channels (otherChannels); then one-shot, where c allows
 // it and it is usable but the model cannot predict it (OneShotUnknown:
 // more ranks than cores), or above one-shot's limit shared plans where
 // the model cannot predict them (SharedUnknown: no calibration of them),
-// so at most limit+1 in all (one-shot and shared run only within a host,
-// the channel variant only across hosts).
+// so at most limit+2 in all (one-shot and shared run only within a host).
 // Measuring is how one-shot gets chosen there: through torch, where each
 // rank spends its own tens of microseconds per call, it beat the model's
 // choice at 4 ranks on 2 cores
@@ -911,9 +955,9 @@ func (t *Tuning) AutotuneCandidates(coll Collective, topo CostTopo, bytes int64,
 			}
 		}
 	}
-	// Across hosts, the model's choice on one channel where it uses more
-	// (oneChannel).
-	if p, ok := t.oneChannel(coll, topo, bytes, c, out); ok {
+	// On CPU links, the model's choice on another number of channels
+	// (otherChannels).
+	if p, ok := t.otherChannels(coll, topo, bytes, c, out); ok {
 		out = append(out, p)
 	}
 	// Then one-shot (up to OneShotMaxBytes) and shared plans, in that
@@ -927,26 +971,40 @@ func (t *Tuning) AutotuneCandidates(coll Collective, topo CostTopo, bytes int64,
 	return out, nil
 }
 
-// oneChannel is the first of cands (the model's in-place choice) on one
-// channel, where the ranks span hosts, the choice uses more than one
-// channel, c allows more than one algorithm (a forced one runs as the
-// model plans it, so that measurements of it compare alike) and does not
-// ask for more channels (GOTREE_MIN_NCHANNELS). The model
-// prices a channel by the bandwidth it adds, not by the thread each one
-// costs a rank: every step wakes each channel's receiver, tens of
-// microseconds on a virtual machine. Across 2 and 3 network namespaces
-// sharing this VM's 2 CPUs, without a rate limit, 64 KiB took 2–3× as
-// long on 2 channels as on 1 (256 KiB too, on 2 namespaces), while at
-// 256 KiB and 4 MiB on 3 namespaces 2 channels were faster
-// (docs/crossover/netns/run-2026-12-06);
-// within a host the channel count already follows the CPUs per rank
-// (pg's DefaultChannels). Measuring both is how a rank finds out.
-func (t *Tuning) oneChannel(coll Collective, topo CostTopo, bytes int64, c Constraints, cands []Prediction) (Prediction, bool) {
-	if _, forced := c.Algos.Only(); forced || topo.NNodes <= 1 || c.MinChannels > 1 || len(cands) == 0 || cands[0].Channels <= 1 {
+// otherChannels is the first of cands (the model's in-place choice) on
+// another number of channels, where every link is a CPU executor's, c
+// allows more than one algorithm (a forced one runs as the model plans
+// it, so that measurements of it compare alike) and does not ask for a
+// number (GOTREE_MIN_NCHANNELS), and more than one channel may run: on one
+// channel where the choice uses more, on as many as NCCL's rule gives it
+// (ChannelsFor) where it uses one and the call has at least a quarter of
+// CPUChannelMinBytes. The model prices a channel by the bandwidth it
+// adds, not by the stream each step wakes for it, and where CPUs are
+// shared a second channel can also be what keeps them busy: across 2 and 3
+// network namespaces on this VM's 2 CPUs, without a rate limit, 64 KiB
+// took 2-3x as long on 2 channels as on 1 (256 KiB too, on 2
+// namespaces), while at 256 KiB and 4 MiB on 3 namespaces 2 channels
+// were faster (docs/crossover/netns/run-2026-12-06). Measuring both is
+// how a rank finds out.
+func (t *Tuning) otherChannels(coll Collective, topo CostTopo, bytes int64, c Constraints, cands []Prediction) (Prediction, bool) {
+	maxCh := topo.Channels
+	if c.MaxChannels > 0 {
+		maxCh = min(maxCh, c.MaxChannels)
+	}
+	if _, forced := c.Algos.Only(); forced || !topo.cpu() || c.MinChannels > 1 || maxCh <= 1 || len(cands) == 0 {
 		return Prediction{}, false
 	}
 	first := cands[0]
-	p, err := t.PredictPlaced(coll, first.Algo, first.Proto, topo, bytes, 1, true)
+	ch := 1
+	if first.Channels <= 1 {
+		if bytes < CPUChannelMinBytes/4 {
+			return Prediction{}, false
+		}
+		if ch = ChannelsFor(first.Algo, first.Proto, topo.NRanks, bytes, maxCh); ch <= 1 {
+			return Prediction{}, false
+		}
+	}
+	p, err := t.PredictPlaced(coll, first.Algo, first.Proto, topo, bytes, ch, true)
 	if err != nil {
 		return Prediction{}, false
 	}

@@ -562,74 +562,119 @@ func TestAutotuneCandidates(t *testing.T) {
 	}
 }
 
-// Across hosts, autotuning also measures the model's choice on one
-// channel where that uses more: once, after the model's candidates, with
-// labels that tell the two apart; never within one host, nor where
-// GOTREE_MIN_NCHANNELS asks for more channels, nor for a forced algorithm.
-func TestAutotuneCandidatesOneChannel(t *testing.T) {
+// On CPU links a call gives every channel but a tree's at least
+// CPUChannelMinBytes, and autotuning measures the model's choice on the
+// other number of channels: on one where the choice uses two (from 1 MiB,
+// a tree from 64 KiB), on two where it uses one
+// and the call has a quarter of CPUChannelMinBytes (128 KiB) or more;
+// never for a forced algorithm, a set GOTREE_MIN_NCHANNELS or one channel
+// at most, nor on GPU links, whose channels follow NCCL's rule alone.
+func TestAutotuneCandidatesOtherChannels(t *testing.T) {
 	tu := DefaultTuning()
 	c := Constraints{Protos: 1 << Simple}
-	variants := 0
+	variants := map[int]int{}
 	for _, n := range []int{2, 3, 5} {
-		topo := CostTopo{NRanks: n, NNodes: n, RanksPerNode: 1, Intra: Shm, Inter: TCP, Channels: 2}
-		for b := int64(4); b <= 64<<20; b *= 4 {
-			got, err := tu.AutotuneCandidates(AllReduce, topo, b, c, AutotuneSpan, AutotuneMaxCandidates)
-			require.NoError(t, err)
-			require.LessOrEqual(t, len(got), AutotuneMaxCandidates+1, "n=%d %d B", n, b)
-			first := got[0]
-			ones := 0
-			for i, p := range got[1:] {
-				if p.Algo == first.Algo {
-					ones++
-					require.Equal(t, 1, p.Channels, "n=%d %d B", n, b)
-					require.Equal(t, len(got)-1, i+1, "n=%d %d B: the variant last", n, b)
-					want, err := tu.PredictPlaced(AllReduce, first.Algo, Simple, topo, b, 1, true)
+		across := CostTopo{NRanks: n, NNodes: n, RanksPerNode: 1, Intra: Shm, Inter: TCP, Channels: 2}
+		within := CostTopo{NRanks: n, NNodes: 1, RanksPerNode: n, Intra: Shm, Inter: TCP, Channels: 2}
+		for _, topo := range []CostTopo{across, within} {
+			for b := int64(4); b <= 64<<20; b *= 4 {
+				got, err := tu.AutotuneCandidates(AllReduce, topo, b, c, AutotuneSpan, AutotuneMaxCandidates)
+				require.NoError(t, err)
+				require.LessOrEqual(t, len(got), AutotuneMaxCandidates+2, "n=%d %d B", n, b)
+				first := got[0]
+				// NCCL's rule gives two channels from 64 KiB (Simple: 2
+				// channels x 512 threads x 64 B); on CPU links only the
+				// tree keeps them below 1 MiB.
+				wantCh := 1
+				if b >= 1<<20 || (first.Algo == Tree && b >= 64<<10) {
+					wantCh = 2
+				}
+				require.Equal(t, wantCh, first.Channels, "n=%d nodes=%d %d B: the model's channels", n, topo.NNodes, b)
+				others := 0
+				for _, p := range got[1:] {
+					if p.Algo != first.Algo {
+						continue
+					}
+					others++
+					require.Equal(t, 3-wantCh, p.Channels, "n=%d nodes=%d %d B", n, topo.NNodes, b)
+					want, err := tu.PredictPlaced(AllReduce, first.Algo, Simple, topo, b, 3-wantCh, true)
 					require.NoError(t, err)
 					require.Equal(t, want, p)
 				}
-			}
-			require.Equal(t, first.Channels > 1, ones == 1, "n=%d %d B: %v on %d channels", n, b, first.Algo, first.Channels)
-			require.LessOrEqual(t, ones, 1)
-			variants += ones
-			labels := CandidateLabels(got)
-			require.Len(t, labels, len(got))
-			seen := map[string]bool{}
-			for _, l := range labels {
-				require.False(t, seen[l], "n=%d %d B: label %q twice in %v", n, b, l, labels)
-				seen[l] = true
-			}
-			if ones == 1 {
-				require.Equal(t, fmt.Sprintf("%v/%dch", first.Algo, first.Channels), labels[0])
-				require.Equal(t, fmt.Sprintf("%v/1ch", first.Algo), labels[len(labels)-1])
-			}
-			more := c
-			more.MinChannels = 2
-			forced, err := tu.AutotuneCandidates(AllReduce, topo, b, more, AutotuneSpan, AutotuneMaxCandidates)
-			require.NoError(t, err)
-			for _, p := range forced {
-				require.NotEqual(t, 1, p.Channels, "n=%d %d B: GOTREE_MIN_NCHANNELS=2", n, b)
-			}
-			for a := Ring; a <= HalvingDoubling; a++ {
-				only := c
-				only.Algos = 1 << a
-				alone, err := tu.AutotuneCandidates(AllReduce, topo, b, only, AutotuneSpan, AutotuneMaxCandidates)
-				if err != nil {
-					continue // not for this many ranks
+				require.Equal(t, wantCh == 2 || b >= 128<<10, others == 1, "n=%d nodes=%d %d B: %v on %d channels", n, topo.NNodes, b, first.Algo, first.Channels)
+				variants[wantCh] += others
+				labels := CandidateLabels(got)
+				require.Len(t, labels, len(got))
+				seen := map[string]bool{}
+				for _, l := range labels {
+					require.False(t, seen[l], "n=%d %d B: label %q twice in %v", n, b, l, labels)
+					seen[l] = true
 				}
-				require.Len(t, alone, 1, "n=%d %d B: %v forced runs as planned", n, b, a)
+				if others == 1 {
+					require.Equal(t, fmt.Sprintf("%v/%dch", first.Algo, wantCh), labels[0])
+					require.Contains(t, labels, fmt.Sprintf("%v/%dch", first.Algo, 3-wantCh))
+				}
+				more := c
+				more.MinChannels = 2
+				pinned, err := tu.AutotuneCandidates(AllReduce, topo, b, more, AutotuneSpan, AutotuneMaxCandidates)
+				require.NoError(t, err)
+				for _, p := range pinned {
+					require.NotEqual(t, 1, p.Channels, "n=%d %d B: GOTREE_MIN_NCHANNELS=2", n, b)
+				}
+				fewer := c
+				fewer.MaxChannels = 1
+				single, err := tu.AutotuneCandidates(AllReduce, topo, b, fewer, AutotuneSpan, AutotuneMaxCandidates)
+				require.NoError(t, err)
+				for _, p := range single {
+					require.Equal(t, 1, p.Channels, "n=%d %d B: GOTREE_MAX_NCHANNELS=1", n, b)
+				}
+				for a := Ring; a <= HalvingDoubling; a++ {
+					only := c
+					only.Algos = 1 << a
+					alone, err := tu.AutotuneCandidates(AllReduce, topo, b, only, AutotuneSpan, AutotuneMaxCandidates)
+					if err != nil {
+						continue // not for this many ranks or nodes
+					}
+					require.Len(t, alone, 1, "n=%d %d B: %v forced runs as planned", n, b, a)
+				}
 			}
-			one := CostTopo{NRanks: n, NNodes: 1, RanksPerNode: n, Intra: Shm, Inter: TCP, Channels: 2}
-			local, err := tu.AutotuneCandidates(AllReduce, one, b, c, AutotuneSpan, AutotuneMaxCandidates)
+		}
+		gpu := CostTopo{NRanks: 8 * n, NNodes: n, RanksPerNode: 8, Intra: NVLink, Inter: Net, Channels: 2}
+		for b := int64(4); b <= 64<<20; b *= 4 {
+			got, err := tu.AutotuneCandidates(AllReduce, gpu, b, c, AutotuneSpan, AutotuneMaxCandidates)
 			require.NoError(t, err)
-			algos := map[Algorithm]bool{}
-			for _, p := range local {
-				require.False(t, algos[p.Algo], "n=%d %d B, one host: %v twice", n, b, p.Algo)
-				algos[p.Algo] = true
+			for _, p := range got {
+				require.Equal(t, ChannelsFor(p.Algo, p.Proto, gpu.NRanks, b, 2), p.Channels, "GPU links, %d B", b)
 			}
 		}
 	}
-	require.Positive(t, variants, "some size uses two channels across hosts")
+	require.Positive(t, variants[1], "sizes on one channel measure two")
+	require.Positive(t, variants[2], "sizes on two channels measure one")
 	require.Equal(t, []string{"ring", "tree"}, CandidateLabels([]Prediction{{Algo: Ring, Channels: 2}, {Algo: Tree, Channels: 2}}))
+}
+
+// CallChannels: NCCL's rule, and on CPU links at most one channel per
+// CPUChannelMinBytes but for the tree.
+func TestCallChannels(t *testing.T) {
+	cpu := CostTopo{NRanks: 4, NNodes: 2, RanksPerNode: 2, Intra: Shm, Inter: TCP, Channels: 4}
+	gpu := CostTopo{NRanks: 4, NNodes: 2, RanksPerNode: 2, Intra: NVLink, Inter: Net, Channels: 4}
+	for _, b := range []int64{0, 1, 511, 64 << 10, 512<<10 - 1, 512 << 10, 1<<20 - 1, 1 << 20, 3 << 19, 2 << 20, 1 << 30} {
+		nccl := ChannelsFor(Ring, Simple, 4, b, 4)
+		require.Equal(t, nccl, gpu.CallChannels(Ring, Simple, b, 4), "%d B", b)
+		want := nccl
+		if lim := int(b / (512 << 10)); lim < want {
+			want = max(1, lim)
+		}
+		require.Equal(t, want, cpu.CallChannels(Ring, Simple, b, 4), "%d B", b)
+	}
+	require.Equal(t, 1, cpu.CallChannels(Ring, Simple, 1<<20-1, 4))
+	require.Equal(t, 2, cpu.CallChannels(Ring, Simple, 1<<20, 4))
+	require.Equal(t, 4, cpu.CallChannels(Ring, Simple, 2<<20, 4))
+	// The tree's channels carry its two trees: NCCL's rule alone.
+	for _, b := range []int64{64 << 10, 256 << 10, 1 << 20} {
+		require.Equal(t, ChannelsFor(Tree, Simple, 4, b, 4), cpu.CallChannels(Tree, Simple, b, 4), "tree, %d B", b)
+		require.Greater(t, cpu.CallChannels(Tree, Simple, b, 4), 1, "tree, %d B", b)
+	}
 }
 
 // Auto leaves Bruck's order (halving-doubling allgather and reduce-scatter

@@ -47,6 +47,10 @@ type SimConfig struct {
 	// ChunkBytes overrides the protocol's chunk (the CPU executor uses
 	// its FIFO size); 0: default.
 	ChunkBytes int64
+	// CPU: the links are the CPU executor's (shm, tcp), whose calls give
+	// every channel but a tree's at least CPUChannelMinBytes
+	// (CostTopo.CallChannels).
+	CPU bool
 	// MaxExactSteps is the most steps simulated exactly (0: 2,000,000),
 	// MaxExactRanks the most ranks (0: 8192); beyond either, allreduce
 	// uses the reduced models.
@@ -105,6 +109,16 @@ func SimLinksFromTuning(t *Tuning, intra, inter Transport, ranksPerNode int, a A
 	return l
 }
 
+// callChannels is the number of channels a call of bytes on n ranks
+// uses (CostTopo.CallChannels) out of the graph's 2*cfg.Channels.
+func (cfg SimConfig) callChannels(a Algorithm, n int, bytes int64) int {
+	ch := ChannelsFor(a, cfg.Proto, n, bytes, 2*cfg.Channels)
+	if cfg.CPU && a != Tree {
+		ch = cpuChannels(ch, bytes)
+	}
+	return ch
+}
+
 // Simulate returns the simulated time of coll (allreduce, or ring
 // broadcast/reduce/allgather/reducescatter when exact) moving bytes
 // (nccl-tests size) with algorithm a. See the file comment for the method.
@@ -117,7 +131,7 @@ func Simulate(cfg SimConfig, coll Collective, a Algorithm, bytes int64) (SimResu
 	if maxExact <= 0 {
 		maxExact = 2_000_000
 	}
-	ch := ChannelsFor(a, cfg.Proto, n, bytes, 2*cfg.Channels)
+	ch := cfg.callChannels(a, n, bytes)
 	perCh := max(1, bytes/int64(ch))
 	if n == 1 {
 		return SimResult{TimeUs: cfg.Links.BaseUs, Ranks: 1, Method: "one rank"}, nil
@@ -197,7 +211,7 @@ func SimExactPlan(cfg SimConfig, coll Collective, a Algorithm, bytes int64) (*Pl
 	if coll == AllGather || coll == ReduceScatter {
 		count = max(1, bytes/es/int64(n))
 	}
-	ch := ChannelsFor(a, cfg.Proto, n, bytes, 2*cfg.Channels)
+	ch := cfg.callChannels(a, n, bytes)
 	p, err := BuildPlan(g, PlanRequest{Coll: coll, Algo: a, Proto: cfg.Proto, Count: count, DType: Float32, Op: Sum, Channels: ch, ChunkBytes: cfg.ChunkBytes})
 	if err != nil {
 		return nil, nil, err

@@ -98,7 +98,7 @@ const (
 	tuneSamples    = tuneRounds * tuneMaxTimed        // timed calls per candidate in all, at most
 	tuneSpan       = algorithms.AutotuneSpan          // candidates: predicted at most this many times the model's choice
 	tuneModelCands = algorithms.AutotuneMaxCandidates // at most this many candidates from the model, its choice included
-	tuneMaxCands   = tuneModelCands + 2               // and one-shot and shared where the model cannot predict them, or across hosts the choice on one channel (AutotuneCandidates)
+	tuneMaxCands   = tuneModelCands + 2               // and, on CPU links, the choice on another number of channels, and one-shot or shared where the model cannot predict them (AutotuneCandidates)
 	tuneKeepModel  = 0.03                             // the model's choice stays unless another is faster by more than this
 	// An exploration in which every timed call of some candidate mapped a
 	// peer's shared buffer for the first time (tuneRecord) measured only

@@ -170,6 +170,12 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "The CPU executor runs at most %s here: with GOTREE_MAX_NCHANNELS unset it uses 2 when every\n"+
 			"rank of the most crowded node has 2 CPUs, else 1 (here %d cores per node for %s; --channels shows more).\n\n",
 			plural(cpuChannels, "channel", "channels"), cpuCores, plural(topo.RanksPerNode, "rank", "ranks"))
+		if cpuChannels > 1 {
+			fmt.Fprintf(stdout, "Within that, a call of any algorithm but the tree gets one channel per %d KiB (two from %d MiB): each\n"+
+				"channel is a stream that every step of the call wakes, and the bandwidth it adds is the host's, not a link's.\n"+
+				"The tree keeps two from 64 KiB: they carry its two trees (docs/cost-model.md §1b).\n\n",
+				algorithms.CPUChannelMinBytes>>10, 2*algorithms.CPUChannelMinBytes>>20)
+		}
 	}
 	explainCost(stdout, tu, topo, maxB)
 	explainGatherScatter(stdout, tu, topo, maxB)

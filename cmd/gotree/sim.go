@@ -340,9 +340,9 @@ func simTable(o simOpts, stdout, stderr io.Writer) int {
 		for b := o.minB; b <= o.maxB; b *= o.factor {
 			for _, a := range o.algos {
 				topo := algorithms.CostTopo{NRanks: n, NNodes: m, RanksPerNode: o.per, Intra: o.intra, Inter: o.inter, Channels: 2 * o.channels}
-				ch := algorithms.ChannelsFor(a, o.proto, n, b, 2*o.channels)
+				ch := topo.CallChannels(a, o.proto, b, 2*o.channels)
 				cfg := algorithms.SimConfig{Nodes: m, RanksPerNode: o.per, Channels: o.channels, Proto: o.proto, ChunkBytes: o.chunk,
-					MaxExactSteps: o.maxExact, Links: o.links(a, ch)}
+					CPU: o.cpu, MaxExactSteps: o.maxExact, Links: o.links(a, ch)}
 				t0 := time.Now()
 				r, err := algorithms.Simulate(cfg, algorithms.AllReduce, a, b)
 				wall := time.Since(t0)
@@ -402,13 +402,14 @@ func simPerf(o simOpts, stdout, stderr io.Writer) int {
 		if err != nil {
 			return simFail(stderr, err)
 		}
+		topo := algorithms.CostTopo{NRanks: n, NNodes: m, RanksPerNode: o.per, Intra: o.intra, Inter: o.inter, Channels: g.Channels}
 		for _, a := range o.algos {
 			// The communicator's plan for a call of count elements: the
 			// model's channel count for the forced algorithm, the
 			// executor's chunk (pg/collectives.go: choice, runColl).
 			plan := func(count int64, dt algorithms.DType, op algorithms.Op) (*algorithms.Plan, int, error) {
 				bytes := count * int64(dt.Size())
-				ch := algorithms.ChannelsFor(a, o.proto, n, bytes, g.Channels)
+				ch := topo.CallChannels(a, o.proto, bytes, g.Channels)
 				ch = min(max(ch, o.minCh), g.Channels)
 				p, err := algorithms.BuildPlan(g, algorithms.PlanRequest{Coll: algorithms.AllReduce, Algo: a, Proto: o.proto, Count: count,
 					DType: dt, Op: op, ChunkBytes: o.chunk, FragmentBytes: o.frag, Channels: ch, KeepChannels: o.minCh > 1})

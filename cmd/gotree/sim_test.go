@@ -56,6 +56,27 @@ func TestSimPerfBurst(t *testing.T) {
 	assert.InDelta(t, rate, r.TimeUs, 0.02*rate)
 }
 
+// The simulator runs the communicator's channel count: on CPU links a ring
+// gets one channel per 512 KiB, the tree NCCL's two from 64 KiB; GPU links
+// follow NCCL's rule alone (both modes of gotree sim).
+func TestSimCallChannels(t *testing.T) {
+	want := map[string]map[int64]int{
+		"ring": {64 << 10: 1, 256 << 10: 1, 1 << 20: 2, 4 << 20: 2},
+		"tree": {64 << 10: 2, 256 << 10: 2, 1 << 20: 2, 4 << 20: 2},
+	}
+	for _, mode := range [][]string{{"--perf"}, nil} {
+		o := runSimJSON(t, append(mode, "--links", "cpu", "--tuning", "", "--nodes", "2", "--ranks-per-node", "1", "--algos", "ring,tree",
+			"-b", "64K", "-e", "4M", "-f", "4")...)
+		require.Len(t, o.Rows, 8, "%v", mode)
+		for _, r := range o.Rows {
+			assert.Equal(t, want[r.Algo][r.Bytes], r.Channels, "%v %s %d B", mode, r.Algo, r.Bytes)
+		}
+	}
+	o := runSimJSON(t, "--links", "gpu", "--nodes", "2", "--ranks-per-node", "8", "--algos", "ring", "-b", "256K", "-e", "256K")
+	require.Len(t, o.Rows, 1)
+	assert.Equal(t, 4, o.Rows[0].Channels, "GPU ring, 256 KiB: NCCL's rule on the graph's 4 channels")
+}
+
 func TestParseRate(t *testing.T) {
 	for s, want := range map[string]float64{"1gbit": 0.125, "500mbit": 0.0625, "2Gbit": 0.25, "100mbps": 0.1} {
 		got, err := parseRate(s)
