@@ -437,15 +437,15 @@ func ChannelsFor(a Algorithm, p Protocol, nRanks int, bytes int64, avail int) in
 // on a virtual machine — while the bandwidth it adds is the host's
 // (TransportCost.PerChannel is false), not a link's. Measured on this
 // 2-CPU VM with `gotree perf --nproc N --hosts N --algo ring` (ranks on
-// their own host ids, over loopback TCP, 2 channels against 1): 2 ranks,
-// 64 KiB 126-145 µs against 29-33, 256 KiB 289-548 against 164-177, 1 MiB
-// 675-1135 against 529-870, 4 MiB alike; 3 ranks, 64 KiB 387-393 against
-// 183-214, but 256 KiB 534-619 against 865-1021 and 4 MiB 6193-6320
-// against 7295-8107; across network namespaces the same
-// (docs/crossover/netns/run-2026-12-06, max-channels). The two that won
-// at 3 ranks share 2 CPUs between 3 processes, where a second channel
-// gives a scheduled rank work while its ring neighbour is descheduled;
-// autotuning measures the other count there (Tuning.AutotuneCandidates).
+// host ids of their own, over loopback TCP), 2 channels against 1, out of
+// place and in place: 2 ranks, 64 KiB 92-138 µs against 30-51, 256 KiB
+// 187-417 against 96-105, 1 and 4 MiB alike; 3 ranks, 64 KiB 314-372
+// against 113-209, but 256 KiB 468-543 against 806-1042 and 4 MiB
+// 5773-7145 against 7191-8039 (docs/crossover/netns/run-2026-12-06b,
+// loopback-ring); across network namespaces the same. The two that won at
+// 3 ranks share 2 CPUs between 3 processes, where a second channel gives
+// a scheduled rank work while its ring neighbour waits for a CPU;
+// autotuning measures the other count (Tuning.AutotuneCandidates).
 const CPUChannelMinBytes = 512 << 10
 
 // cpu reports whether every link of topo is a CPU executor's.
@@ -460,20 +460,26 @@ func (topo CostTopo) cpu() bool {
 // copies of one pattern: the graph puts the double binary tree's two trees
 // on alternate channels (BuildGraph), and on one channel a tree is a
 // single one, whose root and leaves wait while the inner ranks work
-// (across 2 and 3 network namespaces, 64 and 256 KiB took 1.2-1.5x as
-// long on one channel as on two, where the ring took a third to a half;
-// docs/crossover/netns/run-2026-12-06).
+// (across 2 network namespaces, 64 and 256 KiB took 1.0-2.1x as long on
+// one channel as on two, where the ring was faster on one;
+// docs/crossover/netns/run-2026-12-06b, channels-ab-first).
 func (topo CostTopo) CallChannels(a Algorithm, p Protocol, bytes int64, avail int) int {
 	ch := ChannelsFor(a, p, topo.NRanks, bytes, avail)
-	if topo.cpu() && a != Tree {
-		ch = cpuChannels(ch, bytes)
+	if topo.cpu() {
+		ch = cpuChannels(a, ch, bytes)
 	}
 	return ch
 }
 
-// cpuChannels is at most ch channels, one per CPUChannelMinBytes of bytes
-// (at least one).
-func cpuChannels(ch int, bytes int64) int { return min(ch, int(max(1, bytes/CPUChannelMinBytes))) }
+// cpuChannels is what a CPU call of a and bytes keeps of ch channels: all
+// of them for the tree, else at most one per CPUChannelMinBytes (at least
+// one).
+func cpuChannels(a Algorithm, ch int, bytes int64) int {
+	if a == Tree {
+		return ch
+	}
+	return min(ch, int(max(1, bytes/CPUChannelMinBytes)))
+}
 
 // ringSteps returns the hops on a ring collective's critical path and
 // how many of them cross nodes.

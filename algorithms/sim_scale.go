@@ -113,8 +113,8 @@ func SimLinksFromTuning(t *Tuning, intra, inter Transport, ranksPerNode int, a A
 // uses (CostTopo.CallChannels) out of the graph's 2*cfg.Channels.
 func (cfg SimConfig) callChannels(a Algorithm, n int, bytes int64) int {
 	ch := ChannelsFor(a, cfg.Proto, n, bytes, 2*cfg.Channels)
-	if cfg.CPU && a != Tree {
-		ch = cpuChannels(ch, bytes)
+	if cfg.CPU {
+		ch = cpuChannels(a, ch, bytes)
 	}
 	return ch
 }
