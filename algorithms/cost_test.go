@@ -614,19 +614,15 @@ func TestAutotuneCandidatesOtherChannels(t *testing.T) {
 					require.Equal(t, fmt.Sprintf("%v/%dch", first.Algo, wantCh), labels[0])
 					require.Contains(t, labels, fmt.Sprintf("%v/%dch", first.Algo, 3-wantCh))
 				}
-				more := c
-				more.MinChannels = 2
-				pinned, err := tu.AutotuneCandidates(AllReduce, topo, b, more, AutotuneSpan, AutotuneMaxCandidates)
-				require.NoError(t, err)
-				for _, p := range pinned {
-					require.NotEqual(t, 1, p.Channels, "n=%d %d B: GOTREE_MIN_NCHANNELS=2", n, b)
-				}
-				fewer := c
-				fewer.MaxChannels = 1
-				single, err := tu.AutotuneCandidates(AllReduce, topo, b, fewer, AutotuneSpan, AutotuneMaxCandidates)
-				require.NoError(t, err)
-				for _, p := range single {
-					require.Equal(t, 1, p.Channels, "n=%d %d B: GOTREE_MAX_NCHANNELS=1", n, b)
+				// GOTREE_MIN_NCHANNELS=2 and GOTREE_MAX_NCHANNELS=1 fix the count.
+				for _, fix := range []struct{ min, max, want int }{{2, 0, 2}, {0, 1, 1}} {
+					cc := c
+					cc.MinChannels, cc.MaxChannels = fix.min, fix.max
+					fixed, err := tu.AutotuneCandidates(AllReduce, topo, b, cc, AutotuneSpan, AutotuneMaxCandidates)
+					require.NoError(t, err)
+					for _, p := range fixed {
+						require.Equal(t, fix.want, p.Channels, "n=%d %d B: %+v", n, b, fix)
+					}
 				}
 				for a := Ring; a <= HalvingDoubling; a++ {
 					only := c
