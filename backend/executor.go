@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -89,10 +90,29 @@ func Exec(ctx context.Context, p *algorithms.Plan, rank int, conns Conns, in, ou
 	return err
 }
 
+// CallerThreadKey, as a key of an operation's context with any non-nil
+// value, says that the operation runs on the goroutine of a caller from C
+// (the C ABI, torch) that blocks until it ends (a synchronous call): a
+// cgo callback's goroutine, which the Go runtime keeps on the caller's
+// thread, so that each time it waits for another goroutine its processor
+// passes to another thread and back. A Go caller's goroutine (gotree
+// perf) moves freely and is not marked.
+var CallerThreadKey any = callerThreadKey{}
+
+type callerThreadKey struct{}
+
+// striper is a Conn that moves a message of n bytes through goroutines of
+// its own (tcpConn: the parts on its extra sockets).
+type striper interface {
+	striped(n int64) bool
+}
+
 // run runs the rank's streams: the only one on this goroutine, several in
-// goroutines of their own.
+// goroutines of their own. The only one runs in a goroutine of its own too
+// where this goroutine is a waiting caller's and the stream moves
+// messages through a link's own goroutines (stripesOnCaller).
 func (x *executor) run(ctx context.Context, rp *algorithms.RankPlan, nstreams int) error {
-	if nstreams == 1 {
+	if nstreams == 1 && !x.stripesOnCaller(ctx, rp) {
 		// Common small case: no goroutine.
 		for _, ch := range rp.Channels {
 			for _, s := range ch.Streams {
@@ -113,6 +133,57 @@ func (x *executor) run(ctx context.Context, rp *algorithms.RankPlan, nstreams in
 		}
 	}
 	return g.Wait()
+}
+
+// stripesOnCaller reports whether ctx's operation runs on a waiting
+// caller's goroutine (CallerThreadKey) and a step of rp sends or receives
+// a fragment that a link moves through goroutines of its own (striper).
+// The caller's goroutine would then wait for those goroutines at every
+// such fragment, and from C each wait hands the processor to another
+// thread and back: across 2 network namespaces through torch, forced
+// ring on one channel, 1 MiB took 2.60-2.92 ms with the stream on the
+// caller's goroutine and 1.45-1.52 ms in one of its own, 256 KiB 834-918
+// against 570-631 µs, while 64 KiB (32 KiB messages, one socket) took
+// 76-80 against 122-145 µs and over shared memory the caller's goroutine
+// was faster at every size (docs/crossover/netns/run-2026-12-06b).
+func (x *executor) stripesOnCaller(ctx context.Context, rp *algorithms.RankPlan) bool {
+	if ctx.Value(CallerThreadKey) == nil {
+		return false
+	}
+	type link struct{ ch, peer int }
+	var seen [4]link // links found not to stripe such fragments (a stream has a few peers)
+	nseen := 0
+	for _, ch := range rp.Channels {
+		for _, s := range ch.Streams {
+			for i := range s {
+				st := &s[i]
+				frag := min(st.Count, x.frag) * x.esize
+				if frag < StripeMin {
+					continue // no link stripes it
+				}
+				for _, peers := range [2][]int{st.RecvFrom, st.SendTo} {
+					for _, peer := range peers {
+						l := link{ch.Channel, peer}
+						if slices.Contains(seen[:nseen], l) {
+							continue
+						}
+						c, err := x.conns.Conn(ch.Channel, peer)
+						if err != nil {
+							continue // the step itself reports it
+						}
+						if sc, ok := c.(striper); ok && sc.striped(frag) {
+							return true
+						}
+						if nseen < len(seen) {
+							seen[nseen] = l
+							nseen++
+						}
+					}
+				}
+			}
+		}
+	}
+	return false
 }
 
 type executor struct {

@@ -256,6 +256,10 @@ func (t *tcpConn) wait(busy []*stripe, pick func(*stripe) chan error) error {
 
 func (t *tcpConn) MaxMessage() int { return t.maxMsg }
 
+// striped reports whether a message of n bytes goes over the extra
+// sockets too, read and written by their goroutines (executor.run).
+func (t *tcpConn) striped(n int64) bool { return len(t.extra) > 0 && n >= StripeMin }
+
 // Sockets is how many sockets the link runs over.
 func (t *tcpConn) Sockets() int { return 1 + len(t.extra) }
 

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gotree/gotree/algorithms"
 )
 
 // stripedPair connects k sockets and wraps them, in the same order, at
@@ -168,5 +170,44 @@ func TestStripedSilentMidMessageEndsAtDeadline(t *testing.T) {
 			_, _, err = rx.Recv(short)
 			require.Error(t, err)
 		})
+	}
+}
+
+// linkConns gives one link to every peer on every channel (stripesOnCaller
+// asks for the links of a plan's steps).
+type linkConns struct{ c Conn }
+
+func (l linkConns) Conn(ch, peer int) (Conn, error) { return l.c, nil }
+
+// A synchronous call from C runs its only stream in a goroutine of its own
+// exactly where a step's fragment goes over a striped link: not for a Go
+// caller, not over one socket, not for fragments below StripeMin.
+func TestStripesOnCaller(t *testing.T) {
+	g, err := algorithms.BuildGraph(algorithms.UniformLayout(2, 1, 1, algorithms.BalancedTree))
+	require.NoError(t, err)
+	plan := func(bytes int64) *algorithms.RankPlan {
+		p, err := algorithms.BuildPlan(g, algorithms.PlanRequest{Coll: algorithms.AllReduce, Algo: algorithms.Ring, Proto: algorithms.Simple,
+			Count: bytes / 4, DType: algorithms.Float32, Op: algorithms.Sum, Channels: 1, FragmentBytes: 128 << 10})
+		require.NoError(t, err)
+		return &p.Ranks[0]
+	}
+	striped, _ := stripedPair(t, 3, 4, 128<<10)
+	single, _ := stripedPair(t, 1, 4, 128<<10)
+	fromC := context.WithValue(context.Background(), CallerThreadKey, true)
+	for _, c := range []struct {
+		ctx   context.Context
+		link  Conn
+		bytes int64 // a 2-rank ring sends and receives half the message per step, in 128 KiB fragments
+		want  bool
+	}{
+		{fromC, striped, 1 << 20, true},
+		{fromC, striped, 2 * StripeMin, true},
+		{fromC, striped, 2*StripeMin - 1024, false},
+		{fromC, striped, 4, false},
+		{fromC, single, 1 << 20, false},
+		{context.Background(), striped, 1 << 20, false},
+	} {
+		x := executor{conns: linkConns{c.link}, esize: 4, frag: (128 << 10) / 4}
+		require.Equal(t, c.want, x.stripesOnCaller(c.ctx, plan(c.bytes)), "%d bytes, caller from C %v", c.bytes, c.ctx != context.Background())
 	}
 }

@@ -225,6 +225,7 @@ func gotreego_comm_init_rank(comm *C.int64_t, id unsafe.Pointer, rank, nranks C.
 	if hostID != nil {
 		cfg.HostID = C.GoString(hostID)
 	}
+	cfg.CallersFromC = true
 	var uid pg.UniqueID
 	copy(uid[:], unsafe.Slice((*byte)(id), pg.UniqueIDBytes))
 	c, err := pg.Init(uid, int(rank), int(nranks), cfg)

@@ -384,6 +384,7 @@ func (c *Comm) runColl(a collArgs, desc fmt.Stringer, byCaller bool) error {
 	// One deadline for the whole call: data and agreement check.
 	ctx := newOpCtx(c.ctx, c.cfg.Timeout)
 	ctx.callerWaits = byCaller && a.count*int64(a.dt.Size()) <= callerYieldMaxBytes
+	ctx.byCaller = byCaller && c.cfg.CallersFromC
 	if testHookRunColl != nil {
 		testHookRunColl(a, ctx.callerWaits)
 	}

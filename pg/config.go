@@ -57,6 +57,12 @@ type Config struct {
 	// puts them on one node. No direct plans (their guard needs shared
 	// memory). Every rank must agree (choiceSettings).
 	ShmDisable bool
+	// CallersFromC is set by the C ABI (not from the environment): its
+	// callers wait on goroutines of cgo callbacks, which the Go runtime
+	// keeps on the caller's thread, so that a synchronous call whose
+	// stream would wait for a link's own goroutines runs it in one of its
+	// own (backend.CallerThreadKey).
+	CallersFromC bool
 	// CPUAllocator (GOTREE_CPU_ALLOCATOR) is how the torch extension
 	// allocates CPU tensors; the library itself only reports it.
 	CPUAllocator CPUAllocator

@@ -20,8 +20,12 @@ type opCtx struct {
 	parent   context.Context
 	deadline time.Time
 	// callerWaits answers backend.CallerWaitsKey: the operation runs on
-	// the goroutine of a caller that blocks until it ends.
+	// the goroutine of a caller that blocks until it ends (and is small).
 	callerWaits bool
+	// byCaller answers backend.CallerThreadKey: the operation runs on
+	// the goroutine of a caller from C that blocks until it ends
+	// (Config.CallersFromC).
+	byCaller bool
 
 	mu     sync.Mutex
 	timed  atomic.Pointer[timedCtx]
@@ -76,7 +80,7 @@ func (c *opCtx) Err() error {
 // context package recognises it as a cancel context (AfterFunc and
 // WithCancel then need no goroutine of their own).
 func (c *opCtx) Value(k any) any {
-	if k == backend.CallerWaitsKey && c.callerWaits {
+	if (k == backend.CallerWaitsKey && c.callerWaits) || (k == backend.CallerThreadKey && c.byCaller) {
 		return true
 	}
 	if t := c.timed.Load(); t != nil {
