@@ -464,21 +464,17 @@ func (topo CostTopo) cpu() bool {
 // one channel as on two, where the ring was faster on one;
 // docs/crossover/netns/run-2026-12-06b, channels-ab-first).
 func (topo CostTopo) CallChannels(a Algorithm, p Protocol, bytes int64, avail int) int {
-	ch := ChannelsFor(a, p, topo.NRanks, bytes, avail)
-	if topo.cpu() {
-		ch = cpuChannels(a, ch, bytes)
-	}
-	return ch
+	return callChannels(a, p, topo.NRanks, bytes, avail, topo.cpu())
 }
 
-// cpuChannels is what a CPU call of a and bytes keeps of ch channels: all
-// of them for the tree, else at most one per CPUChannelMinBytes (at least
-// one).
-func cpuChannels(a Algorithm, ch int, bytes int64) int {
-	if a == Tree {
-		return ch
+// callChannels is CallChannels for nRanks ranks on CPU links or not (the
+// simulator's SimConfig says which without a CostTopo).
+func callChannels(a Algorithm, p Protocol, nRanks int, bytes int64, avail int, cpu bool) int {
+	ch := ChannelsFor(a, p, nRanks, bytes, avail)
+	if cpu && a != Tree {
+		ch = min(ch, int(max(1, bytes/CPUChannelMinBytes)))
 	}
-	return min(ch, int(max(1, bytes/CPUChannelMinBytes)))
+	return ch
 }
 
 // ringSteps returns the hops on a ring collective's critical path and
@@ -718,6 +714,15 @@ type Constraints struct {
 	InPlace     bool     // the call's output is its input (PredictPlaced)
 }
 
+// maxChannels is the most channels a call on topo may use under c
+// (GOTREE_MAX_NCHANNELS within the graph's).
+func (c Constraints) maxChannels(topo CostTopo) int {
+	if c.MaxChannels > 0 {
+		return min(topo.Channels, c.MaxChannels)
+	}
+	return topo.Channels
+}
+
 // ErrNoChoice is returned when the constraints leave nothing to run.
 var ErrNoChoice = fmt.Errorf("%w: no allowed algorithm and protocol", ErrAlgoNotSupported)
 
@@ -736,10 +741,7 @@ func (t *Tuning) Choose(coll Collective, topo CostTopo, bytes int64, c Constrain
 	if protos == 0 {
 		protos = AllProtos
 	}
-	maxCh := topo.Channels
-	if c.MaxChannels > 0 {
-		maxCh = min(maxCh, c.MaxChannels)
-	}
+	maxCh := c.maxChannels(topo)
 	minCh := max(1, min(c.MinChannels, maxCh))
 	var best Prediction
 	found := false
@@ -993,10 +995,7 @@ func (t *Tuning) AutotuneCandidates(coll Collective, topo CostTopo, bytes int64,
 // were faster (docs/crossover/netns/run-2026-12-06). Measuring both is
 // how a rank finds out.
 func (t *Tuning) otherChannels(coll Collective, topo CostTopo, bytes int64, c Constraints, cands []Prediction) (Prediction, bool) {
-	maxCh := topo.Channels
-	if c.MaxChannels > 0 {
-		maxCh = min(maxCh, c.MaxChannels)
-	}
+	maxCh := c.maxChannels(topo)
 	if _, forced := c.Algos.Only(); forced || !topo.cpu() || c.MinChannels > 1 || maxCh <= 1 || len(cands) == 0 {
 		return Prediction{}, false
 	}

@@ -112,11 +112,7 @@ func SimLinksFromTuning(t *Tuning, intra, inter Transport, ranksPerNode int, a A
 // callChannels is the number of channels a call of bytes on n ranks
 // uses (CostTopo.CallChannels) out of the graph's 2*cfg.Channels.
 func (cfg SimConfig) callChannels(a Algorithm, n int, bytes int64) int {
-	ch := ChannelsFor(a, cfg.Proto, n, bytes, 2*cfg.Channels)
-	if cfg.CPU {
-		ch = cpuChannels(a, ch, bytes)
-	}
-	return ch
+	return callChannels(a, cfg.Proto, n, bytes, 2*cfg.Channels, cfg.CPU)
 }
 
 // Simulate returns the simulated time of coll (allreduce, or ring
