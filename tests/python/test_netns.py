@@ -27,6 +27,10 @@ test_paired_sweep_across_namespaces
     tests/netns/paired_sweep.sh on 2 and 3 namespaces, small: `gotree sweep -join` in each
     (forced algorithms and auto in the same processes), then the pooled report.
 
+test_sim_compare_reproducibility (no root needed)
+    tests/netns/sim_compare.py --again: how two measurements agree and where no prediction
+    can be within 20% of both, on values counted by hand.
+
 test_perf_under_torchrun (no root needed)
     `torchrun --standalone --nproc-per-node 2 --no-python build/gotree perf`: perf joins a
     torchrun job although torchrun's agent holds MASTER_PORT; tune -cluster on one node
@@ -56,6 +60,7 @@ import faults_netns  # noqa: E402
 
 sys.path.insert(0, str(REPO / "tests" / "netns"))
 from sim_compare import fmt_size as _fmt_size  # noqa: E402  (the size labels of gotree explain's tables)
+from sim_compare import reproducibility  # noqa: E402
 
 LINK_RATE_GBPS = 2.0  # Gbit/s, as given to netns.sh
 LINK_GBYTES = LINK_RATE_GBPS / 8  # GB/s (10^9 bytes), the unit of busbw
@@ -248,6 +253,26 @@ def test_paired_sweep_across_namespaces(built):
         assert "sweep -from" in (tmp / "commands.txt").read_text()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_sim_compare_reproducibility():
+    """sim_compare.py --again: two measurements' agreement, the points no prediction can
+    meet, and the simulator where the two agree, counted by hand for five points."""
+    first = {"a": 100.0, "b": 100.0, "c": 100.0, "d": 100.0, "e": 50.0}
+    again = {
+        "a": 110.0,  # agree (+10%)
+        "b": 130.0,  # not within 20%, not apart (1.3 <= 1.5)
+        "c": 160.0,  # apart (1.6 > 1.5)
+        "d": 62.0,  # apart: 100 / 62 = 1.61
+        "e": 41.0,  # agree (-18%)
+    }
+    simulated = {"a": 85.0, "b": 100.0, "c": 130.0, "d": 80.0, "e": 49.0, "f": 1.0}
+    got = reproducibility(first, again, simulated, 0.2)
+    # a: 85 is -15% of 100 and -22.7% of 110; e: 49 is -2% of 50 and +19.5% of 41.
+    assert got == {"points": 5, "agree": 2, "apart": 2, "sim_first": 2, "sim_again": 1, "sim_both": 1}
+    # Exactly at the tolerance counts as within it, as the table's flags do.
+    assert reproducibility({"x": 100.0}, {"x": 120.0}, {"x": 80.0}, 0.2) == {
+        "points": 1, "agree": 1, "apart": 0, "sim_first": 1, "sim_again": 0, "sim_both": 0}
 
 
 def test_perf_under_torchrun(built):
