@@ -6,7 +6,9 @@
 Per size (SIZES, bytes, comma-separated; default 4,1024,16384,32768): 50 untimed
 calls, then REPS (default 15) repetitions of a barrier and 50 back-to-back in-place
 float32 sums of one tensor. The values grow and nothing is checked: this times calls;
-the correctness tests are in tests/python. Rank 0 prints one line,
+the correctness tests are in tests/python. NBUF (default 1) > 1 cycles the calls over
+that many tensors of the size, as a training step's buckets do, so that large sizes
+come from memory rather than the cache. Rank 0 prints one line,
 "RES <ranks> <GOTREE_ALGO> <size>:<median us> ...", the median over repetitions of
 the slowest rank's time per call. Alternate GOTREE_ALGO settings in separate runs to
 compare algorithms.
@@ -26,16 +28,17 @@ def main():
     calls = 50
     cells = []
     for size in [int(s) for s in os.environ.get("SIZES", "4,1024,16384,32768").split(",")]:
-        buf = torch.ones(max(1, size // 4))
-        for _ in range(calls):
-            dist.all_reduce(buf)
+        bufs = [torch.ones(max(1, size // 4)) for _ in range(int(os.environ.get("NBUF", "1")))]
+        for i in range(calls):
+            dist.all_reduce(bufs[i % len(bufs)])
         per_call = []
         for _ in range(int(os.environ.get("REPS", "15"))):
-            buf.fill_(1.0)
+            for b in bufs:
+                b.fill_(1.0)
             dist.barrier()
             t0 = time.perf_counter()
-            for _ in range(calls):
-                dist.all_reduce(buf)
+            for i in range(calls):
+                dist.all_reduce(bufs[i % len(bufs)])
             per_call.append((time.perf_counter() - t0) / calls * 1e6)
         t = torch.tensor(per_call)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
