@@ -6,17 +6,21 @@
 #
 # 1. calibration: 2 nodes, ring, CAL_MIN (default 4 B; the first run in
 #    docs/crossover/netns used 1K) to 16 KiB, on 1 channel and on 2 channels
-#    (GOTREE_MIN_NCHANNELS=2), at RATE (default 1gbit);
+#    (GOTREE_MIN_NCHANNELS=2), at RATE (default 1gbit) and without a rate
+#    limit: a message through tc's token bucket costs more than one without
+#    it, even where the bucket covers it (run-2026-12-06c: 4 KiB on 2 nodes
+#    37-66 us at 1 Gbit/s, 32-34 without);
 # 2. validation: 2, 3, 4 nodes x ring, tree x 4 B .. 16 MiB (x4), at RATE and
 #    without a rate limit, REPS repetitions (default 5) in fresh namespaces;
-# 3. fit --hop-us and --msg-cpu-us on step 1 only (sim_calibrate.py);
+# 3. fit --hop-us and --msg-cpu-us on step 1 only (sim_calibrate.py), for
+#    each rate on that rate's calibration;
 # 4. `gotree sim --perf` with those and the tuning file's link bandwidth for
 #    both rates (one host of $(nproc) cores, one message at a time on the
 #    namespaces' network: --serial-net), and the comparison tables
 #    (sim_compare.py).
 #
-# Writes OUTDIR/raw/{cal-1ch,cal-2ch,measured}/RATE/*.json (perf --json of
-# rank 0, with commands.txt), OUTDIR/env.txt, OUTDIR/calibration.txt,
+# Writes OUTDIR/raw/{cal-1ch,cal-2ch,measured}/{RATE,none}/*.json (perf --json
+# of rank 0, with commands.txt), OUTDIR/env.txt, OUTDIR/calibration[-none].txt,
 # OUTDIR/sim-RATE.json and OUTDIR/comparison-RATE.md. Needs root; uses the
 # netns.sh lock, so it waits for other netns.sh users. Keep the machine
 # otherwise idle: the emulated nodes share its cores.
@@ -39,23 +43,33 @@ tuning=$repo/docs/crossover/tuning.json
 pm=("$here/perf_matrix.sh")
 sizes=(-b "${CAL_MIN:-4}" -e 16K -f 4 -n 20 -w 5 -c 1)
 full=(-b 4 -e 16M -f 4 -n 20 -w 5 -c 1)
-"${pm[@]}" "$out/raw/cal-1ch" "$rate" "$bin" "$reps" 2 ring "${sizes[@]}"
-PERF_ENV=GOTREE_MIN_NCHANNELS=2 "${pm[@]}" "$out/raw/cal-2ch" "$rate" "$bin" "$reps" 2 ring "${sizes[@]}"
+for r in "$rate" none; do
+  [ "$r" = none ] && [ "$rate" = none ] && continue
+  "${pm[@]}" "$out/raw/cal-1ch" "$r" "$bin" "$reps" 2 ring "${sizes[@]}"
+  PERF_ENV=GOTREE_MIN_NCHANNELS=2 "${pm[@]}" "$out/raw/cal-2ch" "$r" "$bin" "$reps" 2 ring "${sizes[@]}"
+done
 "${pm[@]}" "$out/raw/measured" "$rate" "$bin" "$reps" "2 3 4" "ring tree" "${full[@]}"
-"${pm[@]}" "$out/raw/measured" none "$bin" "$reps" "2 3 4" "ring tree" "${full[@]}"
+[ "$rate" != none ] && "${pm[@]}" "$out/raw/measured" none "$bin" "$reps" "2 3 4" "ring tree" "${full[@]}"
 echo "load after: $(cat /proc/loadavg)" >>"$out/env.txt"
 
 # --serial-net: the namespaces' veth pairs and bridge carry one message at a
 # time (tests/netns/exchange.py: two ranks sending to each other at once take
 # twice as long as one-way hops here, while over loopback they overlap).
 sim=("$bin" sim --links cpu --tuning "$tuning" --ranks-per-node 1 --mtu 1500 --host-cores "$(nproc)" --serial-net)
-lat=$(python3 "$here/sim_calibrate.py" "$out/raw/cal-1ch/$rate" "$out/raw/cal-2ch/$rate" -- "${sim[@]}" --nic-rate "$rate" --nic-burst 1M 2>"$out/calibration.txt")
+nic_rate=(--nic-rate "$rate" --nic-burst 1M)
+[ "$rate" = none ] && nic_rate=(--nic-gbps 0)
+lat=$(python3 "$here/sim_calibrate.py" "$out/raw/cal-1ch/$rate" "$out/raw/cal-2ch/$rate" -- "${sim[@]}" "${nic_rate[@]}" 2>"$out/calibration.txt")
 echo "fit: $lat" >>"$out/calibration.txt"
-# shellcheck disable=SC2086
-"${sim[@]}" $lat --perf --json --nodes 2,3,4 -b 4 -e 16M -f 4 --nic-rate "$rate" --nic-burst 1M >"$out/sim-$rate.json"
-# shellcheck disable=SC2086
-"${sim[@]}" $lat --perf --json --nodes 2,3,4 -b 4 -e 16M -f 4 --nic-gbps 0 >"$out/sim-none.json"
-python3 "$here/sim_compare.py" "$out/raw/measured/$rate" "$out/sim-$rate.json" --title "tbf $rate per namespace link and direction" >"$out/comparison-$rate.md"
-python3 "$here/sim_compare.py" "$out/raw/measured/none" "$out/sim-none.json" --title "no rate limit" >"$out/comparison-none.md"
 echo "sim: ${sim[*]} $lat" >>"$out/calibration.txt"
+# shellcheck disable=SC2086
+"${sim[@]}" $lat --perf --json --nodes 2,3,4 -b 4 -e 16M -f 4 "${nic_rate[@]}" >"$out/sim-$rate.json"
+python3 "$here/sim_compare.py" "$out/raw/measured/$rate" "$out/sim-$rate.json" --title "tbf $rate per namespace link and direction" >"$out/comparison-$rate.md"
+if [ "$rate" != none ]; then
+  lat=$(python3 "$here/sim_calibrate.py" "$out/raw/cal-1ch/none" "$out/raw/cal-2ch/none" -- "${sim[@]}" --nic-gbps 0 2>"$out/calibration-none.txt")
+  echo "fit: $lat" >>"$out/calibration-none.txt"
+  echo "sim: ${sim[*]} $lat" >>"$out/calibration-none.txt"
+  # shellcheck disable=SC2086
+  "${sim[@]}" $lat --perf --json --nodes 2,3,4 -b 4 -e 16M -f 4 --nic-gbps 0 >"$out/sim-none.json"
+  python3 "$here/sim_compare.py" "$out/raw/measured/none" "$out/sim-none.json" --title "no rate limit" >"$out/comparison-none.md"
+fi
 tail -n 1 "$out/comparison-$rate.md" "$out/comparison-none.md"
