@@ -270,8 +270,9 @@ def test_sim_compare_reproducibility():
     got = reproducibility(first, again, simulated, 0.2)
     # a: 85 is -15% of 100 and -22.7% of 110; e: 49 is -2% of 50 and +19.5% of 41.
     assert got == {"points": 5, "agree": 2, "apart": 2, "sim_first": 2, "sim_again": 1, "sim_both": 1}
-    # Exactly at the tolerance counts as within it, as the table's flags do.
-    assert reproducibility({"x": 100.0}, {"x": 120.0}, {"x": 80.0}, 0.2) == {
+    # Exactly at the tolerance counts as within it, as the table's flags do (values whose
+    # ratios are exact in binary: 125 / 100 - 1 = 0.25, 75 / 100 - 1 = -0.25).
+    assert reproducibility({"x": 100.0}, {"x": 125.0}, {"x": 75.0}, 0.25) == {
         "points": 1, "agree": 1, "apart": 0, "sim_first": 1, "sim_again": 0, "sim_both": 0}
 
 
