@@ -100,6 +100,7 @@ def main():
     a = ap.parse_args()
 
     meas = load(a.measured)
+    first = {k: median_of(v) for k, v in meas.items()}
     again = {k: median_of(v) for k, v in load(a.again).items()} if a.again else None
     with open(a.sim) as fh:
         sim = json.load(fh)
@@ -117,7 +118,7 @@ def main():
         s = simv.get(key)
         if s is None:
             continue
-        med = median_of(rows)
+        med = first[key]
         lo = min(r["time_us"] for r in rows)
         hi = max(r["time_us"] for r in rows)
         p95 = max(r["p95_us"] for r in rows)
@@ -136,7 +137,6 @@ def main():
     else:
         print()
     if again is not None:
-        first = {k: median_of(v) for k, v in meas.items()}
         r = reproducibility(first, again, {k: v["time_us"] for k, v in simv.items()}, a.tol)
         pct = f"{100 * a.tol:.0f}%"
         print(f"\nAgainst the second measurement ({a.again}): its medians are within {pct} of these at "

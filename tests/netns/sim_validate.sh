@@ -56,20 +56,23 @@ echo "load after: $(cat /proc/loadavg)" >>"$out/env.txt"
 # time (tests/netns/exchange.py: two ranks sending to each other at once take
 # twice as long as one-way hops here, while over loopback they overlap).
 sim=("$bin" sim --links cpu --tuning "$tuning" --ranks-per-node 1 --mtu 1500 --host-cores "$(nproc)" --serial-net)
-nic_rate=(--nic-rate "$rate" --nic-burst 1M)
-[ "$rate" = none ] && nic_rate=(--nic-gbps 0)
-lat=$(python3 "$here/sim_calibrate.py" "$out/raw/cal-1ch/$rate" "$out/raw/cal-2ch/$rate" -- "${sim[@]}" "${nic_rate[@]}" 2>"$out/calibration.txt")
-echo "fit: $lat" >>"$out/calibration.txt"
-echo "sim: ${sim[*]} $lat" >>"$out/calibration.txt"
-# shellcheck disable=SC2086
-"${sim[@]}" $lat --perf --json --nodes 2,3,4 -b 4 -e 16M -f 4 "${nic_rate[@]}" >"$out/sim-$rate.json"
-python3 "$here/sim_compare.py" "$out/raw/measured/$rate" "$out/sim-$rate.json" --title "tbf $rate per namespace link and direction" >"$out/comparison-$rate.md"
-if [ "$rate" != none ]; then
-  lat=$(python3 "$here/sim_calibrate.py" "$out/raw/cal-1ch/none" "$out/raw/cal-2ch/none" -- "${sim[@]}" --nic-gbps 0 2>"$out/calibration-none.txt")
-  echo "fit: $lat" >>"$out/calibration-none.txt"
-  echo "sim: ${sim[*]} $lat" >>"$out/calibration-none.txt"
+# fit_compare R CALFILE TITLE NIC-ARGS...: fit the latency parameters on R's
+# calibration runs (into CALFILE), simulate with them and compare with R's
+# measurements.
+fit_compare() {
+  local r=$1 cal=$2 title=$3 lat
+  shift 3
+  lat=$(python3 "$here/sim_calibrate.py" "$out/raw/cal-1ch/$r" "$out/raw/cal-2ch/$r" -- "${sim[@]}" "$@" 2>"$cal")
+  echo "fit: $lat" >>"$cal"
+  echo "sim: ${sim[*]} $lat" >>"$cal"
   # shellcheck disable=SC2086
-  "${sim[@]}" $lat --perf --json --nodes 2,3,4 -b 4 -e 16M -f 4 --nic-gbps 0 >"$out/sim-none.json"
-  python3 "$here/sim_compare.py" "$out/raw/measured/none" "$out/sim-none.json" --title "no rate limit" >"$out/comparison-none.md"
+  "${sim[@]}" $lat --perf --json --nodes 2,3,4 -b 4 -e 16M -f 4 "$@" >"$out/sim-$r.json"
+  python3 "$here/sim_compare.py" "$out/raw/measured/$r" "$out/sim-$r.json" --title "$title" >"$out/comparison-$r.md"
+}
+if [ "$rate" = none ]; then
+  fit_compare none "$out/calibration.txt" "no rate limit" --nic-gbps 0
+else
+  fit_compare "$rate" "$out/calibration.txt" "tbf $rate per namespace link and direction" --nic-rate "$rate" --nic-burst 1M
+  fit_compare none "$out/calibration-none.txt" "no rate limit" --nic-gbps 0
 fi
 tail -n 1 "$out/comparison-$rate.md" "$out/comparison-none.md"
