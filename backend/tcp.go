@@ -263,6 +263,21 @@ func (t *tcpConn) striped(n int64) bool { return len(t.extra) > 0 && n >= Stripe
 // Sockets is how many sockets the link runs over.
 func (t *tcpConn) Sockets() int { return 1 + len(t.extra) }
 
+// SocketBuffers returns the kernel's receive and send buffer sizes of the
+// link's first socket (Linux reports twice what SO_RCVBUF and SO_SNDBUF
+// asked for: its bookkeeping).
+func (t *tcpConn) SocketBuffers() (recv, send int, err error) {
+	if t.raw == nil {
+		return 0, 0, errors.New("gotree/backend: the link's first connection is not a socket")
+	}
+	cerr := t.raw.Control(func(fd uintptr) {
+		if recv, err = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF); err == nil {
+			send, err = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF)
+		}
+	})
+	return recv, send, errors.Join(cerr, err)
+}
+
 func (t *tcpConn) peerErr(op string, err error) error {
 	return &PeerError{Peer: t.peer, Channel: t.channel, Op: op, Err: err}
 }

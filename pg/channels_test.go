@@ -62,6 +62,38 @@ func TestInitSockets(t *testing.T) {
 	}
 }
 
+// With Config.SocketBuffer every socket of a link between hosts asks the
+// kernel for that much; without, the kernel's autotuning stays, whose
+// sizes are not twice the one asked for.
+func TestInitSocketBuffers(t *testing.T) {
+	hosts := []string{"a", "b", "b"}
+	type buffers interface{ SocketBuffers() (int, int, error) }
+	for _, asked := range []int{200000, 0} {
+		cfg := testConfig()
+		cfg.SocketBuffer = asked
+		comms := startCommsAs(t, len(hosts), hosts, cfg)
+		seen := 0
+		for r, c := range comms {
+			for k, l := range c.links {
+				b, ok := l.(buffers)
+				if !ok || hosts[r] == hosts[k.peer] {
+					continue
+				}
+				recv, send, err := b.SocketBuffers()
+				require.NoError(t, err)
+				if asked > 0 { // Linux doubles what is asked for
+					require.Equal(t, []int{2 * asked, 2 * asked}, []int{recv, send}, "rank %d link %v", r, k)
+				} else {
+					require.NotEqual(t, 2*200000, recv, "rank %d link %v", r, k)
+				}
+				seen++
+			}
+		}
+		require.Positive(t, seen, "no TCP link between hosts")
+		checkAllReduce(t, comms, 100003)
+	}
+}
+
 // Without GOTREE_MAX_NCHANNELS, Init picks DefaultChannels for this
 // machine, or GOTREE_MIN_NCHANNELS where that is more; with it, the
 // setting holds.

@@ -215,6 +215,9 @@ func Init(id UniqueID, rank, nranks int, cfg Config) (*Comm, error) {
 			log.Infof("INIT", "%d TCP socket(s) per link to another host (GOTREE_NSOCKS_PERTHREAD and GOTREE_SOCKET_NTHREADS unset; %d CPUs here)", cfg.Sockets, runtime.NumCPU())
 		}
 	}
+	if cfg.SocketBuffer > 0 {
+		log.Infof("INIT", "TCP socket buffers: %d bytes each way per socket (GOTREE_SOCKET_BUFFSIZE)", cfg.SocketBuffer)
+	}
 	c := &Comm{rank: rank, nranks: nranks, cfg: cfg, log: log, peers: table, ln: ln, links: map[linkKey]backend.Conn{}, queue: newOpQueue()}
 	c.ctx, c.cancel = context.WithCancelCause(context.Background())
 	c.nodeOf = nodesOf(table)
@@ -707,6 +710,9 @@ func (c *Comm) makeLink(k linkKey, conns []*net.TCPConn, deadline time.Time) (ba
 	case !c.shmLink(k.peer):
 		cs := make([]net.Conn, len(conns))
 		for i, conn := range conns {
+			if err := setSocketBuffer(conn, c.cfg.SocketBuffer); err != nil {
+				c.log.Warnf("link to rank %d, channel %d: socket buffers of %d bytes (GOTREE_SOCKET_BUFFSIZE): %v; the kernel's stay", k.peer, k.channel, c.cfg.SocketBuffer, err)
+			}
 			cs[i] = conn
 		}
 		l = backend.NewStripedTCPConn(cs, k.peer, k.channel, backend.DefaultSlots, slotBytes)
@@ -721,6 +727,18 @@ func (c *Comm) makeLink(k linkKey, conns []*net.TCPConn, deadline time.Time) (ba
 		wt.SetWaitPolicy(c.waitPolicy)
 	}
 	return l, err
+}
+
+// setSocketBuffer asks the kernel for send and receive buffers of bytes
+// on conn (Config.SocketBuffer); 0 leaves the kernel's autotuning.
+func setSocketBuffer(conn *net.TCPConn, bytes int) error {
+	if bytes <= 0 {
+		return nil
+	}
+	if err := conn.SetReadBuffer(bytes); err != nil {
+		return err
+	}
+	return conn.SetWriteBuffer(bytes)
 }
 
 // waitPolicyFor is how waits behave on this rank (shared-memory links,

@@ -367,6 +367,20 @@ func TestConfigParsing(t *testing.T) {
 		require.ErrorContains(t, err, fmt.Sprintf("GOTREE_BUFFSIZE=%q: want an integer in [65536, 1073741824]", v))
 	}
 	env["GOTREE_BUFFSIZE"] = ""
+	// GOTREE_SOCKET_BUFFSIZE: unset or 0 the kernel's autotuning, else
+	// the bytes asked for.
+	for v, want := range map[string]int{"": 0, "0": 0, "65536": 65536, "0x400000": 4 << 20} {
+		env["GOTREE_SOCKET_BUFFSIZE"] = v
+		c, err = LoadConfig(func(k string) string { return env[k] })
+		require.NoError(t, err, "GOTREE_SOCKET_BUFFSIZE=%q", v)
+		require.Equal(t, want, c.SocketBuffer, "GOTREE_SOCKET_BUFFSIZE=%q", v)
+	}
+	for _, v := range []string{"-1", "256K", "0x40000001"} {
+		env["GOTREE_SOCKET_BUFFSIZE"] = v
+		_, err = LoadConfig(func(k string) string { return env[k] })
+		require.ErrorContains(t, err, fmt.Sprintf("GOTREE_SOCKET_BUFFSIZE=%q: want an integer in [0, 1073741824]", v))
+	}
+	env["GOTREE_SOCKET_BUFFSIZE"] = ""
 	env["GOTREE_CMA_DISABLE"] = "1"
 	c, err = LoadConfig(func(k string) string { return env[k] })
 	require.NoError(t, err)

@@ -13,6 +13,8 @@
 #                               wait for all, down, exit with the first failure.
 #                               Cleans up on failure and on interrupt too.
 #   netns.sh exec I -- CMD...   run CMD in namespace I
+# With RATE, each direction of a namespace's link is a tbf of that rate,
+# burst 1mb, and a queue of NETNS_TBF_LATENCY (default 50ms) at that rate.
 # Needs root and iproute2.
 set -euo pipefail
 BR=gotreebr0
@@ -53,8 +55,8 @@ up() {
     ip link set "gtv$i" up
     if [ -n "$rate" ]; then
       # Shape both directions: egress of the namespace end and of the bridge end.
-      ip netns exec "$ns" tc qdisc add dev veth0 root tbf rate "$rate" burst 1mb latency 50ms
-      tc qdisc add dev "gtv$i" root tbf rate "$rate" burst 1mb latency 50ms
+      ip netns exec "$ns" tc qdisc add dev veth0 root tbf rate "$rate" burst 1mb latency "${NETNS_TBF_LATENCY:-50ms}"
+      tc qdisc add dev "gtv$i" root tbf rate "$rate" burst 1mb latency "${NETNS_TBF_LATENCY:-50ms}"
     fi
   done
 }
