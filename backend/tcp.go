@@ -264,13 +264,28 @@ func (t *tcpConn) striped(n int64) bool { return len(t.extra) > 0 && n >= Stripe
 func (t *tcpConn) Sockets() int { return 1 + len(t.extra) }
 
 // SocketBuffers returns the kernel's receive and send buffer sizes of the
-// link's first socket (Linux reports twice what SO_RCVBUF and SO_SNDBUF
-// asked for: its bookkeeping).
+// link's first socket (SocketBufferSizes).
 func (t *tcpConn) SocketBuffers() (recv, send int, err error) {
 	if t.raw == nil {
 		return 0, 0, errors.New("gotree/backend: the link's first connection is not a socket")
 	}
-	cerr := t.raw.Control(func(fd uintptr) {
+	return rawSocketBuffers(t.raw)
+}
+
+// SocketBufferSizes returns the receive and send buffer sizes the kernel
+// holds for socket c (SO_RCVBUF, SO_SNDBUF). Linux grants twice what a
+// program asks for (its bookkeeping), at most net.core.rmem_max and
+// net.core.wmem_max doubled.
+func SocketBufferSizes(c syscall.Conn) (recv, send int, err error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return 0, 0, err
+	}
+	return rawSocketBuffers(rc)
+}
+
+func rawSocketBuffers(rc syscall.RawConn) (recv, send int, err error) {
+	cerr := rc.Control(func(fd uintptr) {
 		if recv, err = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF); err == nil {
 			send, err = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF)
 		}

@@ -2,7 +2,11 @@ package pg
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
 
 	"github.com/gotree/gotree/algorithms"
 	"github.com/gotree/gotree/backend"
@@ -92,6 +96,35 @@ func TestInitSocketBuffers(t *testing.T) {
 		require.Positive(t, seen, "no TCP link between hosts")
 		checkAllReduce(t, comms, 100003)
 	}
+}
+
+// Asking for more than net.core.rmem_max gets what the kernel allows and a
+// warning that says so and how to raise it, once per communicator.
+func TestSocketBufferCapWarns(t *testing.T) {
+	b, err := os.ReadFile("/proc/sys/net/core/rmem_max")
+	require.NoError(t, err)
+	rmax, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	require.NoError(t, err)
+	if 2*rmax > 1<<30 {
+		t.Skipf("net.core.rmem_max is %d: no size above it is allowed", rmax)
+	}
+	cfg := testConfig()
+	cfg.SocketBuffer = 2 * rmax
+	cfg.Debug = LevelWarn
+	cfg.DebugFile = t.TempDir() + "/log.%p"
+	hosts := []string{"a", "b", "b"}
+	checkAllReduce(t, startCommsAs(t, len(hosts), hosts, cfg), 1009)
+	files, err := filepath.Glob(strings.TrimSuffix(cfg.DebugFile, "%p") + "*")
+	require.NoError(t, err)
+	var log string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		log += string(b)
+	}
+	want := fmt.Sprintf("GOTREE_SOCKET_BUFFSIZE=%d: the kernel granted %d bytes to receive", 2*rmax, rmax)
+	require.Equal(t, len(hosts), strings.Count(log, want), "one warning per rank: %q", log)
+	require.Contains(t, log, "sysctl -w net.core.rmem_max=")
 }
 
 // Without GOTREE_MAX_NCHANNELS, Init picks DefaultChannels for this

@@ -100,9 +100,12 @@ type Comm struct {
 	p2p      p2pLinks
 	devs     devices // the CUDA path, made on first use (device.go)
 	refusals refusalLog
-	stall    stallState      // the stall check (stall.go)
-	flight   *flightRecorder // the last operations (flight.go); nil: none kept
-	id       string          // the communicator's id, the same on every rank (commID)
+	// sockBufShort: the kernel granted less than GOTREE_SOCKET_BUFFSIZE
+	// (warned once).
+	sockBufShort atomic.Bool
+	stall        stallState      // the stall check (stall.go)
+	flight       *flightRecorder // the last operations (flight.go); nil: none kept
+	id           string          // the communicator's id, the same on every rank (commID)
 }
 
 type linkKey struct{ channel, peer int }
@@ -710,9 +713,7 @@ func (c *Comm) makeLink(k linkKey, conns []*net.TCPConn, deadline time.Time) (ba
 	case !c.shmLink(k.peer):
 		cs := make([]net.Conn, len(conns))
 		for i, conn := range conns {
-			if err := setSocketBuffer(conn, c.cfg.SocketBuffer); err != nil {
-				c.log.Warnf("link to rank %d, channel %d: socket buffers of %d bytes (GOTREE_SOCKET_BUFFSIZE): %v; the kernel's stay", k.peer, k.channel, c.cfg.SocketBuffer, err)
-			}
+			c.setSocketBuffer(k, conn)
 			cs[i] = conn
 		}
 		l = backend.NewStripedTCPConn(cs, k.peer, k.channel, backend.DefaultSlots, slotBytes)
@@ -729,16 +730,30 @@ func (c *Comm) makeLink(k linkKey, conns []*net.TCPConn, deadline time.Time) (ba
 	return l, err
 }
 
-// setSocketBuffer asks the kernel for send and receive buffers of bytes
-// on conn (Config.SocketBuffer); 0 leaves the kernel's autotuning.
-func setSocketBuffer(conn *net.TCPConn, bytes int) error {
-	if bytes <= 0 {
-		return nil
+// setSocketBuffer asks the kernel for Config.SocketBuffer bytes to send
+// and to receive on conn, a socket of link k (0 leaves the kernel's
+// autotuning). It warns, once per communicator, where the kernel grants
+// less (it caps them at net.core.rmem_max and wmem_max).
+func (c *Comm) setSocketBuffer(k linkKey, conn *net.TCPConn) {
+	want := c.cfg.SocketBuffer
+	if want <= 0 {
+		return
 	}
-	if err := conn.SetReadBuffer(bytes); err != nil {
-		return err
+	err := conn.SetReadBuffer(want)
+	if err == nil {
+		err = conn.SetWriteBuffer(want)
 	}
-	return conn.SetWriteBuffer(bytes)
+	recv, send := 0, 0
+	if err == nil {
+		recv, send, err = backend.SocketBufferSizes(conn)
+	}
+	switch {
+	case err != nil:
+		c.log.Warnf("link to rank %d, channel %d: socket buffers of %d bytes (GOTREE_SOCKET_BUFFSIZE): %v", k.peer, k.channel, want, err)
+	case min(recv, send)/2 < want && c.sockBufShort.CompareAndSwap(false, true):
+		// Linux reports twice what it grants.
+		c.log.Warnf("GOTREE_SOCKET_BUFFSIZE=%d: the kernel granted %d bytes to receive and %d to send on a socket to rank %d; net.core.rmem_max and net.core.wmem_max cap them (sysctl -w net.core.rmem_max=%d net.core.wmem_max=%d)", want, recv/2, send/2, k.peer, want, want)
+	}
 }
 
 // waitPolicyFor is how waits behave on this rank (shared-memory links,
