@@ -3,7 +3,6 @@ package pg
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -114,14 +113,7 @@ func TestSocketBufferCapWarns(t *testing.T) {
 	cfg.DebugFile = t.TempDir() + "/log.%p"
 	hosts := []string{"a", "b", "b"}
 	checkAllReduce(t, startCommsAs(t, len(hosts), hosts, cfg), 1009)
-	files, err := filepath.Glob(strings.TrimSuffix(cfg.DebugFile, "%p") + "*")
-	require.NoError(t, err)
-	var log string
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		require.NoError(t, err)
-		log += string(b)
-	}
+	log := readDebugLogs(t, cfg.DebugFile)
 	want := fmt.Sprintf("GOTREE_SOCKET_BUFFSIZE=%d: the kernel granted %d bytes to receive", 2*rmax, rmax)
 	require.Equal(t, len(hosts), strings.Count(log, want), "one warning per rank: %q", log)
 	require.Contains(t, log, "sysctl -w net.core.rmem_max=")

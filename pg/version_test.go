@@ -27,6 +27,21 @@ func TestVersionMatchesPackaging(t *testing.T) {
 	require.Regexp(t, `^gotree \d+\.\d+\.\d+ \(wire protocol \d+, go[^,)]+(, built from [0-9a-f]{1,12}(\+dirty)?)?\)$`, versionBanner())
 }
 
+// readDebugLogs returns what every process wrote to the GOTREE_DEBUG_FILE
+// pattern debugFile, which ends in %p.
+func readDebugLogs(t *testing.T, debugFile string) string {
+	t.Helper()
+	files, err := filepath.Glob(strings.TrimSuffix(debugFile, "%p") + "*")
+	require.NoError(t, err)
+	var log string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		log += string(b)
+	}
+	return log
+}
+
 // GOTREE_DEBUG=VERSION prints rank 0's version line and nothing else, as
 // NCCL_DEBUG=VERSION does; WARN prints it too; unset prints nothing.
 func TestDebugVersion(t *testing.T) {
@@ -38,14 +53,7 @@ func TestDebugVersion(t *testing.T) {
 		cfg.Debug = tc.level
 		cfg.DebugFile = t.TempDir() + "/log.%p"
 		startComms(t, 2, nil, cfg)
-		files, err := filepath.Glob(strings.TrimSuffix(cfg.DebugFile, "%p") + "*")
-		require.NoError(t, err)
-		var log string
-		for _, f := range files {
-			b, err := os.ReadFile(f)
-			require.NoError(t, err)
-			log += string(b)
-		}
+		log := readDebugLogs(t, cfg.DebugFile)
 		banner := "[0] GOTREE INFO " + versionBanner() + "\n"
 		require.Equal(t, tc.want, strings.Contains(log, banner), "level %v: %q", tc.level, log)
 		require.Equal(t, tc.want, strings.Count(log, versionBanner()) == 1, "once, from rank 0")
