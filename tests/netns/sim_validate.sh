@@ -36,7 +36,8 @@ tuning=$repo/docs/crossover/tuning.json
   echo "date: $(date -u +%FT%TZ)"
   echo "host: $(uname -r), $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-)"
   echo "gotree: $(git -C "$repo" rev-parse HEAD 2>/dev/null || echo '?')"
-  echo "tc: $(tc -V 2>&1 | head -1); netns.sh shapes each namespace link both ways: tbf rate $rate burst 1mb latency 50ms"
+  echo "tc: $(tc -V 2>&1 | head -1); netns.sh shapes each namespace link both ways: tbf rate $rate burst 1mb latency ${NETNS_TBF_LATENCY:-50ms}"
+  echo "GOTREE_* set: $(env | grep '^GOTREE_' | sort | tr '\n' ' ')"
   echo "load before: $(cat /proc/loadavg)"
 } >"$out/env.txt"
 
