@@ -266,10 +266,11 @@ func (t *tcpConn) Sockets() int { return 1 + len(t.extra) }
 // SocketBuffers returns the kernel's receive and send buffer sizes of the
 // link's first socket (SocketBufferSizes).
 func (t *tcpConn) SocketBuffers() (recv, send int, err error) {
-	if t.raw == nil {
+	sc, ok := t.c.(syscall.Conn)
+	if !ok {
 		return 0, 0, errors.New("gotree/backend: the link's first connection is not a socket")
 	}
-	return rawSocketBuffers(t.raw)
+	return SocketBufferSizes(sc)
 }
 
 // SocketBufferSizes returns the receive and send buffer sizes the kernel
@@ -281,10 +282,6 @@ func SocketBufferSizes(c syscall.Conn) (recv, send int, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	return rawSocketBuffers(rc)
-}
-
-func rawSocketBuffers(rc syscall.RawConn) (recv, send int, err error) {
 	cerr := rc.Control(func(fd uintptr) {
 		if recv, err = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF); err == nil {
 			send, err = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF)
