@@ -16,7 +16,10 @@ sim_validate.sh run of the same binary): the table gains its median, and a
 paragraph says how often the two measurements agree within the tolerance, at
 how many points they differ by more than (1 + tol) / (1 - tol) — where no
 prediction can be within the tolerance of both — and how the simulator fares
-where they agree. That is the ceiling the machine puts on any model.
+where they agree. That is the ceiling the machine puts on any model. Given
+more than once, each gets that paragraph (the table shows the first), and one
+more says at how many points every measurement lies within the tolerance of
+their median, and how the simulator fares there.
 """
 
 import argparse
@@ -90,18 +93,40 @@ def reproducibility(first, again, simulated, tol):
     }
 
 
+def agreement(runs, simulated, tol):
+    """How several measurements of the same points (a list of medians by
+    key) agree: points (keys in all of them and the simulation), agree (every
+    measurement within tol of their median), apart (the largest more than
+    (1 + tol) / (1 - tol) times the smallest), sim_median and sim_every (of
+    the agreeing points, those where the simulation is within tol of the
+    measurements' median, of every measurement)."""
+    keys = [k for k in runs[0] if k in simulated and all(k in r for r in runs)]
+    med = {k: statistics.median(r[k] for r in runs) for k in keys}
+    agree = [k for k in keys if all(within(r[k], med[k], tol) for r in runs)]
+    span = (1 + tol) / (1 - tol)
+    return {
+        "points": len(keys),
+        "agree": len(agree),
+        "apart": sum(max(r[k] for r in runs) > span * min(r[k] for r in runs) for k in keys),
+        "sim_median": sum(within(simulated[k], med[k], tol) for k in agree),
+        "sim_every": sum(all(within(simulated[k], r[k], tol) for r in runs) for k in agree),
+    }
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("measured")
     ap.add_argument("sim")
     ap.add_argument("--title", default="")
     ap.add_argument("--tol", type=float, default=0.2)
-    ap.add_argument("--again", help="a second measurement of the same points (directories as MEASURED)")
+    ap.add_argument("--again", action="append", default=[],
+                    help="another measurement of the same points (directories as MEASURED); may be repeated")
     a = ap.parse_args()
 
     meas = load(a.measured)
     first = {k: median_of(v) for k, v in meas.items()}
-    again = {k: median_of(v) for k, v in load(a.again).items()} if a.again else None
+    agains = [{k: median_of(v) for k, v in load(d).items()} for d in a.again]
+    again = agains[0] if agains else None
     with open(a.sim) as fh:
         sim = json.load(fh)
     simv = {(r["nodes"], r["algo"], r["size"]): r for r in sim["rows"]}
@@ -136,14 +161,21 @@ def main():
         print(" Outside: " + ", ".join(f"{k[0]} nodes {k[1]} {fmt_size(k[2])} ({100 * e:+.0f}%)" for k, e in out) + ".")
     else:
         print()
-    if again is not None:
-        r = reproducibility(first, again, {k: v["time_us"] for k, v in simv.items()}, a.tol)
-        pct = f"{100 * a.tol:.0f}%"
-        print(f"\nAgainst the second measurement ({a.again}): its medians are within {pct} of these at "
+    simt = {k: v["time_us"] for k, v in simv.items()}
+    pct = f"{100 * a.tol:.0f}%"
+    for d, other in zip(a.again, agains):
+        r = reproducibility(first, other, simt, a.tol)
+        print(f"\nAgainst the second measurement ({d}): its medians are within {pct} of these at "
               f"{r['agree']} of {r['points']} points; at {r['apart']} the two differ by more than "
               f"{(1 + a.tol) / (1 - a.tol):.2f}x, so that no prediction can be within {pct} of both. "
               f"Where the two agree ({r['agree']} points), the simulator is within {pct} of this measurement "
               f"at {r['sim_first']}, of the second at {r['sim_again']}, of both at {r['sim_both']}.")
+    if len(agains) > 1:
+        r = agreement([first] + agains, simt, a.tol)
+        print(f"\nAll {len(agains) + 1} measurements: every one within {pct} of their median at {r['agree']} of "
+              f"{r['points']} points; at {r['apart']} the largest is more than {(1 + a.tol) / (1 - a.tol):.2f}x the "
+              f"smallest. Where all agree ({r['agree']} points), the simulator is within {pct} of their median "
+              f"at {r['sim_median']} and of every one at {r['sim_every']}.")
 
 
 def again_cell(again, key):

@@ -29,7 +29,8 @@ test_paired_sweep_across_namespaces
 
 test_sim_compare_reproducibility (no root needed)
     tests/netns/sim_compare.py --again: how two measurements agree and where no prediction
-    can be within 20% of both, on values counted by hand.
+    can be within 20% of both, on values counted by hand; with three, where every one lies
+    within 20% of their median.
 
 test_perf_under_torchrun (no root needed)
     `torchrun --standalone --nproc-per-node 2 --no-python build/gotree perf`: perf joins a
@@ -60,7 +61,7 @@ import faults_netns  # noqa: E402
 
 sys.path.insert(0, str(REPO / "tests" / "netns"))
 from sim_compare import fmt_size as _fmt_size  # noqa: E402  (the size labels of gotree explain's tables)
-from sim_compare import reproducibility  # noqa: E402
+from sim_compare import agreement, reproducibility  # noqa: E402
 
 LINK_RATE_GBPS = 2.0  # Gbit/s, as given to netns.sh
 LINK_GBYTES = LINK_RATE_GBPS / 8  # GB/s (10^9 bytes), the unit of busbw
@@ -274,6 +275,20 @@ def test_sim_compare_reproducibility():
     # ratios are exact in binary: 125 / 100 - 1 = 0.25, 75 / 100 - 1 = -0.25).
     assert reproducibility({"x": 100.0}, {"x": 125.0}, {"x": 75.0}, 0.25) == {
         "points": 1, "agree": 1, "apart": 0, "sim_first": 1, "sim_again": 0, "sim_both": 0}
+    # Three measurements (--again given twice): the median of each point, every run within
+    # 20% of it or not, the largest against 1.5x the smallest; "z" lacks a simulated value.
+    runs = [
+        {"p": 100.0, "q": 100.0, "r": 100.0, "s": 10.0, "z": 1.0},
+        {"p": 110.0, "q": 125.0, "r": 160.0, "s": 11.0, "z": 1.0},
+        {"p": 90.0, "q": 100.0, "r": 100.0, "s": 12.0, "z": 1.0},
+    ]
+    sim3 = {"p": 85.0, "q": 119.0, "r": 100.0, "s": 13.0}
+    # p: median 100, runs -10..+10%: agree; 85 within 20% of 100, 110 (-22.7%) no.
+    # q: median 100, 125 is +25%: not agree. r: median 100, 160: not agree, and 1.6x apart.
+    # s: median 11, 10 (-9%), 12 (+9%): agree; 13 is +18% of 11, +30% of 10: median only.
+    assert agreement(runs, sim3, 0.2) == {"points": 4, "agree": 2, "apart": 1, "sim_median": 2, "sim_every": 0}
+    sim3["p"] = 100.0  # within 20% of 100, 110 and 90
+    assert agreement(runs, sim3, 0.2)["sim_every"] == 1
 
 
 def test_perf_under_torchrun(built):
