@@ -69,6 +69,10 @@ import (
 // hdrTag is the tag of agreement-check messages.
 const hdrTag uint32 = 0x63687467 // "gthc"
 
+// A header is hdrLen bytes, little-endian: kind, collective, dtype, op
+// (one byte each), hdrMagic, then seq, count, root, send, recv and round
+// (eight bytes each), the algorithm byte, and seven reserved zero bytes,
+// which decodeHeader checks.
 const (
 	hdrLen   = 64
 	hdrMagic = 0x63685467 // "gThc"
@@ -125,6 +129,11 @@ func decodeHeader(b []byte) (header, bool) {
 	le := binary.LittleEndian
 	if len(b) != hdrLen || le.Uint32(b[4:]) != hdrMagic {
 		return header{}, false
+	}
+	for _, x := range b[57:] {
+		if x != 0 { // reserved: encode writes zeros, so these are not our headers
+			return header{}, false
+		}
 	}
 	return header{
 		kind: hdrKind(b[0]), coll: algorithms.Collective(b[1]), dt: algorithms.DType(b[2]), op: algorithms.Op(b[3]),
