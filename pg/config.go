@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gotree/gotree/algorithms"
+	"github.com/gotree/gotree/internal/cfgfile"
 )
 
 // DefaultTimeout is torch's default for non-NCCL process groups.
@@ -372,7 +373,7 @@ func LoadConfig(getenv Getenv) (Config, error) {
 		return c, e
 	}
 	if c.TuningFile != "" {
-		data, e := os.ReadFile(c.TuningFile)
+		data, e := cfgfile.Read(c.TuningFile, 0)
 		if e != nil {
 			return c, fmt.Errorf("gotree: GOTREE_TUNING_FILE: %w", e)
 		}

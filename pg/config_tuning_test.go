@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/gotree/gotree/algorithms"
@@ -31,6 +32,15 @@ func TestConfigProtoAndTuningFile(t *testing.T) {
 	env["GOTREE_TUNING_FILE"] = filepath.Join(t.TempDir(), "missing.json")
 	_, err = LoadConfig(get)
 	require.ErrorContains(t, err, "GOTREE_TUNING_FILE")
+
+	// A name that os.ReadFile would wait on forever (a FIFO with no writer)
+	// fails at once and says what it names.
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
+	env["GOTREE_TUNING_FILE"] = fifo
+	_, err = LoadConfig(get)
+	require.ErrorContains(t, err, "GOTREE_TUNING_FILE")
+	require.ErrorContains(t, err, fifo+" is not a regular file (a FIFO)")
 
 	tu := algorithms.DefaultTuning()
 	tu.Transports[algorithms.Shm].HopUs[algorithms.Tree][algorithms.Simple] = 0.5

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -187,6 +188,11 @@ func TestLoadSystem(t *testing.T) {
 
 	_, err = LoadSystem(LoadOptions{TopoFile: filepath.Join(dir, "missing.json")})
 	assert.ErrorIs(t, err, os.ErrNotExist)
+	// GOTREE_TOPO_FILE=/dev/stdin or a FIFO: refused, not waited on.
+	fifo := filepath.Join(dir, "fifo")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
+	_, err = LoadFile(fifo)
+	assert.ErrorContains(t, err, fifo+" is not a regular file (a FIFO)")
 	bad := filepath.Join(dir, "bad.xml")
 	require.NoError(t, os.WriteFile(bad, []byte("<system>\n<cpu/>\n</system>"), 0o644))
 	_, err = LoadFile(bad)
