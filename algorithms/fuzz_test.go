@@ -1,7 +1,10 @@
 package algorithms
 
 import (
+	"math"
 	"math/rand/v2"
+	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -45,5 +48,93 @@ func FuzzPlan(f *testing.F) {
 		req := PlanRequest{Coll: c.coll, Algo: c.algo, Proto: Protocol(int(seed>>32) % 3), Count: c.count, DType: c.ty.dt, Op: c.op,
 			Root: c.root, ChunkBytes: int64(chunk % 2048), KeepChannels: seed%2 == 0, FragmentBytes: int64(seed>>40) % 4096}
 		orRun(t, rng, g, req, c)
+	})
+}
+
+// FuzzParseTuning: a tuning file (GOTREE_TUNING_FILE) is user input. Any
+// bytes must parse or be refused with an error; what parses must write
+// back (MarshalTuning) to a file that parses to the same tuning, and the
+// cost model must choose from it an allreduce algorithm with a finite,
+// non-negative predicted time or say why it cannot.
+func FuzzParseTuning(f *testing.F) {
+	def, err := MarshalTuning(DefaultTuning(), nil, nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(def)
+	f.Add([]byte(`{"version": 1, "source": "x", "cores": 2, "transports": {"tcp": {"base_us": {"ring": {"Simple": 1}}, "hop_us": {"ring": {"Simple": 20}}, "bus_gbps": {"ring": {"Simple": 0}}}}}`))
+	f.Add([]byte(`{"version": 1, "cores": 4, "local": [{"transport": "shm", "ranks_per_node": 3, "bus_gbps": {"tree": {"Simple": 1e300}}, "correction": {"ring": {"Simple": {"7": 0.5}}}}]}`))
+	f.Add([]byte(`{"version": 1, "transports": {"shm": {"in_place": {"hd": {"LL": {"23": 2}}}}}}`))
+	f.Add([]byte(`{"version": 2}`))
+	topos := []CostTopo{
+		{NRanks: 4, NNodes: 1, RanksPerNode: 4, Intra: Shm, Inter: TCP, Channels: 2},
+		{NRanks: 3, NNodes: 3, RanksPerNode: 1, Intra: Shm, Inter: TCP, Channels: 2},
+		{NRanks: 16, NNodes: 2, RanksPerNode: 8, Intra: NVLink, Inter: Net, Channels: 4},
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		tu, err := ParseTuning(data)
+		if err != nil {
+			return
+		}
+		out, err := MarshalTuning(tu, nil, nil)
+		if err != nil {
+			t.Fatalf("a parsed tuning does not marshal: %v", err)
+		}
+		again, err := ParseTuning(out)
+		if err != nil {
+			t.Fatalf("a marshalled tuning does not parse: %v\n%s", err, out)
+		}
+		if !reflect.DeepEqual(tu, again) {
+			t.Fatalf("tuning does not round-trip:\n%+v\n%+v", tu, again)
+		}
+		for _, topo := range topos {
+			for _, bytes := range []int64{4, 1 << 20, 1 << 30} {
+				for _, inPlace := range []bool{false, true} {
+					p, err := tu.Choose(AllReduce, topo, bytes, Constraints{InPlace: inPlace})
+					if err != nil {
+						continue
+					}
+					if !(p.TimeUs >= 0) || math.IsInf(p.TimeUs, 0) {
+						t.Fatalf("%+v, %d bytes, in place %v: predicted %v", topo, bytes, inPlace, p)
+					}
+				}
+			}
+		}
+	})
+}
+
+// FuzzAlgoSpec: GOTREE_ALGO and GOTREE_PROTO values in NCCL's syntax. Any
+// value must parse or be refused with an error that names the variable;
+// what parses allows at least one algorithm (protocol) and none that
+// gotree lacks, and CheckSpecs agrees with parsing for every collective.
+func FuzzAlgoSpec(f *testing.F) {
+	for _, s := range []string{"ring", "^tree", "allreduce:tree;allgather:ring", "Ring, HD", "auto", "", "nvls", "allreduce:^ring,tree,hd,direct,shared,oneshot", ";;:", "LL128", "^simple,ll"} {
+		f.Add(s, s)
+	}
+	f.Fuzz(func(t *testing.T, algo, proto string) {
+		ok := true
+		for c := AllReduce; c <= SendRecv; c++ {
+			as, err := ParseAlgoSpec(algo, c)
+			if err != nil {
+				ok = false
+				if !strings.HasPrefix(err.Error(), "gotree: GOTREE_ALGO=") {
+					t.Fatalf("GOTREE_ALGO=%q: the error does not name the variable: %v", algo, err)
+				}
+			} else if as == 0 || as&^AllAlgos != 0 {
+				t.Fatalf("GOTREE_ALGO=%q, %v: set %b", algo, c, as)
+			}
+			ps, err := ParseProtoSpec(proto, c)
+			if err != nil {
+				ok = false
+				if !strings.HasPrefix(err.Error(), "gotree: GOTREE_PROTO=") {
+					t.Fatalf("GOTREE_PROTO=%q: the error does not name the variable: %v", proto, err)
+				}
+			} else if ps == 0 || ps&^AllProtos != 0 {
+				t.Fatalf("GOTREE_PROTO=%q, %v: set %b", proto, c, ps)
+			}
+		}
+		if err := CheckSpecs(algo, proto); (err == nil) != ok {
+			t.Fatalf("CheckSpecs(%q, %q) = %v, parsing ok = %v", algo, proto, err, ok)
+		}
 	})
 }

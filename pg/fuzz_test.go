@@ -3,6 +3,7 @@ package pg
 import (
 	"bytes"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -82,5 +83,37 @@ func FuzzAgreementHeader(f *testing.F) {
 		_ = c.compareSplits(mine, 1, h)
 		_ = c.compareSplits(mine, 5, h)
 		_ = h.args().describe()
+	})
+}
+
+// FuzzLoadConfig: the GOTREE_* variables are user input. Any values must
+// load or be refused with an error that names the variable at fault.
+// (GOTREE_TUNING_FILE names a file to read, which this leaves out;
+// FuzzParseTuning covers the file's contents.)
+func FuzzLoadConfig(f *testing.F) {
+	f.Add("GOTREE_TIMEOUT_MS=0x10\nGOTREE_MAX_NCHANNELS=4\nGOTREE_ALGO=allreduce:ring;allgather:tree")
+	f.Add("GOTREE_DEBUG=info\nGOTREE_DEBUG_SUBSYS=^INIT\nGOTREE_SOCKET_BUFFSIZE=262144\nGOTREE_CPU_ALLOCATOR=shared,min_bytes:1M")
+	f.Add("GOTREE_NSOCKS_PERTHREAD=8\nGOTREE_SOCKET_NTHREADS=8\nGOTREE_AUTOTUNE=again")
+	f.Add("GOTREE_BUFFSIZE=-1\nGOTREE_SOCKET_FAMILY=AF_UNIX\nGOTREE_PROTO=ll,LL128")
+	f.Add("GOTREE_TRACE_BUFFER_SIZE=0\nGOTREE_CMA_DISABLE=yes\nGOTREE_MIN_NCHANNELS=33")
+	f.Fuzz(func(t *testing.T, vars string) {
+		env := map[string]string{}
+		for _, line := range strings.Split(vars, "\n") {
+			if k, v, ok := strings.Cut(line, "="); ok && k != "GOTREE_TUNING_FILE" {
+				env[k] = v
+			}
+		}
+		_, err := LoadConfig(func(k string) string { return env[k] })
+		if err == nil {
+			return
+		}
+		msg := err.Error()
+		named := false
+		for k := range env {
+			named = named || strings.HasPrefix(k, "GOTREE_") && strings.Contains(msg, k)
+		}
+		if !strings.HasPrefix(msg, "gotree: ") || !named {
+			t.Fatalf("%q: the error does not name the variable: %v", vars, err)
+		}
 	})
 }

@@ -32,8 +32,9 @@ def main():
     args = ap.parse_args()
 
     cycles = defaultdict(list)
-    for r in csv.DictReader(open(args.raw)):
-        cycles[(int(r["nranks"]), int(r["bytes"]), r["placement"], r["algo"])].append(float(r["median_us"]))
+    with open(args.raw) as fh:
+        for r in csv.DictReader(fh):
+            cycles[(int(r["nranks"]), int(r["bytes"]), r["placement"], r["algo"])].append(float(r["median_us"]))
     groups = sorted({k[:3] for k in cycles if (k[:3] + (args.a,)) in cycles and (k[:3] + (args.b,)) in cycles})
     if not groups:
         raise SystemExit(f"{args.raw}: no group has both {args.a} and {args.b}")
