@@ -113,25 +113,23 @@ func FuzzAlgoSpec(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, algo, proto string) {
 		ok := true
+		// check: what one collective's parse of env=spec gave (set over all).
+		check := func(env, spec string, c Collective, set, all uint64, err error) {
+			switch {
+			case err != nil:
+				ok = false
+				if !strings.HasPrefix(err.Error(), "gotree: "+env+"=") {
+					t.Fatalf("%s=%q: the error does not name the variable: %v", env, spec, err)
+				}
+			case set == 0 || set&^all != 0:
+				t.Fatalf("%s=%q, %v: set %b", env, spec, c, set)
+			}
+		}
 		for c := AllReduce; c <= SendRecv; c++ {
 			as, err := ParseAlgoSpec(algo, c)
-			if err != nil {
-				ok = false
-				if !strings.HasPrefix(err.Error(), "gotree: GOTREE_ALGO=") {
-					t.Fatalf("GOTREE_ALGO=%q: the error does not name the variable: %v", algo, err)
-				}
-			} else if as == 0 || as&^AllAlgos != 0 {
-				t.Fatalf("GOTREE_ALGO=%q, %v: set %b", algo, c, as)
-			}
+			check("GOTREE_ALGO", algo, c, uint64(as), uint64(AllAlgos), err)
 			ps, err := ParseProtoSpec(proto, c)
-			if err != nil {
-				ok = false
-				if !strings.HasPrefix(err.Error(), "gotree: GOTREE_PROTO=") {
-					t.Fatalf("GOTREE_PROTO=%q: the error does not name the variable: %v", proto, err)
-				}
-			} else if ps == 0 || ps&^AllProtos != 0 {
-				t.Fatalf("GOTREE_PROTO=%q, %v: set %b", proto, c, ps)
-			}
+			check("GOTREE_PROTO", proto, c, uint64(ps), uint64(AllProtos), err)
 		}
 		if err := CheckSpecs(algo, proto); (err == nil) != ok {
 			t.Fatalf("CheckSpecs(%q, %q) = %v, parsing ok = %v", algo, proto, err, ok)
