@@ -373,7 +373,7 @@ func LoadConfig(getenv Getenv) (Config, error) {
 		return c, e
 	}
 	if c.TuningFile != "" {
-		data, e := cfgfile.Read(c.TuningFile, 0)
+		data, e := cfgfile.Read(c.TuningFile)
 		if e != nil {
 			return c, fmt.Errorf("gotree: GOTREE_TUNING_FILE: %w", e)
 		}

@@ -43,7 +43,7 @@ func ReadSystem(r io.Reader) (*System, error) {
 
 // LoadFile reads a topology file in either format (see ReadSystem).
 func LoadFile(path string) (*System, error) {
-	data, err := cfgfile.Read(path, 0) // not a FIFO or device: those could block forever
+	data, err := cfgfile.Read(path) // not a FIFO or device: those could block forever
 	if err != nil {
 		return nil, fmt.Errorf("gotree/topology: %w", err)
 	}

@@ -17,13 +17,12 @@ import (
 // a few kilobytes (a large machine's topology a few hundred).
 const MaxBytes = 64 << 20
 
-// Read returns the contents of the regular file at path, at most limit
-// bytes (MaxBytes when limit <= 0). The error names the path and says what
-// it is when it is not a regular file.
-func Read(path string, limit int64) ([]byte, error) {
-	if limit <= 0 {
-		limit = MaxBytes
-	}
+// Read returns the contents of the regular file at path, of at most
+// MaxBytes. The error names the path and says what it is when it is not a
+// regular file.
+func Read(path string) ([]byte, error) { return readLimited(path, MaxBytes) }
+
+func readLimited(path string, limit int64) ([]byte, error) {
 	// O_NONBLOCK: opening a FIFO for reading otherwise waits for a writer.
 	// It changes nothing for a regular file.
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)

@@ -15,25 +15,25 @@ func TestReadRegularFile(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "tuning.json")
 	want := []byte(`{"version": 1}` + "\n")
 	require.NoError(t, os.WriteFile(p, want, 0o644))
-	got, err := Read(p, 0)
+	got, err := Read(p)
 	require.NoError(t, err)
 	require.Equal(t, want, got)
 
 	empty := filepath.Join(t.TempDir(), "empty")
 	require.NoError(t, os.WriteFile(empty, nil, 0o644))
-	got, err = Read(empty, 0)
+	got, err = Read(empty)
 	require.NoError(t, err)
 	require.Empty(t, got)
 
 	// One byte over the limit is refused, exactly the limit is read.
-	got, err = Read(p, int64(len(want)))
+	got, err = readLimited(p, int64(len(want)))
 	require.NoError(t, err)
 	require.Equal(t, want, got)
-	_, err = Read(p, int64(len(want))-1)
+	_, err = readLimited(p, int64(len(want))-1)
 	require.ErrorContains(t, err, p)
 	require.ErrorContains(t, err, "15 bytes, more than the 14")
 
-	_, err = Read(filepath.Join(t.TempDir(), "missing"), 0)
+	_, err = Read(filepath.Join(t.TempDir(), "missing"))
 	require.ErrorIs(t, err, os.ErrNotExist)
 }
 
@@ -49,7 +49,7 @@ func TestReadRefusesWhatIsNotAFile(t *testing.T) {
 	}
 	for path, what := range cases {
 		done := make(chan error, 1)
-		go func() { _, err := Read(path, 0); done <- err }()
+		go func() { _, err := Read(path); done <- err }()
 		select {
 		case err := <-done:
 			require.Error(t, err, path)
