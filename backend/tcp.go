@@ -152,8 +152,13 @@ type stripe struct {
 
 // StripeMin is the smallest message cut over several sockets; smaller ones
 // go whole over the first socket, where a hand-off to other goroutines
-// would cost more than it saves.
-const StripeMin = 64 << 10
+// would cost more than it saves. With the default four sockets and FIFO
+// slot only whole 128 KiB slots are cut (32 KiB a socket): 64 KiB, cut
+// into four parts of 16 KiB, made a ring allreduce of 256 KiB across 3
+// and 4 network namespaces on 2 CPUs 2.5-3x slower than whole messages
+// (0.68-0.79 against 0.27-0.30 ms and 1.27-1.66 against 0.38-0.57 ms;
+// docs/bench.md, "Striping threshold").
+const StripeMin = 128 << 10
 
 // stripeSize is the part length of an n-byte message over k sockets (part
 // i covers [i·size, (i+1)·size) clipped to n): n itself below StripeMin or

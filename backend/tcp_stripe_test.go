@@ -35,7 +35,7 @@ func init() {
 func TestStripeSize(t *testing.T) {
 	for _, c := range []struct{ n, k, want int }{
 		{0, 4, 0}, {StripeMin - 1, 4, StripeMin - 1}, {1 << 20, 1, 1 << 20},
-		{StripeMin, 4, StripeMin / 4}, {StripeMin + 1, 4, StripeMin/4 + 64}, {100003, 3, 33344},
+		{StripeMin, 4, StripeMin / 4}, {StripeMin + 1, 4, StripeMin/4 + 64}, {300007, 3, 100032},
 	} {
 		got := stripeSize(c.n, c.k)
 		require.Equal(t, c.want, got, "n=%d k=%d", c.n, c.k)
@@ -50,7 +50,7 @@ func TestStripeSize(t *testing.T) {
 // at sizes around the cut-off and that leave the last parts short or
 // empty, through FIFO wrap-arounds, in both directions at once.
 func TestStripedLargeMessages(t *testing.T) {
-	sizes := []int{StripeMin - 1, StripeMin, StripeMin + 1, 100003, 1, 0, 200000, 3*64 + StripeMin, 262144}
+	sizes := []int{StripeMin - 1, StripeMin, StripeMin + 1, 100003, 1, 0, 150001, 200000, 3*64 + StripeMin, 262144}
 	for _, k := range []int{2, 3, 5} {
 		t.Run(fmt.Sprint(k), func(t *testing.T) {
 			a, b := stripedPair(t, k, 3, 262144)

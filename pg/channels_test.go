@@ -181,7 +181,7 @@ func checkAllReduce(t *testing.T, comms []*Comm, count int64) {
 	}
 }
 
-// Links between hosts run over several sockets: messages of 64 KiB and
+// Links between hosts run over several sockets: messages of 128 KiB and
 // more are cut over them. The rank that dials decides how many, so ranks
 // that were given different counts still connect.
 func TestStripedLinks(t *testing.T) {
