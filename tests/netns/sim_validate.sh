@@ -4,6 +4,9 @@
 #
 #   sim_validate.sh OUTDIR GOTREE [REPS] [RATE]
 #
+# 0. link and copy bandwidths: `gotree tune` on this machine into
+#    OUTDIR/tuning.json (the machine may not be the one that measured
+#    docs/crossover/tuning.json), unless SIM_TUNING names a tuning file;
 # 1. calibration: 2 nodes, ring, CAL_MIN (default 4 B; the first run in
 #    docs/crossover/netns used 1K) to 16 KiB, on 1 channel and on 2 channels
 #    (GOTREE_MIN_NCHANNELS=2), at RATE (default 1gbit) and without a rate
@@ -14,13 +17,13 @@
 #    without a rate limit, REPS repetitions (default 5) in fresh namespaces;
 # 3. fit --hop-us and --msg-cpu-us on step 1 only (sim_calibrate.py), for
 #    each rate on that rate's calibration;
-# 4. `gotree sim --perf` with those and the tuning file's link bandwidth for
+# 4. `gotree sim --perf` with those and step 0's link bandwidth for
 #    both rates (one host of $(nproc) cores, one message at a time on the
 #    namespaces' network: --serial-net), and the comparison tables
 #    (sim_compare.py).
 #
 # Writes OUTDIR/raw/{cal-1ch,cal-2ch,measured}/{RATE,none}/*.json (perf --json
-# of rank 0, with commands.txt), OUTDIR/env.txt, OUTDIR/calibration[-none].txt,
+# of rank 0, with commands.txt), OUTDIR/tuning.json and tune.log (step 0), OUTDIR/env.txt, OUTDIR/calibration[-none].txt,
 # OUTDIR/sim-RATE.json and OUTDIR/comparison-RATE.md. Needs root; uses the
 # netns.sh lock, so it waits for other netns.sh users. Keep the machine
 # otherwise idle: the emulated nodes share its cores.
@@ -31,13 +34,19 @@ out=${1:?OUTDIR}; bin=${2:?GOTREE}; reps=${3:-5}; rate=${4:-1gbit}
 mkdir -p "$out/raw"
 out=$(cd "$out" && pwd)
 bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
-tuning=$repo/docs/crossover/tuning.json
+tuning=${SIM_TUNING:-}
+if [ -z "$tuning" ]; then
+  tuning=$out/tuning.json
+  "$bin" tune -out "$tuning" >"$out/tune.log" 2>&1
+fi
+tuning=$(cd "$(dirname "$tuning")" && pwd)/$(basename "$tuning")
 {
   echo "date: $(date -u +%FT%TZ)"
   echo "host: $(uname -r), $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-)"
   echo "gotree: $(git -C "$repo" rev-parse HEAD 2>/dev/null || echo '?')"
   echo "tc: $(tc -V 2>&1 | head -1); netns.sh shapes each namespace link both ways: tbf rate $rate burst 1mb latency ${NETNS_TBF_LATENCY:-50ms}"
   echo "GOTREE_* set: $(env | grep '^GOTREE_' | sort | tr '\n' ' ')"
+  echo "tuning: $tuning"
   echo "load before: $(cat /proc/loadavg)"
 } >"$out/env.txt"
 
