@@ -8,6 +8,7 @@ group, would otherwise run out of one of them)."""
 
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -51,6 +52,16 @@ def main():
         if cycle in (9, CYCLES - 1):
             seen[cycle] = resources()
     before, after = seen[9], seen[CYCLES - 1]
+    # A shared-memory link still in flight when it is closed unmaps its segment when that
+    # ends (shmConn.Close), which can be a moment after destroy returned: CI once saw one
+    # more mapping on one rank. Give such a release up to 2 s; a leak stays and still fails.
+    first = after
+    deadline = time.monotonic() + 2
+    while after[2] > before[2] and time.monotonic() < deadline:
+        time.sleep(0.05)
+        after = after[:2] + resources()[2:]
+    if after != first:
+        print(f"[rank {rank}] /dev/shm mappings after cycle {CYCLES}: {first[2]}, then {after[2]}", flush=True)
     print(f"[rank {rank}] fds, threads, shm mappings after cycle 10: {before}, after {CYCLES}: {after}", flush=True)
     # Threads may grow by a few that are no group's: the Go runtime keeps the OS
     # threads it starts for blocking calls. A leak per group would add 30 or more.
