@@ -23,8 +23,8 @@
 #    (sim_compare.py).
 #
 # Writes OUTDIR/raw/{cal-1ch,cal-2ch,measured}/{RATE,none}/*.json (perf --json
-# of rank 0, with commands.txt), OUTDIR/tuning.json and tune.log (step 0), OUTDIR/env.txt, OUTDIR/calibration[-none].txt,
-# OUTDIR/sim-RATE.json and OUTDIR/comparison-RATE.md. Needs root; uses the
+# of rank 0, with commands.txt), OUTDIR/tuning.json and tune.log (step 0),
+# OUTDIR/env.txt, OUTDIR/calibration[-none].txt, OUTDIR/sim-RATE.json and OUTDIR/comparison-RATE.md. Needs root; uses the
 # netns.sh lock, so it waits for other netns.sh users. Keep the machine
 # otherwise idle: the emulated nodes share its cores.
 set -euo pipefail

@@ -52,9 +52,10 @@ def main():
         if cycle in (9, CYCLES - 1):
             seen[cycle] = resources()
     before, after = seen[9], seen[CYCLES - 1]
-    # A shared-memory link still in flight when it is closed unmaps its segment when that
-    # ends (shmConn.Close), which can be a moment after destroy returned: CI once saw one
-    # more mapping on one rank. Give such a release up to 2 s; a leak stays and still fails.
+    # CI once saw one more mapping on one rank here, cause not found; possibly a
+    # shared-memory link still in flight at close, which unmaps its segment when that
+    # ends (shmConn.Close), after destroy returned. Give a late release up to 2 s; a
+    # leak stays and still fails.
     first = after
     deadline = time.monotonic() + 2
     while after[2] > before[2] and time.monotonic() < deadline:
