@@ -367,3 +367,34 @@ func TestShmFailureReason(t *testing.T) {
 	require.ErrorAs(t, err, &ra)
 	require.Equal(t, "rank 1 gave up: rank 2 is gone", ra.Reason)
 }
+
+// A shared-memory link closed while an operation is in flight unmaps its
+// segment when that operation leaves, and Close waits for it (up to
+// shmCloseWait), so nothing stays mapped after Close returns; Abort does
+// not wait.
+func TestShmCloseWaitsForInflight(t *testing.T) {
+	mapped := func(c Conn) bool {
+		s := c.(*shmConn)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return !s.unmapped
+	}
+	a, b := shmPair(t, 4, 4096)
+	sa := a.(*shmConn)
+	require.True(t, sa.enter())
+	const hold = 50 * time.Millisecond
+	go func() { time.Sleep(hold); sa.exit() }()
+	start := time.Now()
+	require.NoError(t, a.Close())
+	require.GreaterOrEqual(t, time.Since(start), hold, "Close returned before the operation in flight left")
+	require.False(t, mapped(a), "segment still mapped after Close")
+
+	sb := b.(*shmConn)
+	require.True(t, sb.enter())
+	start = time.Now()
+	b.Abort("test")
+	require.Less(t, time.Since(start), hold, "Abort waited for an operation in flight")
+	require.True(t, mapped(b), "Abort unmapped under an operation in flight")
+	sb.exit()
+	require.False(t, mapped(b), "the last operation to leave did not unmap")
+}

@@ -125,7 +125,14 @@ type shmConn struct {
 	closed   bool
 	unmapped bool
 	borrowed bool
+	drained  chan struct{} // a waiting Close's: closed once the segment is unmapped
 }
+
+// shmCloseWait bounds how long Close waits for the link's operations in
+// flight (woken by its failure, they leave within microseconds) so that
+// the segment is unmapped when Close returns: a communicator destroyed
+// leaves no mapping behind that goes a moment later.
+const shmCloseWait = time.Second
 
 func futexWait(addr *uint32, val uint32, d time.Duration) {
 	ts := unix.NsecToTimespec(int64(d))
@@ -342,7 +349,7 @@ func (s *shmConn) Abort(reason string) {
 	msg[0] = 'A'
 	binary.LittleEndian.PutUint32(msg[1:], uint32(len(reason)))
 	_, _ = s.ctrl.Write(append(msg, reason...))
-	s.Close()
+	s.close(0)
 }
 
 func (s *shmConn) fail(err error) {
@@ -410,6 +417,10 @@ func (s *shmConn) unmapLocked() {
 	if !s.unmapped {
 		s.unmapped = true
 		s.seg.release()
+	}
+	if s.drained != nil {
+		close(s.drained)
+		s.drained = nil
 	}
 }
 
@@ -851,14 +862,34 @@ func (s *shmConn) Release() {
 	s.exit()
 }
 
-func (s *shmConn) Close() error {
+func (s *shmConn) Close() error { return s.close(shmCloseWait) }
+
+// close fails the link, closes its control socket and unmaps the segment,
+// at once if nothing is in flight, else when the last operation leaves:
+// close waits for that up to wait (Abort, which may run on a goroutine
+// that has an operation in flight, does not wait).
+func (s *shmConn) close(wait time.Duration) error {
 	s.fail(ErrClosed)
 	s.ctrl.Close()
 	s.mu.Lock()
 	s.closed = true
+	var drained chan struct{}
 	if s.inflight == 0 {
 		s.unmapLocked()
+	} else if wait > 0 {
+		if s.drained == nil {
+			s.drained = make(chan struct{})
+		}
+		drained = s.drained
 	}
 	s.mu.Unlock()
+	if drained != nil {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-drained:
+		case <-t.C:
+		}
+	}
 	return nil
 }

@@ -52,10 +52,11 @@ def main():
         if cycle in (9, CYCLES - 1):
             seen[cycle] = resources()
     before, after = seen[9], seen[CYCLES - 1]
-    # CI once saw one more mapping on one rank here, cause not found; possibly a
-    # shared-memory link still in flight at close, which unmaps its segment when that
-    # ends (shmConn.Close), after destroy returned. Give a late release up to 2 s; a
-    # leak stays and still fails.
+    # CI once saw one more mapping on one rank here, cause not proven: a shared-memory
+    # link closed while its liveness watch was failing it unmapped its segment when
+    # that watch left, after destroy returned. shmConn.Close now waits for that (up to
+    # 1 s), so the release should be done by now; a late one is still given up to 2 s
+    # (and printed below), a leak stays and still fails.
     first = after
     deadline = time.monotonic() + 2
     while after[2] > before[2] and time.monotonic() < deadline:
