@@ -40,7 +40,8 @@ import (
 // per message, on the rank's engine and its node's CPU, or with HostCores
 // on whichever of the host's cores is free first (network namespaces: all
 // nodes share one machine), so messages that are processed at the same
-// time queue for the cores.
+// time queue for the cores; with more nodes than cores every message also
+// arrives OversubUs later per node in excess.
 //
 // The message arrives b / (smallest bandwidth) + latency after its start
 // (a NIC's time being the bucket's); without WindowBytes the sending
@@ -101,6 +102,15 @@ type SimLinks struct {
 	// that sends while the other waits (tests/netns/exchange.py), while
 	// over loopback the two overlap.
 	SerialNet bool
+	// OversubUs (with HostCores) delays every message by this many µs
+	// for each node beyond the host's cores, without occupying one: where
+	// ranks outnumber the cores, a rank that a message wakes waits for a
+	// core that the other ranks' waits (polling, yielding) hold, and the
+	// more of them, the longer (the chain of a 4-byte ring on 4 network
+	// namespaces over 2 cores takes 80-98 µs where 5 µs per message at
+	// each end predicts 60; docs/crossover/netns/README.md). Fitted on a
+	// calibration run of the most nodes (tests/netns/sim_calibrate.py).
+	OversubUs float64
 }
 
 // SimResult is the outcome of a simulation.
@@ -164,6 +174,7 @@ type simEngine struct {
 	net     simRes   // the nodes' shared network (SerialNet)
 	windows map[simKey]*simWindow
 	es      int64
+	oversub float64 // µs added to every message's latency: OversubUs × nodes beyond HostCores
 	// mirror: a message on key k is also delivered on mirror[k] (phantom
 	// siblings, see sim_scale.go), reserving only the receiver's NIC.
 	mirror map[simKey][]simKey
@@ -181,6 +192,13 @@ func newSimEngine(p *Plan, nodeOf []int, inter func(from, to int) bool, l SimLin
 		e.inter = func(a, b int) bool { return nodeOf[a] != nodeOf[b] }
 	}
 	e.cores = make([]simRes, max(0, l.HostCores))
+	if l.HostCores > 0 && l.OversubUs > 0 {
+		nodes := map[int]bool{}
+		for _, n := range nodeOf {
+			nodes[n] = true
+		}
+		e.oversub = l.OversubUs * float64(max(0, len(nodes)-l.HostCores))
+	}
 	e.load(p, func(int) float64 { return 0 })
 	return e
 }
@@ -418,6 +436,7 @@ func (e *simEngine) transmit(ch, from, to int, bytes int64, t float64, sender bo
 		r.free, r.tokens = start+d, tok
 	}
 	left := start + slowest
+	lat += e.oversub
 	e.deliver(k, left+lat)
 	e.res.Messages++
 	for _, m := range e.mirror[k] {

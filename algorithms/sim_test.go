@@ -203,6 +203,31 @@ func TestSimHostCores(t *testing.T) {
 	}
 }
 
+// TestSimOversub: the same two messages (0 -> 1, 2 -> 3) on four nodes,
+// 10 µs per message at each end, two cores: 20 µs; with OversubUs 3 every
+// message arrives 3 µs later for each of the two nodes beyond the cores:
+// 26. Three cores: one node beyond, 23; four cores, or no HostCores: none.
+func TestSimOversub(t *testing.T) {
+	p := &Plan{Coll: AllReduce, Algo: Ring, Proto: Simple, NRanks: 4, DType: Uint8, Channels: 1, Ranks: make([]RankPlan, 4)}
+	for _, pair := range [][2]int{{0, 1}, {2, 3}} {
+		p.Ranks[pair[0]] = RankPlan{Rank: pair[0], Channels: []ChannelPlan{{Channel: 0, Streams: []Stream{{{Prim: Send, SendTo: []int{pair[1]}, Count: 8}}}}}}
+		p.Ranks[pair[1]] = RankPlan{Rank: pair[1], Channels: []ChannelPlan{{Channel: 0, Streams: []Stream{{{Prim: Recv, RecvFrom: []int{pair[0]}, Count: 8}}}}}}
+	}
+	for _, c := range []struct {
+		cores int
+		want  float64
+	}{{2, 26}, {3, 23}, {4, 20}} {
+		r, err := SimulatePlan(p, []int{0, 1, 2, 3}, SimLinks{WindowBytes: 1 << 20, MsgCPUUs: 10, HostCores: c.cores, OversubUs: 3})
+		if err != nil || math.Abs(r.TimeUs-c.want) > 1e-9 {
+			t.Errorf("%d cores: %v %v, want %v", c.cores, r.TimeUs, err, c.want)
+		}
+	}
+	r, err := SimulatePlan(p, []int{0, 1, 2, 3}, SimLinks{WindowBytes: 1 << 20, MsgCPUUs: 10, InterLatUs: 1, OversubUs: 3})
+	if err != nil || math.Abs(r.TimeUs-21) > 1e-9 {
+		t.Errorf("a CPU per node: %v %v, want 21 (OversubUs needs HostCores)", r.TimeUs, err)
+	}
+}
+
 // TestSimFragments: the chain 0 <- 1 <- 2 (one node of 3) with one chunk
 // of 4000 bytes, 1 GB/s connections, no latency. Whole steps: up 2->1
 // [0,4], 1->0 [4,8], down 0->1 [8,12], 1->2 [12,16]. Fragments of 1000

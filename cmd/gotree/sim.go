@@ -56,6 +56,7 @@ type simOpts struct {
 	linkGBps   float64 // <=0: the tuning's
 	window     int64
 	msgCPUUs   float64
+	oversubUs  float64
 	minCh      int
 	hostCores  int
 	serialNet  bool
@@ -85,6 +86,7 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 	base := fs.Float64("base-us", -1, "fixed cost per call, µs (default: the tuning's)")
 	fs.Float64Var(&o.linkGBps, "link-gbps", 0, "bandwidth of one connection between nodes, GB/s (default: the tuning's bus bandwidth)")
 	windowS := fs.String("window", "", "socket semantics: a sender only copies its data out, which then waits until the connection holds less than this many bytes the receiver has not taken (FIFO + socket buffers); default cpu links 4M, gpu 0 (none)")
+	fs.Float64Var(&o.oversubUs, "oversub-us", 0, "with --host-cores: every message arrives this many µs later for each node beyond the cores (a woken rank waits for a core the others' waits hold)")
 	fs.Float64Var(&o.msgCPUUs, "msg-cpu-us", 0, "processor time per message at the sender and again at the receiver, µs: the messages of a rank's channels queue behind each other (with --window)")
 	fs.IntVar(&o.minCh, "min-channels", 1, "with --perf: at least this many channels per call, as GOTREE_MIN_NCHANNELS (above 1 also for small messages)")
 	fs.IntVar(&o.hostCores, "host-cores", 0, "all nodes are emulated on one host with this many cores (network namespaces): every send and receive takes one of them (--msg-cpu-us plus the bytes at the rank's copy rate) and waits for a free one; 0: every node has its own CPU")
@@ -192,8 +194,8 @@ func runSim(args []string, stdout, stderr io.Writer) int {
 		return fail(fmt.Errorf("--mtu %d: too small for TCP/IPv4 headers", o.mtu))
 	}
 	o.hopUs, o.baseUs = *hop, *base
-	if o.minCh < 1 || o.msgCPUUs < 0 {
-		return fail(fmt.Errorf("--min-channels must be >= 1 and --msg-cpu-us >= 0"))
+	if o.minCh < 1 || o.msgCPUUs < 0 || o.oversubUs < 0 {
+		return fail(fmt.Errorf("--min-channels must be >= 1, --msg-cpu-us and --oversub-us >= 0"))
 	}
 	if o.perf && (o.iters < 1 || o.warmup < 0 || o.check < 0) {
 		return fail(fmt.Errorf("--perf needs -n >= 1, -w >= 0, -c >= 0"))
@@ -255,6 +257,7 @@ func (o simOpts) links(a algorithms.Algorithm, channels int) algorithms.SimLinks
 	l.FragBytes = o.frag
 	l.WindowBytes = o.window
 	l.MsgCPUUs = o.msgCPUUs
+	l.OversubUs = o.oversubUs
 	if o.hopUs >= 0 {
 		l.InterLatUs = o.hopUs
 	}
@@ -305,6 +308,9 @@ func (o simOpts) describe() string {
 	}
 	if o.msgCPUUs > 0 {
 		lat += fmt.Sprintf(", %.4g us CPU per message", o.msgCPUUs)
+	}
+	if o.oversubUs > 0 && o.hostCores > 0 {
+		lat += fmt.Sprintf(", %.4g us more per message and node beyond the cores", o.oversubUs)
 	}
 	if o.minCh > 1 {
 		lat += fmt.Sprintf(", at least %d channels", o.minCh)

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Fits the two latency parameters of `gotree sim` for network namespaces on
-a separate calibration measurement (docs/crossover/netns/README.md):
+"""Fits the latency parameters of `gotree sim` for network namespaces on a
+separate calibration measurement (docs/crossover/netns/README.md):
 
-    sim_calibrate.py ONE_CHANNEL_DIR TWO_CHANNEL_DIR -- GOTREE SIM-ARGS...
+    sim_calibrate.py ONE_CHANNEL_DIR TWO_CHANNEL_DIR [OVERSUB_DIR] -- GOTREE SIM-ARGS...
 
 The directories hold perf_matrix.sh output for 2 nodes, ring, small sizes,
 once as the communicator runs them (1 channel) and once with
@@ -12,28 +12,34 @@ processors). The fit picks --hop-us (latency that occupies no processor) and
 `gotree sim --perf SIM-ARGS` reproduces the median times of those runs
 (least squares on the log of the ratio, grid search), and prints
 "--hop-us H --msg-cpu-us C".
+
+OVERSUB_DIR, where given, holds perf_matrix.sh output for the ring on more
+nodes than the host has cores (n<N>-ring-r*.json, small sizes, 1 channel);
+with H and C fixed, the fit then picks --oversub-us (the wait per message
+and node beyond the cores) the same way, and prints it too.
 """
 
 import glob
 import json
 import math
 import os
+import re
 import statistics
 import subprocess
 import sys
 
 
-def medians(d):
+def medians(d, nodes=2):
     by = {}
-    for f in glob.glob(os.path.join(d, "n2-ring-r*.json")):
+    for f in glob.glob(os.path.join(d, f"n{nodes}-ring-r*.json")):
         with open(f) as fh:
             for r in json.load(fh)["rows"]:
                 by.setdefault(r["size"], []).append(r["time_us"])
     return {s: statistics.median(v) for s, v in by.items()}
 
 
-def simulate(cmd, hop, cpu, minch, sizes):
-    out = subprocess.run(cmd + ["--hop-us", str(hop), "--msg-cpu-us", str(cpu), "--min-channels", str(minch), "--json"],
+def simulate(cmd, hop, cpu, minch, sizes, extra=()):
+    out = subprocess.run(cmd + ["--hop-us", str(hop), "--msg-cpu-us", str(cpu), "--min-channels", str(minch), "--json", *extra],
                          check=True, stdout=subprocess.PIPE, text=True).stdout
     rows = {r["size"]: r["time_us"] for r in json.loads(out)["rows"]}
     return [rows[s] for s in sizes]
@@ -43,8 +49,12 @@ def main():
     if "--" not in sys.argv:
         sys.exit(__doc__)
     i = sys.argv.index("--")
-    one, two = sys.argv[1:i]
-    cmd = sys.argv[i + 1:] + ["--perf", "--nodes", "2", "--algos", "ring"]
+    dirs = sys.argv[1:i]
+    if len(dirs) not in (2, 3):
+        sys.exit(__doc__)
+    one, two = dirs[:2]
+    sim = sys.argv[i + 1:]
+    cmd = sim + ["--perf", "--nodes", "2", "--algos", "ring"]
     m1, m2 = medians(one), medians(two)
     sizes = sorted(set(m1) & set(m2))
     lo, hi = min(sizes), max(sizes)
@@ -64,7 +74,33 @@ def main():
     for s, a, b in zip(sizes, s1, s2):
         print(f"# {s} B: 1 channel measured {m1[s]:.0f} us, simulated {a:.0f}; 2 channels measured {m2[s]:.0f} us, simulated {b:.0f}",
               file=sys.stderr)
-    print(f"--hop-us {hop} --msg-cpu-us {cpu:g}")
+    fit = f"--hop-us {hop} --msg-cpu-us {cpu:g}"
+    if len(dirs) == 3:
+        fit += " " + fit_oversub(dirs[2], sim, hop, cpu)
+    print(fit)
+
+
+def fit_oversub(d, sim, hop, cpu):
+    """--oversub-us W fitted on d's ring runs (the most nodes found there)."""
+    found = sorted({int(m.group(1)) for f in glob.glob(os.path.join(d, "n*-ring-r*.json"))
+                    if (m := re.match(r"n(\d+)-ring-r", os.path.basename(f)))})
+    if not found:
+        sys.exit(f"sim_calibrate.py: no n<N>-ring-r*.json in {d}")
+    nodes = found[-1]
+    m = medians(d, nodes)
+    sizes = sorted(m)
+    cmd = sim + ["--perf", "--nodes", str(nodes), "--algos", "ring", "-b", str(sizes[0]), "-e", str(sizes[-1]), "-f", "4"]
+    best = None
+    for w2 in range(0, 41):  # 0.5 µs steps
+        w = w2 / 2
+        s = simulate(cmd, hop, cpu, 1, sizes, ["--oversub-us", str(w)])
+        err = sum(math.log(a / m[z]) ** 2 for a, z in zip(s, sizes))
+        if best is None or err < best[0]:
+            best = (err, w, s)
+    err, w, s = best
+    for z, a in zip(sizes, s):
+        print(f"# {z} B on {nodes} nodes: measured {m[z]:.0f} us, simulated {a:.0f} with --oversub-us {w:g}", file=sys.stderr)
+    return f"--oversub-us {w:g}"
 
 
 if __name__ == "__main__":

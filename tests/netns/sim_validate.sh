@@ -12,17 +12,19 @@
 #    (GOTREE_MIN_NCHANNELS=2), at RATE (default 1gbit) and without a rate
 #    limit: a message through tc's token bucket costs more than one without
 #    it, even where the bucket covers it (run-2026-12-06c: 4 KiB on 2 nodes
-#    37-66 us at 1 Gbit/s, 32-34 without);
+#    37-66 us at 1 Gbit/s, 32-34 without); where 4 nodes outnumber the
+#    cores, also 4 nodes, ring, 4-256 B, 1 channel (the wait of a rank that
+#    a message wakes for a core the others' waits hold: --oversub-us);
 # 2. validation: 2, 3, 4 nodes x ring, tree x 4 B .. 16 MiB (x4), at RATE and
 #    without a rate limit, REPS repetitions (default 5) in fresh namespaces;
-# 3. fit --hop-us and --msg-cpu-us on step 1 only (sim_calibrate.py), for
-#    each rate on that rate's calibration;
+# 3. fit --hop-us and --msg-cpu-us (and --oversub-us) on step 1 only
+#    (sim_calibrate.py), for each rate on that rate's calibration;
 # 4. `gotree sim --perf` with those and step 0's link bandwidth for
 #    both rates (one host of $(nproc) cores, one message at a time on the
 #    namespaces' network: --serial-net), and the comparison tables
 #    (sim_compare.py).
 #
-# Writes OUTDIR/raw/{cal-1ch,cal-2ch,measured}/{RATE,none}/*.json (perf --json
+# Writes OUTDIR/raw/{cal-1ch,cal-2ch,cal-over,measured}/{RATE,none}/*.json (perf --json
 # of rank 0, with commands.txt), OUTDIR/tuning.json and tune.log (step 0),
 # OUTDIR/env.txt, OUTDIR/calibration[-none].txt, OUTDIR/sim-RATE.json and OUTDIR/comparison-RATE.md. Needs root; uses the
 # netns.sh lock, so it waits for other netns.sh users. Keep the machine
@@ -57,6 +59,9 @@ for r in "$rate" none; do
   [ "$r" = none ] && [ "$rate" = none ] && continue
   "${pm[@]}" "$out/raw/cal-1ch" "$r" "$bin" "$reps" 2 ring "${sizes[@]}"
   PERF_ENV=GOTREE_MIN_NCHANNELS=2 "${pm[@]}" "$out/raw/cal-2ch" "$r" "$bin" "$reps" 2 ring "${sizes[@]}"
+  if [ "$(nproc)" -lt 4 ]; then
+    "${pm[@]}" "$out/raw/cal-over" "$r" "$bin" "$reps" 4 ring -b 4 -e 256 -f 4 -n 20 -w 5 -c 1
+  fi
 done
 "${pm[@]}" "$out/raw/measured" "$rate" "$bin" "$reps" "2 3 4" "ring tree" "${full[@]}"
 [ "$rate" != none ] && "${pm[@]}" "$out/raw/measured" none "$bin" "$reps" "2 3 4" "ring tree" "${full[@]}"
@@ -72,7 +77,9 @@ sim=("$bin" sim --links cpu --tuning "$tuning" --ranks-per-node 1 --mtu 1500 --h
 fit_compare() {
   local r=$1 cal=$2 title=$3 lat
   shift 3
-  lat=$(python3 "$here/sim_calibrate.py" "$out/raw/cal-1ch/$r" "$out/raw/cal-2ch/$r" -- "${sim[@]}" "$@" 2>"$cal")
+  local over=()
+  [ -d "$out/raw/cal-over/$r" ] && over=("$out/raw/cal-over/$r")
+  lat=$(python3 "$here/sim_calibrate.py" "$out/raw/cal-1ch/$r" "$out/raw/cal-2ch/$r" "${over[@]}" -- "${sim[@]}" "$@" 2>"$cal")
   echo "fit: $lat" >>"$cal"
   echo "sim: ${sim[*]} $lat" >>"$cal"
   # shellcheck disable=SC2086
