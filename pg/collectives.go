@@ -211,8 +211,8 @@ func (c *Comm) enqueue(a collArgs) (*Request, error) {
 	a.seq = c.seq
 	a.tag = opTag(a.coll, c.seq, a.count, a.dt, a.op, a.root)
 	r := newRequest("", c.cfg.Timeout, nil)
-	r.args = &a
-	r.op = func(c *Comm) error { return c.runColl(a, r, r.byCaller) }
+	r.call = a
+	r.args = &r.call
 	var keys []p2pKey
 	if a.plan != nil {
 		// All-to-all, gather and scatter share the point-to-point links
@@ -225,7 +225,7 @@ func (c *Comm) enqueue(a collArgs) (*Request, error) {
 			for _, prev := range prevs {
 				<-prev.done
 			}
-			return c.runColl(a, r, r.byCaller)
+			return c.runColl(r)
 		}
 	}
 	if err := c.queueRequest(r); err != nil {
@@ -380,9 +380,16 @@ const callerYieldMaxBytes = 256 << 10
 // testHookRunColl, when set (by tests), sees each collective as it starts.
 var testHookRunColl func(a collArgs, callerWaits bool)
 
-func (c *Comm) runColl(a collArgs, desc fmt.Stringer, byCaller bool) error {
+// runColl runs the collective of r (r.args).
+func (c *Comm) runColl(r *Request) error {
+	a, desc, byCaller := *r.args, r, r.byCaller
 	// One deadline for the whole call: data and agreement check.
-	ctx := newOpCtx(c.ctx, c.cfg.Timeout)
+	start := r.started
+	if start.IsZero() {
+		start = time.Now()
+	}
+	ctx := &r.ctx
+	ctx.init(c.ctx, start, c.cfg.Timeout)
 	ctx.callerWaits = byCaller && a.count*int64(a.dt.Size()) <= callerYieldMaxBytes
 	ctx.byCaller = byCaller && c.cfg.CallersFromC
 	if testHookRunColl != nil {
@@ -425,15 +432,15 @@ func (c *Comm) runColl(a collArgs, desc fmt.Stringer, byCaller bool) error {
 	}
 	a.algo = uint8(plan.Algo) + 1
 	a.tag = planTag(a.tag, plan.Algo)
-	if r, ok := desc.(*Request); ok {
-		c.flight.planned(r.flightID, plan.Algo)
-	}
-	call := &runningCall{seq: a.seq, tag: a.tag, desc: desc, algo: plan.Algo}
+	c.flight.planned(r.flightID, plan.Algo)
+	call := &r.running
+	call.seq, call.tag, call.desc, call.algo = a.seq, a.tag, desc, plan.Algo
 	c.stallEnter(call)
 	defer c.stallLeave(call)
-	start, startUs, maps := time.Now(), 0.0, int64(0)
+	var t0 time.Time
+	startUs, maps := 0.0, int64(0)
 	if slot.cand >= 0 { // exploring: its time counts for autotuning
-		startUs, maps = HostClockUs(), backend.WindowMaps()
+		t0, startUs, maps = time.Now(), HostClockUs(), backend.WindowMaps()
 	}
 	later, err := c.ringAgree(ctx, a, placed, func(peer int) bool { return recvsOnChannel(plan, c.rank, 0, peer) })
 	if err != nil {
@@ -445,7 +452,11 @@ func (c *Comm) runColl(a collArgs, desc fmt.Stringer, byCaller bool) error {
 	if err := c.ringAgreeAfter(ctx, a, later); err != nil {
 		return c.collFailed(desc, err)
 	}
-	if err := c.tuneRecord(ctx, slot, startUs, time.Since(start), slot.cand >= 0 && backend.WindowMaps() != maps, a.seq, desc); err != nil {
+	var took time.Duration
+	if slot.cand >= 0 {
+		took = time.Since(t0)
+	}
+	if err := c.tuneRecord(ctx, slot, startUs, took, slot.cand >= 0 && backend.WindowMaps() != maps, a.seq, desc); err != nil {
 		return err
 	}
 	if a.op == algorithms.Avg && (a.coll == algorithms.AllReduce || (a.coll == algorithms.Reduce && c.rank == a.root) || a.coll == algorithms.ReduceScatter) {

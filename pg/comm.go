@@ -1014,7 +1014,8 @@ func (c *Comm) finishUnlessFailed(r *Request, op func() error) {
 		r.finish(err)
 		return
 	}
-	c.flight.start(r.flightID)
+	r.started = time.Now()
+	c.flight.startAt(r.flightID, r.started)
 	err := op()
 	c.flight.end(r.flightID, err)
 	r.finish(err)

@@ -113,7 +113,11 @@ func (f *flightRecorder) start(id uint64) {
 	if f == nil || id == 0 {
 		return
 	}
-	now := time.Now()
+	f.startAt(id, time.Now())
+}
+
+// startAt records that operation id started at now.
+func (f *flightRecorder) startAt(id uint64, now time.Time) {
 	f.update(id, func(e *flightEntry) { e.started = now })
 }
 

@@ -38,7 +38,15 @@ type timedCtx struct {
 }
 
 func newOpCtx(parent context.Context, timeout time.Duration) *opCtx {
-	return &opCtx{parent: parent, deadline: time.Now().Add(timeout)}
+	c := &opCtx{}
+	c.init(parent, time.Now(), timeout)
+	return c
+}
+
+// init makes c the context of an operation that started at start (an
+// opCtx that lives inside its Request).
+func (c *opCtx) init(parent context.Context, start time.Time, timeout time.Duration) {
+	c.parent, c.deadline = parent, start.Add(timeout)
 }
 
 func (c *opCtx) Deadline() (time.Time, bool) { return c.deadline, true }

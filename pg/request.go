@@ -12,8 +12,16 @@ type Request struct {
 	desc     string
 	args     *collArgs // describes the call when desc is empty (formatted on first use)
 	descOnce sync.Once
-	op       func(c *Comm) error
+	op       func(c *Comm) error // nil for a collective: runColl(args)
 	timeout  time.Duration
+
+	// A collective's arguments, context and stall record live in its
+	// request: one allocation per call instead of four (a small
+	// allreduce between two processes takes about 1.4 µs).
+	call    collArgs
+	ctx     opCtx
+	running runningCall
+	started time.Time // when it began to run (finishUnlessFailed)
 
 	done   chan struct{}
 	err    error
@@ -45,7 +53,12 @@ func CompletedRequest(desc string) *Request {
 	return r
 }
 
-func (r *Request) run(c *Comm) error { return r.op(c) }
+func (r *Request) run(c *Comm) error {
+	if r.op == nil {
+		return c.runColl(r)
+	}
+	return r.op(c)
+}
 
 func (r *Request) finish(err error) {
 	r.err = err
