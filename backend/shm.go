@@ -120,13 +120,19 @@ type shmConn struct {
 	failErr atomic.Pointer[error]      // set once, when the link fails: its reason
 	policy  atomic.Pointer[WaitPolicy] // nil: the zero policy
 
-	mu       sync.Mutex
-	inflight int
-	closed   bool
+	// state counts the operations in flight (low bits) and has shmClosed
+	// set once the link is closed: enter and exit are one atomic
+	// operation each on every send and receive, not a lock. The segment
+	// is unmapped when state becomes exactly shmClosed.
+	state atomic.Int64
+
+	mu       sync.Mutex // unmapped, drained
 	unmapped bool
 	borrowed bool
 	drained  chan struct{} // a waiting Close's: closed once the segment is unmapped
 }
+
+const shmClosed = 1 << 40
 
 // shmCloseWait bounds how long Close waits for the link's operations in
 // flight (woken by its failure, they leave within microseconds) so that
@@ -354,13 +360,7 @@ func (s *shmConn) Abort(reason string) {
 
 func (s *shmConn) fail(err error) {
 	s.failErr.CompareAndSwap(nil, &err) // the first reason stays
-	s.mu.Lock()
-	mapped := !s.unmapped
-	if mapped {
-		s.inflight++
-	}
-	s.mu.Unlock()
-	if mapped {
+	if s.enterMapped() {
 		futexWake(s.rx.u32(offTail))
 		futexWake(s.tx.u32(offHead))
 		s.exit()
@@ -388,23 +388,38 @@ func (s *shmConn) err(op string) error {
 	return &PeerError{s.peer, s.channel, op, e}
 }
 
+// enter counts an operation in flight on an open link (false: closed).
 func (s *shmConn) enter() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.unmapped || s.closed {
-		return false
+	for {
+		v := s.state.Load()
+		if v&shmClosed != 0 {
+			return false
+		}
+		if s.state.CompareAndSwap(v, v+1) {
+			return true
+		}
 	}
-	s.inflight++
-	return true
 }
 
-func (s *shmConn) exit() {
-	s.mu.Lock()
-	s.inflight--
-	if s.closed && s.inflight == 0 && !s.unmapped {
-		s.unmapLocked()
+// enterMapped counts an operation in flight on a link that may be closed
+// but is still mapped (fail's wake-ups).
+func (s *shmConn) enterMapped() bool {
+	for {
+		v := s.state.Load()
+		if v == shmClosed {
+			return false // unmapped, or being unmapped
+		}
+		if s.state.CompareAndSwap(v, v+1) {
+			return true
+		}
 	}
-	s.mu.Unlock()
+}
+
+// exit ends an operation; the last to leave a closed link unmaps it.
+func (s *shmConn) exit() {
+	if s.state.Add(-1) == shmClosed {
+		s.unmap()
+	}
 }
 
 func (s *shmConn) unmap() {
@@ -871,12 +886,15 @@ func (s *shmConn) Close() error { return s.close(shmCloseWait) }
 func (s *shmConn) close(wait time.Duration) error {
 	s.fail(ErrClosed)
 	s.ctrl.Close()
-	s.mu.Lock()
-	s.closed = true
+	if old := s.state.Or(shmClosed); old&shmClosed != 0 || old != 0 && wait <= 0 {
+		return nil // closed before, or an operation in flight unmaps it as it leaves
+	} else if old == 0 {
+		s.unmap()
+		return nil
+	}
 	var drained chan struct{}
-	if s.inflight == 0 {
-		s.unmapLocked()
-	} else if wait > 0 {
+	s.mu.Lock()
+	if !s.unmapped {
 		if s.drained == nil {
 			s.drained = make(chan struct{})
 		}
