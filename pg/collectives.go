@@ -152,21 +152,22 @@ func planTag(tag uint32, algo algorithms.Algorithm) uint32 {
 	return tag ^ uint32(algo)*0x9e3779b1
 }
 
-// opTag hashes what every rank must agree on for one operation (FNV-1a):
-// the kind, the sequence number, the count, the dtype, the op and the
-// root. Every message of the operation carries it.
+// opTag hashes what every rank must agree on for one operation: the kind,
+// the sequence number, the count, the dtype, the op and the root. Every
+// message of the operation carries it. A word at a time, each mixed in by
+// a multiply and a fold of the high half (murmur3's finalizer constant):
+// FNV-1a over the 48 bytes took 3.6% of a small allreduce's CPU.
 func opTag(coll algorithms.Collective, seq uint64, count int64, dt algorithms.DType, op algorithms.Op, root int) uint32 {
 	if coll == algorithms.AllToAll {
 		count = 0 // uneven splits: each rank's total differs; sizes are checked per message
 	}
-	h := uint32(2166136261)
+	h := uint64(0x9e3779b97f4a7c15)
 	for _, v := range [...]uint64{uint64(coll), seq, uint64(count), uint64(dt), uint64(op), uint64(root)} {
-		for i := 0; i < 8; i++ {
-			h ^= uint32(byte(v >> (8 * i)))
-			h *= 16777619
-		}
+		h ^= v
+		h *= 0xff51afd7ed558ccd
+		h ^= h >> 32
 	}
-	return h
+	return uint32(h)
 }
 
 func (a collArgs) String() string {
