@@ -2,7 +2,7 @@
 """Fits the latency parameters of `gotree sim` for network namespaces on a
 separate calibration measurement (docs/crossover/netns/README.md):
 
-    sim_calibrate.py ONE_CHANNEL_DIR TWO_CHANNEL_DIR [OVERSUB_DIR] -- GOTREE SIM-ARGS...
+    sim_calibrate.py [--link LINK_DIR] ONE_CHANNEL_DIR TWO_CHANNEL_DIR [OVERSUB_DIR] -- GOTREE SIM-ARGS...
 
 The directories hold perf_matrix.sh output for 2 nodes, ring, small sizes,
 once as the communicator runs them (1 channel) and once with
@@ -17,6 +17,13 @@ OVERSUB_DIR, where given, holds perf_matrix.sh output for the ring on more
 nodes than the host has cores (n<N>-ring-r*.json, small sizes, 1 channel);
 with H and C fixed, the fit then picks --oversub-us (the wait per message
 and node beyond the cores) the same way, and prints it too.
+
+LINK_DIR, where given, holds perf_matrix.sh output for 2 nodes, ring, large
+sizes, without a rate limit (SIM-ARGS must not limit the NIC either): the
+fit first picks --link-gbps, the bandwidth of one connection between the
+namespaces (veth pairs through a bridge, which `gotree tune` over loopback
+does not measure), on those runs (with H and C fitted once without it), then
+fits H and C again with it, and prints it first.
 """
 
 import glob
@@ -50,10 +57,27 @@ def main():
         sys.exit(__doc__)
     i = sys.argv.index("--")
     dirs = sys.argv[1:i]
+    link = None
+    if dirs[:1] == ["--link"]:
+        link, dirs = dirs[1], dirs[2:]
     if len(dirs) not in (2, 3):
         sys.exit(__doc__)
-    one, two = dirs[:2]
     sim = sys.argv[i + 1:]
+    fit = ""
+    hop, cpu = fit_latency(dirs[0], dirs[1], sim, quiet=link is not None)
+    if link is not None:
+        fit = fit_link(link, sim, hop, cpu)
+        sim = sim + fit.split()
+        hop, cpu = fit_latency(dirs[0], dirs[1], sim)
+        fit += " "
+    fit += f"--hop-us {hop} --msg-cpu-us {cpu:g}"
+    if len(dirs) == 3:
+        fit += " " + fit_oversub(dirs[2], sim, hop, cpu)
+    print(fit)
+
+
+def fit_latency(one, two, sim, quiet=False):
+    """--hop-us and --msg-cpu-us fitted on the 1- and 2-channel runs."""
     cmd = sim + ["--perf", "--nodes", "2", "--algos", "ring"]
     m1, m2 = medians(one), medians(two)
     sizes = sorted(set(m1) & set(m2))
@@ -71,13 +95,32 @@ def main():
             if s1[0] > 3 * m1[sizes[0]]:
                 break
     err, hop, cpu, s1, s2 = best
-    for s, a, b in zip(sizes, s1, s2):
-        print(f"# {s} B: 1 channel measured {m1[s]:.0f} us, simulated {a:.0f}; 2 channels measured {m2[s]:.0f} us, simulated {b:.0f}",
-              file=sys.stderr)
-    fit = f"--hop-us {hop} --msg-cpu-us {cpu:g}"
-    if len(dirs) == 3:
-        fit += " " + fit_oversub(dirs[2], sim, hop, cpu)
-    print(fit)
+    if not quiet:
+        for s, a, b in zip(sizes, s1, s2):
+            print(f"# {s} B: 1 channel measured {m1[s]:.0f} us, simulated {a:.0f}; 2 channels measured {m2[s]:.0f} us, simulated {b:.0f}",
+                  file=sys.stderr)
+    return hop, cpu
+
+
+def fit_link(d, sim, hop, cpu):
+    """--link-gbps G fitted on d's 2-node ring runs (0.25-8 GB/s, 2% steps)."""
+    m = medians(d)
+    if not m:
+        sys.exit(f"sim_calibrate.py: no n2-ring-r*.json in {d}")
+    sizes = sorted(m)
+    cmd = sim + ["--perf", "--nodes", "2", "--algos", "ring", "-b", str(sizes[0]), "-e", str(sizes[-1]), "-f", "4"]
+    best = None
+    g = 0.25
+    while g <= 8:
+        s = simulate(cmd, hop, cpu, 1, sizes, ["--link-gbps", f"{g:.4g}"])
+        err = sum(math.log(a / m[z]) ** 2 for a, z in zip(s, sizes))
+        if best is None or err < best[0]:
+            best = (err, g, s)
+        g *= 1.02
+    err, g, s = best
+    for z, a in zip(sizes, s):
+        print(f"# {z} B on 2 nodes without a limit: measured {m[z]:.0f} us, simulated {a:.0f} with --link-gbps {g:.4g}", file=sys.stderr)
+    return f"--link-gbps {g:.4g}"
 
 
 def fit_oversub(d, sim, hop, cpu):
