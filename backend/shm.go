@@ -886,11 +886,14 @@ func (s *shmConn) Close() error { return s.close(shmCloseWait) }
 func (s *shmConn) close(wait time.Duration) error {
 	s.fail(ErrClosed)
 	s.ctrl.Close()
-	if old := s.state.Or(shmClosed); old&shmClosed != 0 || old != 0 && wait <= 0 {
-		return nil // closed before, or an operation in flight unmaps it as it leaves
-	} else if old == 0 {
+	switch old := s.state.Or(shmClosed); {
+	case old&shmClosed != 0:
+		return nil // closed before
+	case old == 0:
 		s.unmap()
 		return nil
+	case wait <= 0:
+		return nil // the last operation in flight unmaps it as it leaves
 	}
 	var drained chan struct{}
 	s.mu.Lock()

@@ -102,25 +102,33 @@ def fit_latency(one, two, sim, quiet=False):
     return hop, cpu
 
 
+def fit_one(sim, nodes, hop, cpu, m, flag, values):
+    """The value of flag among values (strings) with which `gotree sim --perf`
+    of the ring on nodes nodes best reproduces the medians m (least squares on
+    the log of the ratio), and its simulated times."""
+    sizes = sorted(m)
+    cmd = sim + ["--perf", "--nodes", str(nodes), "--algos", "ring", "-b", str(sizes[0]), "-e", str(sizes[-1]), "-f", "4"]
+    best = None
+    for v in values:
+        s = simulate(cmd, hop, cpu, 1, sizes, [flag, v])
+        err = sum(math.log(a / m[z]) ** 2 for a, z in zip(s, sizes))
+        if best is None or err < best[0]:
+            best = (err, v, s)
+    for z, a in zip(sizes, best[2]):
+        print(f"# {z} B on {nodes} nodes: measured {m[z]:.0f} us, simulated {a:.0f} with {flag} {best[1]}", file=sys.stderr)
+    return f"{flag} {best[1]}"
+
+
 def fit_link(d, sim, hop, cpu):
     """--link-gbps G fitted on d's 2-node ring runs (0.25-8 GB/s, 2% steps)."""
     m = medians(d)
     if not m:
         sys.exit(f"sim_calibrate.py: no n2-ring-r*.json in {d}")
-    sizes = sorted(m)
-    cmd = sim + ["--perf", "--nodes", "2", "--algos", "ring", "-b", str(sizes[0]), "-e", str(sizes[-1]), "-f", "4"]
-    best = None
-    g = 0.25
+    values, g = [], 0.25
     while g <= 8:
-        s = simulate(cmd, hop, cpu, 1, sizes, ["--link-gbps", f"{g:.4g}"])
-        err = sum(math.log(a / m[z]) ** 2 for a, z in zip(s, sizes))
-        if best is None or err < best[0]:
-            best = (err, g, s)
+        values.append(f"{g:.4g}")
         g *= 1.02
-    err, g, s = best
-    for z, a in zip(sizes, s):
-        print(f"# {z} B on 2 nodes without a limit: measured {m[z]:.0f} us, simulated {a:.0f} with --link-gbps {g:.4g}", file=sys.stderr)
-    return f"--link-gbps {g:.4g}"
+    return fit_one(sim, 2, hop, cpu, m, "--link-gbps", values)
 
 
 def fit_oversub(d, sim, hop, cpu):
@@ -129,21 +137,7 @@ def fit_oversub(d, sim, hop, cpu):
                     if (m := re.match(r"n(\d+)-ring-r", os.path.basename(f)))})
     if not found:
         sys.exit(f"sim_calibrate.py: no n<N>-ring-r*.json in {d}")
-    nodes = found[-1]
-    m = medians(d, nodes)
-    sizes = sorted(m)
-    cmd = sim + ["--perf", "--nodes", str(nodes), "--algos", "ring", "-b", str(sizes[0]), "-e", str(sizes[-1]), "-f", "4"]
-    best = None
-    for w2 in range(0, 41):  # 0.5 µs steps
-        w = w2 / 2
-        s = simulate(cmd, hop, cpu, 1, sizes, ["--oversub-us", str(w)])
-        err = sum(math.log(a / m[z]) ** 2 for a, z in zip(s, sizes))
-        if best is None or err < best[0]:
-            best = (err, w, s)
-    err, w, s = best
-    for z, a in zip(sizes, s):
-        print(f"# {z} B on {nodes} nodes: measured {m[z]:.0f} us, simulated {a:.0f} with --oversub-us {w:g}", file=sys.stderr)
-    return f"--oversub-us {w:g}"
+    return fit_one(sim, found[-1], hop, cpu, medians(d, found[-1]), "--oversub-us", [f"{w2 / 2:g}" for w2 in range(0, 41)])
 
 
 if __name__ == "__main__":
