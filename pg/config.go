@@ -138,6 +138,20 @@ var (
 		"GOTREE_GPU_TIMEOUT", "GOTREE_GPU_REPORT", "GOTREE_GPU_DEVICE", "GOTREE_CUDA_NVRTC"}
 )
 
+// SetVars lists the library's variables (LibraryVars) that getenv sets to
+// something other than empty, as NAME=value in LibraryVars' order: what a
+// measurement's report prints beside its command, so that it can be run
+// again with the same settings.
+func SetVars(getenv Getenv) []string {
+	var set []string
+	for _, name := range LibraryVars {
+		if v := getenv(name); v != "" {
+			set = append(set, name+"="+v)
+		}
+	}
+	return set
+}
+
 // UnknownVar is an environment variable gotree does not act on, and the
 // one it probably meant ("" when none is close).
 type UnknownVar struct{ Name, Meant string }

@@ -120,3 +120,15 @@ func TestVarListsMatchSource(t *testing.T) {
 		require.NotEmpty(t, used[v], "%s is listed but nothing uses it", v)
 	}
 }
+
+// SetVars lists the library variables that are set, in LibraryVars'
+// order, and nothing else: not the tools' variables, not empty ones.
+func TestSetVars(t *testing.T) {
+	env := map[string]string{
+		"GOTREE_TUNING_FILE": "/tmp/t.json", "GOTREE_ALGO": "allreduce:ring",
+		"GOTREE_PERF_RANK": "1", "GOTREE_PROTO": "", "NCCL_ALGO": "tree",
+	}
+	get := func(k string) string { return env[k] }
+	require.Equal(t, []string{"GOTREE_ALGO=allreduce:ring", "GOTREE_TUNING_FILE=/tmp/t.json"}, SetVars(get))
+	require.Empty(t, SetVars(func(string) string { return "" }))
+}

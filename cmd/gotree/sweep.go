@@ -114,7 +114,9 @@ func runSweep(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	var samples []sweepSample
-	cmdline := "gotree sweep " + strings.Join(args, " ")
+	// The library's settings in the environment go in front, as a shell
+	// would take them (GOTREE_ALGO forces what "auto" runs, for one).
+	cmdline := strings.Join(append(pg.SetVars(os.Getenv), "gotree sweep "+strings.Join(args, " ")), " ")
 	machine := "at start: " + machineLine()
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		fmt.Fprintf(stderr, "gotree sweep: %v\n", err)
