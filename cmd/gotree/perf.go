@@ -458,8 +458,8 @@ func perfRun(o perfOpts, uid pg.UniqueID, rank, n int, cfg pg.Config, stdout, st
 	}
 	if rank == 0 && !o.asJSON {
 		fmt.Fprintf(stdout, "# gotree perf: %v, %d ranks, algo %s, dtype %v, op %v, %d iterations after %d warm-up, %s, settled %v\n", o.coll, n, o.algo, o.dtype, o.op, o.iters, o.warmup, mem, o.settle)
-		if set := pg.SetVars(os.Getenv); len(set) > 0 {
-			fmt.Fprintf(stdout, "# environment: %s\n", strings.Join(set, " "))
+		if env := envWords(os.Getenv); env != "" {
+			fmt.Fprintf(stdout, "# environment: %s\n", strings.TrimSpace(env))
 		}
 		if pointToPoint(o.coll) {
 			fmt.Fprintf(stdout, "# %v runs as point-to-point transfers: out of place only (the in-place columns stay 0), no memory-traffic bound\n", o.coll)

@@ -114,9 +114,12 @@ func runSweep(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	var samples []sweepSample
-	// The library's settings in the environment go in front, as a shell
-	// would take them (GOTREE_ALGO forces what "auto" runs, for one).
-	cmdline := strings.Join(append(pg.SetVars(os.Getenv), "gotree sweep "+strings.Join(args, " ")), " ")
+	cmdline := "gotree sweep " + strings.Join(args, " ")
+	if o.from == "" {
+		// The library's settings in the environment go in front, as a
+		// shell takes them (GOTREE_ALGO forces what "auto" runs, for one).
+		cmdline = envWords(os.Getenv) + cmdline
+	}
 	machine := "at start: " + machineLine()
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		fmt.Fprintf(stderr, "gotree sweep: %v\n", err)
@@ -215,6 +218,24 @@ func writeFile(path string, f func(io.Writer) error) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// envWords is the library's settings in the environment (pg.SetVars) as
+// shell words, each followed by a space: NAME=value, the value quoted
+// where a shell would split or interpret it
+// (GOTREE_ALGO='allreduce:tree;allgather:ring').
+func envWords(getenv pg.Getenv) string {
+	var b strings.Builder
+	for _, kv := range pg.SetVars(getenv) {
+		name, v, _ := strings.Cut(kv, "=")
+		if strings.IndexFunc(v, func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_-.,:/=+@%", r))
+		}) >= 0 || v == "" {
+			v = "'" + strings.ReplaceAll(v, "'", `'\''`) + "'"
+		}
+		b.WriteString(name + "=" + v + " ")
+	}
+	return b.String()
 }
 
 func machineLine() string {

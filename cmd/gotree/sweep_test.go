@@ -683,3 +683,17 @@ func TestSweepPairedSignTest(t *testing.T) {
 	require.Contains(t, out, "more than 5% slower at p < 0.01 at 1 of 2 sizes tested; within 5%, or not shown slower, at 1 of 3 sizes")
 	require.Contains(t, out, "- N=2 64: auto hd, best hd: 20 of 20 pairs more than 5% slower (p = 9.5e-07); medians 10.0% apart")
 }
+
+// The settings in front of a report's command line read back in a shell
+// as they were set: plain values as they are, the others quoted.
+func TestEnvWords(t *testing.T) {
+	env := map[string]string{
+		"GOTREE_ALGO":        "allreduce:tree;allgather:ring",
+		"GOTREE_TUNING_FILE": "/tmp/it's here.json",
+		"GOTREE_BUFFSIZE":    "262144",
+		"GOTREE_PERF_RANK":   "1",
+	}
+	got := envWords(func(k string) string { return env[k] })
+	require.Equal(t, `GOTREE_ALGO='allreduce:tree;allgather:ring' GOTREE_BUFFSIZE=262144 GOTREE_TUNING_FILE='/tmp/it'\''s here.json' `, got)
+	require.Empty(t, envWords(func(string) string { return "" }))
+}
