@@ -410,6 +410,12 @@ type autoRow struct {
 	Tested        bool
 	Slower, Pairs int
 	SignP         float64
+	// Stretch: in run StretchRun the forced algorithms' first cycles ran
+	// Stretch times their medians (startStretch), the most of any process
+	// set; from sweepStretchFactor on, auto, which decides in its first
+	// calls, decided in a slow stretch there.
+	StretchRun string
+	Stretch    float64
 }
 
 // Significant: the sign test puts auto more than sweepAutoTol slower than
@@ -458,6 +464,57 @@ func (r *sweepReport) pairedExcess(n int, bytes int64, a, b string, tol float64)
 	return slower, pairs, binomialTail(pairs, slower), true
 }
 
+// sweepStretchFactor is the startStretch factor from which a size's
+// first cycles count as a slow stretch.
+const sweepStretchFactor = 1.5
+
+// startStretch finds where a size's forced runs began in a slow stretch:
+// for each process set that timed two or more forced algorithms at (n,
+// bytes) in r's placement (a paired sweep's run), the median over those
+// algorithms of the faster of their first two cycle medians divided by
+// the median of all their cycle medians; it returns the largest, with its
+// run. Autotuning decides a size in its first calls, which a paired
+// sweep runs beside those cycles, so a factor well over 1 says the
+// decision was taken in a stretch the rest of the run did not see (this
+// VM's slow states: 2 ranks, 8 MiB, in place, the ring's first three
+// cycles 974–1722 µs and then 334–381, while direct kept 772–1309; the
+// size's probes, before and after, both found the fast state). 0 where no
+// process set timed two forced algorithms over three or more cycles.
+func (r *sweepReport) startStretch(n int, bytes int64) (run string, factor float64) {
+	type proc struct {
+		run string
+		seq int
+	}
+	ratios := map[proc][]float64{}
+	for _, g := range r.groups {
+		if g.InPlace != r.inPlace || g.N != n || g.Bytes != bytes || g.Algo == "auto" || len(g.CycleMedians) < 3 {
+			continue
+		}
+		if med, _, _ := stats(g.CycleMedians); med > 0 {
+			k := proc{g.Run, g.Seq}
+			ratios[k] = append(ratios[k], min(g.CycleMedians[0], g.CycleMedians[1])/med)
+		}
+	}
+	keys := make([]proc, 0, len(ratios))
+	for k := range ratios {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b proc) int {
+		if c := strings.Compare(a.run, b.run); c != 0 {
+			return c
+		}
+		return a.seq - b.seq
+	})
+	for _, k := range keys {
+		if v := ratios[k]; len(v) >= 2 {
+			if f, _, _ := stats(v); f > factor {
+				run, factor = k.run, f
+			}
+		}
+	}
+	return run, factor
+}
+
 // binomialTail is P(X >= k) for X ~ Binomial(n, 1/2).
 func binomialTail(n, k int) float64 {
 	if k <= 0 {
@@ -487,6 +544,7 @@ func (r *sweepReport) autoRows() []autoRow {
 				met |= r.points[n][a][b].States
 			}
 			row.Crossed = met.crossed()
+			row.StretchRun, row.Stretch = r.startStretch(n, b)
 			p, ok := r.points[n][row.Choice][b]
 			if ok && p.Median > 0 {
 				row.ChoiceTimed = true
@@ -594,7 +652,7 @@ func (r *sweepReport) writeAutoCheck(w io.Writer) {
 		fmt.Fprintf(w, "The choice alone (the forced run of the algorithm auto chose, against the best forced run): within %.0f%% at %d of %d sizes.\n", 100*sweepAutoTol, good, timed)
 		for _, a := range rows {
 			if a.ChoiceTimed && !a.ChoicePass {
-				fmt.Fprintf(w, "- wrong choice at N=%d %s: %s, %.1f%% slower than %s%s\n", a.N, fmtBytes(a.Bytes), a.Choice, 100*a.ChoiceExcess, a.Best, a.crossedNote())
+				fmt.Fprintf(w, "- wrong choice at N=%d %s: %s, %.1f%% slower than %s%s\n", a.N, fmtBytes(a.Bytes), a.Choice, 100*a.ChoiceExcess, a.Best, a.stateNote())
 			}
 		}
 	}
@@ -611,7 +669,7 @@ func (r *sweepReport) writeAutoCheck(w io.Writer) {
 					}
 					note = fmt.Sprintf("; choice %s (forced %s %+.1f%%)", verdict, a.Choice, 100*a.ChoiceExcess)
 				}
-				fmt.Fprintf(w, "- N=%d %s: auto %s, best %s, %.1f%% slower%s%s\n", a.N, fmtBytes(a.Bytes), a.Choice, a.Best, 100*a.Excess, note, a.crossedNote())
+				fmt.Fprintf(w, "- N=%d %s: auto %s, best %s, %.1f%% slower%s%s\n", a.N, fmtBytes(a.Bytes), a.Choice, a.Best, 100*a.Excess, note, a.stateNote())
 			}
 		}
 	}
@@ -641,16 +699,20 @@ func (r *sweepReport) writeSignTest(w io.Writer, rows []autoRow) {
 	fmt.Fprintf(w, "auto more than %.0f%% slower at p < %g at %d of %d sizes tested; within %.0f%%, or not shown slower, at %d of %d sizes.\n", 100*sweepAutoTol, sweepSignAlpha, sig, tested, 100*sweepAutoTol, held, len(rows))
 	for _, a := range rows {
 		if a.Significant() {
-			fmt.Fprintf(w, "- N=%d %s: auto %s, best %s: %d of %d pairs more than %.0f%% slower (p = %.2g); medians %.1f%% apart%s\n", a.N, fmtBytes(a.Bytes), a.Choice, a.Best, a.Slower, a.Pairs, 100*sweepAutoTol, a.SignP, 100*a.Excess, a.crossedNote())
+			fmt.Fprintf(w, "- N=%d %s: auto %s, best %s: %d of %d pairs more than %.0f%% slower (p = %.2g); medians %.1f%% apart%s\n", a.N, fmtBytes(a.Bytes), a.Choice, a.Best, a.Slower, a.Pairs, 100*sweepAutoTol, a.SignP, 100*a.Excess, a.stateNote())
 		}
 	}
 }
 
-func (a autoRow) crossedNote() string {
+func (a autoRow) stateNote() string {
+	note := ""
 	if a.Crossed {
-		return " (runs in both machine states)"
+		note = " (runs in both machine states)"
 	}
-	return ""
+	if a.Stretch >= sweepStretchFactor {
+		note += fmt.Sprintf("; run %s began in a slow stretch (the forced algorithms' first cycles %.1f× their medians), where auto decided", a.StretchRun, a.Stretch)
+	}
+	return note
 }
 
 // writeStates says how the groups' machine states split, what the auto

@@ -697,3 +697,57 @@ func TestEnvWords(t *testing.T) {
 	require.Equal(t, `GOTREE_ALGO='allreduce:tree;allgather:ring' GOTREE_BUFFSIZE=262144 GOTREE_TUNING_FILE='/tmp/it'\''s here.json' `, got)
 	require.Empty(t, envWords(func(string) string { return "" }))
 }
+
+// A size whose forced runs began 2.5× slower for most algorithms in their
+// first two cycles is reported as decided in a slow stretch; one slow
+// first cycle alone, or one algorithm alone, is not.
+func TestSweepStartStretch(t *testing.T) {
+	const cycles = 12
+	mk := func(algo string, bytes int64, time func(c int) float64) []sweepSample {
+		var out []sweepSample
+		for c := range cycles {
+			x := time(c)
+			out = append(out, sweepSample{Run: "A", Seq: 1, N: 3, Algo: algo, Bytes: bytes, Cycle: c, Times: []float64{x, x, x}})
+		}
+		return out
+	}
+	slowFirst := func(k int, base float64) func(c int) float64 {
+		return func(c int) float64 {
+			if c < k {
+				return 2.5 * base
+			}
+			return base + float64(c%2)
+		}
+	}
+	var ss []sweepSample
+	// 64 B: ring and tree slow for two cycles, direct not: flagged (median
+	// of 2.5, 2.5, 1); auto kept direct, slower than the ring even then.
+	ss = append(ss, mk("ring", 64, slowFirst(2, 100))...)
+	ss = append(ss, mk("tree", 64, slowFirst(2, 150))...)
+	ss = append(ss, mk("direct", 64, slowFirst(0, 300))...)
+	ss = append(ss, mk("auto", 64, slowFirst(0, 300))...) // kept direct
+	// 128 B: only the first cycle slow: not flagged.
+	ss = append(ss, mk("ring", 128, slowFirst(1, 100))...)
+	ss = append(ss, mk("tree", 128, slowFirst(1, 150))...)
+	ss = append(ss, mk("direct", 128, slowFirst(0, 300))...)
+	ss = append(ss, mk("auto", 128, slowFirst(0, 300))...)
+	// 256 B: one algorithm of three slow for two cycles: not flagged.
+	ss = append(ss, mk("ring", 256, slowFirst(2, 100))...)
+	ss = append(ss, mk("tree", 256, slowFirst(0, 150))...)
+	ss = append(ss, mk("direct", 256, slowFirst(0, 300))...)
+	ss = append(ss, mk("auto", 256, slowFirst(0, 300))...)
+	r := analyseSweep(ss, func(int, int64) string { return "direct" }, false)
+	run, f := r.startStretch(3, 64)
+	require.Equal(t, "A", run)
+	require.InDelta(t, 250.0/101, f, 1e-9, "ring 250/101, tree 375/151, direct 300/300.5: the median")
+	_, f = r.startStretch(3, 128)
+	require.Less(t, f, sweepStretchFactor)
+	_, f = r.startStretch(3, 256)
+	require.Less(t, f, sweepStretchFactor)
+	var buf bytes.Buffer
+	r.writeAutoCheck(&buf)
+	out := buf.String()
+	require.Contains(t, out, "- N=3 64: auto direct, best ring: 12 of 12 pairs more than 5% slower")
+	require.Contains(t, out, "apart; run A began in a slow stretch (the forced algorithms' first cycles 2.5× their medians), where auto decided\n")
+	require.Equal(t, 3, strings.Count(out, "slow stretch"), "the sign test, the wrong choice and the failure of 64 B only:\n%s", out)
+}
