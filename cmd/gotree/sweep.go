@@ -230,7 +230,7 @@ func envWords(getenv pg.Getenv) string {
 		name, v, _ := strings.Cut(kv, "=")
 		if strings.IndexFunc(v, func(r rune) bool {
 			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_-.,:/=+@%", r))
-		}) >= 0 || v == "" {
+		}) >= 0 {
 			v = "'" + strings.ReplaceAll(v, "'", `'\''`) + "'"
 		}
 		b.WriteString(name + "=" + v + " ")

@@ -422,6 +422,13 @@ type autoRow struct {
 // the best forced algorithm at level sweepSignAlpha.
 func (a autoRow) Significant() bool { return a.Tested && a.SignP < sweepSignAlpha }
 
+// sweepProc is one process set of a sweep: a run and its sequence
+// number. A paired sweep times every algorithm in each.
+type sweepProc struct {
+	run string
+	seq int
+}
+
 // pairedExcess is a one-sided sign test of "a is more than tol slower than
 // b" over the cycles that timed both in the same processes (a paired
 // sweep's run and seq, cycles alternating ABBA): slower counts the pairs,
@@ -431,16 +438,12 @@ func (a autoRow) Significant() bool { return a.Tested && a.SignP < sweepSignAlph
 // moves by several percent between runs of the same plan on this VM; the
 // test separates that from a choice that is slower cycle after cycle.
 func (r *sweepReport) pairedExcess(n int, bytes int64, a, b string, tol float64) (slower, pairs int, p float64, ok bool) {
-	type proc struct {
-		run string
-		seq int
-	}
-	meds := map[proc]*[2][]float64{}
+	meds := map[sweepProc]*[2][]float64{}
 	for _, g := range r.groups {
 		if g.InPlace != r.inPlace || g.N != n || g.Bytes != bytes || (g.Algo != a && g.Algo != b) {
 			continue
 		}
-		k := proc{g.Run, g.Seq}
+		k := sweepProc{g.Run, g.Seq}
 		if meds[k] == nil {
 			meds[k] = &[2][]float64{}
 		}
@@ -481,25 +484,21 @@ const sweepStretchFactor = 1.5
 // size's probes, before and after, both found the fast state). 0 where no
 // process set timed two forced algorithms over three or more cycles.
 func (r *sweepReport) startStretch(n int, bytes int64) (run string, factor float64) {
-	type proc struct {
-		run string
-		seq int
-	}
-	ratios := map[proc][]float64{}
+	ratios := map[sweepProc][]float64{}
 	for _, g := range r.groups {
 		if g.InPlace != r.inPlace || g.N != n || g.Bytes != bytes || g.Algo == "auto" || len(g.CycleMedians) < 3 {
 			continue
 		}
 		if med, _, _ := stats(g.CycleMedians); med > 0 {
-			k := proc{g.Run, g.Seq}
+			k := sweepProc{g.Run, g.Seq}
 			ratios[k] = append(ratios[k], min(g.CycleMedians[0], g.CycleMedians[1])/med)
 		}
 	}
-	keys := make([]proc, 0, len(ratios))
+	keys := make([]sweepProc, 0, len(ratios))
 	for k := range ratios {
 		keys = append(keys, k)
 	}
-	slices.SortFunc(keys, func(a, b proc) int {
+	slices.SortFunc(keys, func(a, b sweepProc) int {
 		if c := strings.Compare(a.run, b.run); c != 0 {
 			return c
 		}
