@@ -731,7 +731,7 @@ func agree(comm *pg.Comm, vals []float64, sum bool) error {
 
 // memBound fills row's memory-traffic bound: every rank copies the size's
 // bytes from its send to its receive buffer at the same moment (after a
-// barrier), 5 times after one warm-up; the slowest rank's median copy
+// barrier), 5 times after one warm-up; the median copy time (copyTime)
 // gives the machine's copy bandwidth with all ranks busy, counted as bytes
 // read plus written. The plan's Traffic (bytes all ranks must read and
 // write) at that rate is the bound; the fractions are bound ÷ measured
@@ -752,34 +752,57 @@ func memBound(comm *pg.Comm, o perfOpts, count int64, send, recv []byte, row *pe
 	}
 	nb := int(count) * o.dtype.Size()
 	src, dst := send[:nb], recv[:nb]
-	r, err := comm.Barrier()
-	if err == nil {
-		err = r.Wait(-1)
-	}
-	if err != nil {
-		return err
-	}
-	ts := make([]float64, 6)
-	for i := range ts {
-		t0 := time.Now()
+	const copies = 6
+	// Per copy: this rank's time, minus its start and its end on the
+	// host clock (negated so that one maximum gives the earliest start).
+	vals := make([]float64, 3*copies)
+	for i := range copies {
+		r, err := comm.Barrier()
+		if err == nil {
+			err = r.Wait(-1)
+		}
+		if err != nil {
+			return err
+		}
+		start, t0 := pg.HostClockUs(), time.Now()
 		copy(dst, src)
-		ts[i] = float64(time.Since(t0).Nanoseconds()) / 1e3
+		vals[i] = float64(time.Since(t0).Nanoseconds()) / 1e3
+		vals[copies+i], vals[2*copies+i] = -start, pg.HostClockUs()
 	}
-	med, _, _ := stats(ts[1:])
-	mb := []float64{med}
-	if err := agree(comm, mb, false); err != nil {
+	if err := agree(comm, vals, false); err != nil {
 		return err
 	}
-	slowest := mb[0]
-	if nb == 0 || slowest <= 0 {
+	oneHost := comm.Graph().NNodes <= 1 && vals[2*copies] > 0
+	t := copyTime(vals[1:copies], vals[copies+1:2*copies], vals[2*copies+1:], oneHost)
+	if nb == 0 || t <= 0 {
 		return nil
 	}
-	rate := float64(2*nb*comm.Size()) / (slowest * 1e3) // GB/s, all ranks
+	rate := float64(2*nb*comm.Size()) / (t * 1e3) // GB/s, all ranks
 	row.CopyBW = rate
 	row.BoundUs = float64(plan.Traffic(false)) / (rate * 1e3)
 	row.OutOfBound = row.BoundUs / row.OutTime
 	row.InOfBound = float64(inPlan.Traffic(true)) / (rate * 1e3) / row.InTime
 	return nil
+}
+
+// copyTime is the median time of the reference copies, from every rank's
+// agreed values per copy: the slowest rank's time, the earliest start
+// (negated) and the last end. On one host it is the span from the first
+// start to the last end — how long the ranks together took, as the
+// allreduces are timed (combineTimes) — and elsewhere the slowest rank's
+// time. The spans differ where the ranks outnumber the CPUs: 4 ranks on 2
+// CPUs copy two at a time, each copy timed as one of two (2026-12-07, 64
+// MiB: the slowest rank 10.4–11.2 ms, the span 12.7–13.4 ms), and a bound
+// from the slowest rank's time claims a bandwidth two CPUs never reach.
+func copyTime(slowest, negStarts, ends []float64, oneHost bool) float64 {
+	ts := slices.Clone(slowest)
+	if oneHost {
+		for i := range ts {
+			ts[i] = ends[i] + negStarts[i]
+		}
+	}
+	med, _, _ := stats(ts)
+	return med
 }
 
 // perfValue is rank r's element i: a small integer, exact in every dtype

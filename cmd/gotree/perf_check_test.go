@@ -402,3 +402,16 @@ func TestCombineTimes(t *testing.T) {
 		require.Equal(t, []float64{7, 9}, got, "rank %d", r)
 	}
 }
+
+// The bound's copy time on one host is the span of all ranks' copies:
+// 4 ranks on 2 CPUs copying two at a time (6 µs each, the second pair
+// after the first) took 12 µs together, though no rank timed more than 6.
+// Across hosts it is the slowest rank's. Each is the median of the copies.
+func TestCopyTime(t *testing.T) {
+	slowest := []float64{6, 6, 7, 6, 40}
+	negStarts := []float64{-100, -200, -300, -400, -500}
+	ends := []float64{112, 212, 313, 430, 511}
+	require.Equal(t, 12.0, copyTime(slowest, negStarts, ends, true))
+	require.Equal(t, 6.0, copyTime(slowest, negStarts, ends, false))
+	require.Equal(t, []float64{6, 6, 7, 6, 40}, slowest, "copyTime must not reorder its input")
+}
