@@ -730,8 +730,8 @@ func agree(comm *pg.Comm, vals []float64, sum bool) error {
 }
 
 // memBound fills row's memory-traffic bound: every rank copies the size's
-// bytes from its send to its receive buffer at the same moment (after a
-// barrier), 5 times after one warm-up; the median copy time (copyTime)
+// bytes from its send to its receive buffer at the same moment, 6 times,
+// each after a barrier; the median time of the last 5 (copyTime)
 // gives the machine's copy bandwidth with all ranks busy, counted as bytes
 // read plus written. The plan's Traffic (bytes all ranks must read and
 // write) at that rate is the bound; the fractions are bound ÷ measured
@@ -790,10 +790,10 @@ func memBound(comm *pg.Comm, o perfOpts, count int64, send, recv []byte, row *pe
 // (negated) and the last end. On one host it is the span from the first
 // start to the last end — how long the ranks together took, as the
 // allreduces are timed (combineTimes) — and elsewhere the slowest rank's
-// time. The spans differ where the ranks outnumber the CPUs: 4 ranks on 2
-// CPUs copy two at a time, each copy timed as one of two (2026-12-07, 64
-// MiB: the slowest rank 10.4–11.2 ms, the span 12.7–13.4 ms), and a bound
-// from the slowest rank's time claims a bandwidth two CPUs never reach.
+// time. They differ where the ranks outnumber the CPUs, whose ranks copy
+// in turns, each timing only its own turn: 4 ranks on 2 CPUs, 64 MiB, the
+// span 9.2–11.4 ms against the slowest rank's 8.9–10.9 (16 MiB: 1.5–2.4
+// against 1.2–2.3; docs/bench.md, 2026-12-07).
 func copyTime(slowest, negStarts, ends []float64, oneHost bool) float64 {
 	ts := slices.Clone(slowest)
 	if oneHost {
