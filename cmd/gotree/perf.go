@@ -682,7 +682,7 @@ func combineTimes(comm *pg.Comm, times, ends []float64) error {
 		return err
 	}
 	slowest, last := vals[:len(times)], vals[len(times):]
-	oneHost := comm.Graph().NNodes <= 1 && last[0] > 0
+	oneHost := oneClock(comm, last[0])
 	for i := range times {
 		times[i] = slowest[i]
 		if oneHost {
@@ -690,6 +690,13 @@ func combineTimes(comm *pg.Comm, times, ends []float64) error {
 		}
 	}
 	return nil
+}
+
+// oneClock says whether the ranks' host-clock readings compare: they
+// share one host, and t, one reading's maximum over the ranks, is not the
+// 0 of a clock that could not be read.
+func oneClock(comm *pg.Comm, t float64) bool {
+	return comm.Graph().NNodes <= 1 && t > 0
 }
 
 // agree replaces vals, on every rank, by the element-wise maximum over
@@ -772,7 +779,7 @@ func memBound(comm *pg.Comm, o perfOpts, count int64, send, recv []byte, row *pe
 	if err := agree(comm, vals, false); err != nil {
 		return err
 	}
-	oneHost := comm.Graph().NNodes <= 1 && vals[2*copies] > 0
+	oneHost := oneClock(comm, vals[2*copies])
 	t := copyTime(vals[1:copies], vals[copies+1:2*copies], vals[2*copies+1:], oneHost)
 	if nb == 0 || t <= 0 {
 		return nil
